@@ -1,0 +1,3 @@
+from swarmnode.cli import app
+
+app(prog_name="swarmnode")

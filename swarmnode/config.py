@@ -1,0 +1,169 @@
+"""One typed configuration for a node: YAML file, then `--set key=value` overrides, then flags.
+
+Every section forbids unknown keys, so a typo is an error that names the key rather than a
+setting silently ignored.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from swarmnode.loss import ObjectiveConfig
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used; the message says which setting and why."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class LoraSettings(_Section):
+    rank: int = Field(0, ge=0, description="LoRA rank; 0 trains all weights")
+    alpha: float = Field(32.0, gt=0)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"])
+
+
+class ModelSettings(_Section):
+    name: str = Field("tiny", description="'tiny', a hub id (Qwen/Qwen2.5-3B), a short name "
+                      "(Qwen2.5-3B) or a local directory")
+    revision: str | None = None
+    device: str = Field("auto", description="auto | cpu | cuda | cuda:N")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    lora: LoraSettings = Field(default_factory=LoraSettings)
+    use_chat_template: bool = Field(True, description="wrap prompts in the tokenizer's chat "
+                                    "template when it has one")
+
+
+class TaskSettings(_Section):
+    name: Literal["arithmetic", "gsm8k"] = "arithmetic"
+    data: str | None = Field(None, description="gsm8k: a directory or .jsonl file, or "
+                             "hf:openai/gsm8k; ignored by arithmetic")
+    answer_format: Literal["answer_tag", "boxed"] = "answer_tag"
+    system_prompt: str | None = Field(None, description="None = the task's default")
+    max_operand: int = Field(99, ge=1, le=10**6, description="arithmetic only")
+    operations: str = Field("+-", pattern=r"^[+\-*]+$", description="arithmetic only")
+    eval_data: str | None = Field(None, description="optional MATH-500 path for OOD eval")
+
+
+class RolloutSettings(_Section):
+    backend: Literal["hf"] = "hf"
+    group_size: int = Field(8, ge=2, le=64)
+    prompts_per_round: int = Field(16, ge=1, le=256)
+    max_new_tokens: int = Field(16, ge=1, le=8192)
+    temperature: float = Field(1.0, gt=0, le=10)
+    top_k: int = Field(0, ge=0, description="0 = off; truncation biases importance weights")
+    top_p: float = Field(1.0, gt=0, le=1)
+    batch_size: int = Field(128, ge=1, description="sequences per generate call")
+
+
+class LossSettings(_Section):
+    objective: Literal["nois", "vis", "tis", "f-nois", "f-vis", "f-tis"] = "f-tis"
+    trunc_c: float = Field(2.0, gt=0, description="C: importance weights are capped at C")
+    filter_g: float = Field(50.0, ge=0, description="g: divergence above which negative-"
+                            "advantage samples are dropped")
+    divergence: Literal["k3-mean", "k3-sum", "k1-mean"] = "k3-mean"
+    clip_eps: float = Field(0.2, gt=0, lt=1)
+    log_ratio_clamp: float = Field(20.0, gt=0)
+
+    def objective_config(self) -> ObjectiveConfig:
+        return ObjectiveConfig(**self.model_dump())
+
+
+class TrainSettings(_Section):
+    lr: float = Field(1e-6, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    micro_batch_size: int = Field(32, ge=1, description="sequences per forward/backward")
+    adam_betas: tuple[float, float] = (0.9, 0.99)
+
+
+class NodeSettings(_Section):
+    rounds: int = Field(50, ge=0)
+    seed: int = 0
+    peer_id: str | None = Field(None, description="None = derived from the run dir")
+    run_dir: Path = Path("runs/default")
+    staleness: int = Field(1, ge=0, description="peer rollouts from rounds r-s..r are used")
+    peer_quota: int = Field(64, ge=0, description="max peer groups from one peer per round")
+    max_peer_groups: int = Field(256, ge=0, description="max peer groups in one step")
+    gather_timeout_s: float = Field(0.0, ge=0, description="how long to wait for peers")
+    eval_every: int = Field(0, ge=0, description="0 = only before and after")
+    eval_size: int = Field(200, ge=1)
+    checkpoint_every: int = Field(25, ge=0, description="0 = only at the end")
+    resume: bool = True
+
+
+class WireSettings(_Section):
+    max_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    max_groups: int = Field(256, ge=1)
+    max_completions_per_group: int = Field(64, ge=1)
+    max_tokens_per_completion: int = Field(8192, ge=1)
+    max_total_tokens: int = Field(2 * 1024 * 1024, ge=1)
+
+
+class Config(_Section):
+    model: ModelSettings = Field(default_factory=ModelSettings)
+    task: TaskSettings = Field(default_factory=TaskSettings)
+    rollout: RolloutSettings = Field(default_factory=RolloutSettings)
+    loss: LossSettings = Field(default_factory=LossSettings)
+    train: TrainSettings = Field(default_factory=TrainSettings)
+    node: NodeSettings = Field(default_factory=NodeSettings)
+    wire: WireSettings = Field(default_factory=WireSettings)
+
+
+def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = tree
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"{dotted}: {key} is not a section")
+    node[keys[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """'rollout.group_size=12' -> ('rollout.group_size', 12); the value is read as YAML."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like section.key=value")
+    key, raw = text.split("=", 1)
+    try:
+        return key.strip(), yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"override {text!r}: value is not valid YAML ({err})") from None
+
+
+def load_config(
+    path: Path | None = None,
+    overrides: list[str] | None = None,
+    flags: dict[str, Any] | None = None,
+) -> Config:
+    """Build the config: file < --set overrides < explicit flags (None flags are ignored)."""
+    tree: dict[str, Any] = {}
+    if path is not None:
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as err:
+            raise ConfigError(f"config file {path} is not valid YAML: {err}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {path} must hold a mapping of sections")
+        tree = loaded
+    for text in overrides or []:
+        _set_path(tree, *parse_override(text))
+    for dotted, value in (flags or {}).items():
+        if value is not None:
+            _set_path(tree, dotted, value)
+    try:
+        return Config.model_validate(tree)
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()
+        )
+        raise ConfigError(f"invalid configuration: {problems}") from None

@@ -1,0 +1,101 @@
+"""The seam between the round loop and the swarm: publish my batch, gather peers' batches.
+
+The round loop only sees this interface, so it runs the same over the in-memory exchange
+(several nodes in one process, for tests) and over the hivemind one.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Received:
+    """A peer's encoded batch, not yet decoded or trusted."""
+
+    peer_id: str
+    round: int
+    payload: bytes
+
+
+class Exchange(Protocol):
+    def publish(self, round_: int, payload: bytes) -> None:
+        """Make this node's batch for `round_` available to peers."""
+        ...
+
+    def gather(self, round_: int, staleness: int, timeout_s: float) -> list[Received]:
+        """Peers' batches of rounds round_-staleness..round_ not returned before."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class InMemoryHub:
+    """Holds every node's published payloads; nodes connect through `exchange(peer_id)`."""
+
+    def __init__(self, keep_rounds: int = 8) -> None:
+        self._lock = threading.Condition()
+        self._payloads: dict[tuple[str, int], bytes] = {}
+        self.keep_rounds = keep_rounds
+
+    def exchange(self, peer_id: str) -> InMemoryExchange:
+        return InMemoryExchange(self, peer_id)
+
+    def _publish(self, peer_id: str, round_: int, payload: bytes) -> None:
+        with self._lock:
+            self._payloads[(peer_id, round_)] = payload
+            for key in [k for k in self._payloads if k[1] < round_ - self.keep_rounds]:
+                del self._payloads[key]
+            self._lock.notify_all()
+
+    def _snapshot(self) -> dict[tuple[str, int], bytes]:
+        with self._lock:
+            return dict(self._payloads)
+
+
+class InMemoryExchange:
+    """One node's view of an `InMemoryHub`; each peer batch is handed out at most once."""
+
+    def __init__(self, hub: InMemoryHub, peer_id: str) -> None:
+        self.hub = hub
+        self.peer_id = peer_id
+        self._seen: set[tuple[str, int]] = set()
+
+    def publish(self, round_: int, payload: bytes) -> None:
+        self.hub._publish(self.peer_id, round_, payload)
+
+    def gather(self, round_: int, staleness: int, timeout_s: float = 0.0) -> list[Received]:
+        with self.hub._lock:
+            self.hub._lock.wait_for(
+                lambda: any(self._fresh(k, round_, staleness) for k in self.hub._payloads),
+                timeout=timeout_s,
+            )
+        found = [
+            Received(peer, r, payload)
+            for (peer, r), payload in sorted(self.hub._snapshot().items())
+            if self._fresh((peer, r), round_, staleness)
+        ]
+        self._seen.update((item.peer_id, item.round) for item in found)
+        return found
+
+    def _fresh(self, key: tuple[str, int], round_: int, staleness: int) -> bool:
+        peer, r = key
+        return peer != self.peer_id and round_ - staleness <= r <= round_ and key not in self._seen
+
+    def close(self) -> None:
+        pass
+
+
+class NoExchange:
+    """A node training alone."""
+
+    def publish(self, round_: int, payload: bytes) -> None:
+        pass
+
+    def gather(self, round_: int, staleness: int, timeout_s: float = 0.0) -> list[Received]:
+        return []
+
+    def close(self) -> None:
+        pass

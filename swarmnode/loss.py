@@ -1,0 +1,181 @@
+"""Group advantages and the off-policy GRPO objectives, F-TIS and its neighbours.
+
+Every objective is the paper's (arXiv 2605.22537)
+
+    L = -1/N sum_i 1/|a_i| sum_t w_it * min(R_it A_i, clip(R_it, 1-eps, 1+eps) A_i)
+
+with R = pi_theta / pi_old (pi_old = pi_theta.detach() for one step per batch) and w a
+detached per-token importance weight:
+
+    nois: w = 1                 (pretend every sample is on-policy)
+    vis:  w = pi_theta / pi_gen (vanilla importance sampling)
+    tis:  w = min(pi_theta / pi_gen, C)
+
+The ``f-`` variants also drop samples with A_i < 0 whose divergence from the generator exceeds
+g: they add nothing to the sum, yet N counts them and they stay in their group's mean and std.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+Objective = Literal["nois", "vis", "tis", "f-nois", "f-vis", "f-tis"]
+OBJECTIVES: tuple[str, ...] = ("nois", "vis", "tis", "f-nois", "f-vis", "f-tis")
+Divergence = Literal["k3-mean", "k3-sum", "k1-mean"]
+DIVERGENCES: tuple[str, ...] = ("k3-mean", "k3-sum", "k1-mean")
+
+
+@dataclass(frozen=True)
+class ObjectiveConfig:
+    """Settings of the objective; defaults are the paper's (C=2, g=50, eps=0.2)."""
+
+    objective: Objective = "f-tis"
+    trunc_c: float = 2.0
+    filter_g: float = 50.0
+    clip_eps: float = 0.2
+    divergence: Divergence = "k3-mean"
+    log_ratio_clamp: float = 20.0
+
+    @property
+    def weighting(self) -> str:
+        return self.objective.removeprefix("f-")
+
+    @property
+    def filtered(self) -> bool:
+        return self.objective.startswith("f-")
+
+
+def group_advantages(rewards: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
+    """A_i = (r_i - mean) / (std + eps) within one group (population std, as in GRPO)."""
+    rewards = rewards.to(torch.float32)
+    return (rewards - rewards.mean()) / (rewards.std(unbiased=False) + eps)
+
+
+def sequence_divergence(
+    logp_theta: torch.Tensor,
+    logp_gen: torch.Tensor,
+    mask: torch.Tensor,
+    estimator: Divergence = "k3-mean",
+    clamp: float = 20.0,
+) -> torch.Tensor:
+    """How far our policy has drifted from the generator, per sequence, on its own tokens.
+
+    With d = log pi_gen - log pi_theta per token, k1 = d (a KL(pi_gen || pi_theta) estimate)
+    and k3 = exp(d) - d - 1, the authors' estimator (HeterogeneousRL, src/grpo.py): always
+    >= 0 and fast-growing where the generator liked a token our policy finds unlikely, which
+    is the case the filter exists to catch. Default: k3-mean, the authors' choice.
+    """
+    d = (logp_gen - logp_theta.detach()).clamp(-clamp, clamp)
+    mask = mask.to(d.dtype)
+    lengths = mask.sum(-1).clamp_min(1.0)
+    if estimator == "k1-mean":
+        return (d * mask).sum(-1) / lengths
+    k3 = torch.expm1(d) - d
+    if estimator == "k3-mean":
+        return (k3 * mask).sum(-1) / lengths
+    if estimator == "k3-sum":
+        return (k3 * mask).sum(-1)
+    raise ValueError(f"unknown divergence estimator {estimator!r}; choose from {DIVERGENCES}")
+
+
+@dataclass
+class ObjectiveTerms:
+    """The summed loss of a (micro-)batch and the raw sums its diagnostics come from."""
+
+    loss_sum: torch.Tensor  # sum over sequences of the per-sequence objective, to be divided by N
+    weight_sum: float
+    weight_max: float
+    truncated_tokens: int
+    tokens: int
+    filtered: torch.Tensor  # bool per sequence
+    divergence: torch.Tensor  # per sequence
+
+
+def objective_terms(
+    logp_theta: torch.Tensor,
+    logp_gen: torch.Tensor,
+    mask: torch.Tensor,
+    advantages: torch.Tensor,
+    config: ObjectiveConfig,
+    logp_old: torch.Tensor | None = None,
+) -> ObjectiveTerms:
+    """Compute the objective for sequences shaped [B, T] (mask from lengths, 1 = real token).
+
+    `logp_theta` carries the gradient; `logp_gen` is what the generator reported; `logp_old`
+    is the policy the PPO ratio is taken against (defaults to `logp_theta` detached).
+    """
+    if config.objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {config.objective!r}; choose from {OBJECTIVES}")
+    mask_f = mask.to(logp_theta.dtype)
+    current = logp_theta.detach()
+    old = current if logp_old is None else logp_old
+    log_w = (current - logp_gen).clamp(-config.log_ratio_clamp, config.log_ratio_clamp)
+    if config.weighting == "nois":
+        weight = torch.ones_like(log_w)
+        truncated = torch.zeros_like(log_w, dtype=torch.bool)
+    elif config.weighting == "vis":
+        weight = log_w.exp()
+        truncated = torch.zeros_like(log_w, dtype=torch.bool)
+    else:
+        raw = log_w.exp()
+        truncated = raw > config.trunc_c
+        weight = raw.clamp(max=config.trunc_c)
+    ratio = (logp_theta - old).clamp(
+        -config.log_ratio_clamp, config.log_ratio_clamp
+    ).exp()
+    adv = advantages.to(logp_theta.dtype).unsqueeze(-1)
+    surrogate = torch.minimum(
+        ratio * adv, ratio.clamp(1.0 - config.clip_eps, 1.0 + config.clip_eps) * adv
+    )
+    per_token = weight * surrogate * mask_f
+    per_sequence = per_token.sum(-1) / mask_f.sum(-1).clamp_min(1.0)
+    divergence = sequence_divergence(
+        current, logp_gen, mask, config.divergence, config.log_ratio_clamp
+    )
+    if config.filtered:
+        filtered = (advantages < 0) & (divergence > config.filter_g)
+    else:
+        filtered = torch.zeros_like(advantages, dtype=torch.bool)
+    per_sequence = torch.where(filtered, torch.zeros_like(per_sequence), per_sequence)
+    real = mask.bool()
+    return ObjectiveTerms(
+        loss_sum=-per_sequence.sum(),
+        weight_sum=float(weight[real].sum()),
+        weight_max=float(weight[real].max()) if real.any() else 0.0,
+        truncated_tokens=int(truncated[real].sum()),
+        tokens=int(real.sum()),
+        filtered=filtered,
+        divergence=divergence,
+    )
+
+
+@dataclass
+class ObjectiveStats:
+    """Per-step diagnostics: what the paper's reviewers asked every round to report."""
+
+    weight_mean: float = 0.0
+    weight_max: float = 0.0
+    truncated_frac: float = 0.0
+    filtered: int = 0
+    filtered_frac: float = 0.0
+    divergence_mean: float = 0.0
+    sequences: int = 0
+
+    @staticmethod
+    def combine(parts: list[ObjectiveTerms]) -> ObjectiveStats:
+        tokens = sum(p.tokens for p in parts)
+        sequences = sum(int(p.filtered.numel()) for p in parts)
+        filtered = sum(int(p.filtered.sum()) for p in parts)
+        div_sum = sum(float(p.divergence.sum()) for p in parts)
+        return ObjectiveStats(
+            weight_mean=sum(p.weight_sum for p in parts) / max(tokens, 1),
+            weight_max=max((p.weight_max for p in parts), default=0.0),
+            truncated_frac=sum(p.truncated_tokens for p in parts) / max(tokens, 1),
+            filtered=filtered,
+            filtered_frac=filtered / max(sequences, 1),
+            divergence_mean=div_sum / max(sequences, 1),
+            sequences=sequences,
+        )

@@ -1,0 +1,315 @@
+"""The round loop: choose prompts, generate, publish, gather, score, train, log, checkpoint.
+
+It knows the other parts only through small interfaces (Task, Generator, Policy, Exchange),
+so the same loop runs alone, with in-memory peers in one process, or over the swarm.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from swarmnode import wire
+from swarmnode.checkpoint import load_checkpoint, save_checkpoint
+from swarmnode.config import Config
+from swarmnode.exchange import Exchange, NoExchange
+from swarmnode.loss import group_advantages
+from swarmnode.metrics import LiveView, MetricsLog
+from swarmnode.policy import Policy, TrainSample
+from swarmnode.rollout.base import Completion, Generator
+from swarmnode.tasks.base import Problem, Task, fingerprint_of
+
+log = logging.getLogger(__name__)
+
+
+def run_id_for(config: Config, task: Task, policy: Policy) -> str:
+    """Hash of everything that must match for two nodes' samples to be usable together."""
+    r = config.rollout
+    return fingerprint_of(
+        "swarmnode-run-v1", task.fingerprint, policy.fingerprint, str(policy.use_chat_template),
+        str(r.group_size), str(r.prompts_per_round), str(r.max_new_tokens), repr(r.temperature), str(r.top_k),
+        repr(r.top_p), str(config.node.seed),
+    )
+
+
+def assigned_prompt_ids(seed: int, peer_id: str, round_: int, count: int, num_train: int) -> list[int]:
+    """The prompts a peer must use in a round: fixed by (seed, peer, round), no cherry-picking."""
+    rng = random.Random(f"{seed}:{peer_id}:{round_}")
+    return rng.sample(range(num_train), min(count, num_train))
+
+
+@dataclass
+class ScoredGroup:
+    """One generator's completions for one prompt, scored by this node."""
+
+    peer_id: str
+    problem: Problem
+    prompt_ids: list[int]
+    completions: list[tuple[np.ndarray, np.ndarray]]
+    rewards: list[float]
+
+    @property
+    def own(self) -> bool:
+        return self.peer_id == ""
+
+
+@dataclass
+class RoundState:
+    own_groups: list[ScoredGroup] = field(default_factory=list)
+    payload_bytes: int = 0
+    payload_tokens: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+class Node:
+    """One swarm participant. `produce` and `consume` are split so tests can run nodes in step."""
+
+    def __init__(
+        self,
+        config: Config,
+        policy: Policy,
+        generator: Generator,
+        task: Task,
+        exchange: Exchange | None = None,
+        peer_id: str | None = None,
+        view: LiveView | None = None,
+    ) -> None:
+        self.config = config
+        self.policy = policy
+        self.generator = generator
+        self.task = task
+        self.exchange = exchange or NoExchange()
+        self.peer_id = peer_id or config.node.peer_id or f"local-{fingerprint_of(str(config.node.run_dir))[:8]}"
+        self.view = view or LiveView(quiet=True)
+        self.run_id = run_id_for(config, task, policy)
+        self.run_dir = Path(config.node.run_dir)
+        self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
+        self.objective = config.loss.objective_config()
+        w = config.wire
+        self.limits = wire.WireLimits(
+            max_bytes=w.max_bytes, max_groups=w.max_groups,
+            max_completions_per_group=w.max_completions_per_group,
+            max_tokens_per_completion=w.max_tokens_per_completion,
+            max_total_tokens=w.max_total_tokens, vocab_size=policy.vocab_size,
+        )
+        self.rejected: Counter[str] = Counter()
+        self.next_round = 0
+        self._eval_problems: list[Problem] | None = None
+
+    # -- one round -------------------------------------------------------------------------
+
+    def produce(self, round_: int) -> RoundState:
+        """Generate this round's groups, score them, encode and publish them."""
+        state = RoundState()
+        started = time.perf_counter()
+        ids = assigned_prompt_ids(
+            self.config.node.seed, self.peer_id, round_,
+            self.config.rollout.prompts_per_round, self.task.num_train,
+        )
+        problems = [self.task.train_problem(i) for i in ids]
+        prompts = [self.policy.encode_prompt(self.task.system_prompt, p.question) for p in problems]
+        groups = self.generator.generate(prompts, self.config.rollout.group_size)
+        state.timings["generate_s"] = time.perf_counter() - started
+        batch = wire.RolloutBatch(
+            run_id=self.run_id, peer_id=self.peer_id, round=round_,
+            policy=self.policy.info, tokenizer_fingerprint=self.policy.fingerprint,
+            groups=[_to_wire_group(p.id, g) for p, g in zip(problems, groups)],
+        )
+        t = time.perf_counter()
+        payload = wire.encode(batch)
+        state.timings["encode_s"] = time.perf_counter() - t
+        state.payload_bytes, state.payload_tokens = len(payload), batch.num_tokens
+        self.exchange.publish(round_, payload)
+        for problem, prompt, group in zip(problems, prompts, groups):
+            completions = [(c.tokens, c.logprobs) for c in group]
+            state.own_groups.append(self._score("", problem, prompt, completions))
+        return state
+
+    def consume(self, round_: int, state: RoundState) -> dict[str, Any]:
+        """Gather peers' groups, take one optimiser step on everything, log the round."""
+        t = time.perf_counter()
+        received = self.exchange.gather(
+            round_, self.config.node.staleness, self.config.node.gather_timeout_s
+        )
+        state.timings["gather_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        peer_groups = self._accept(received, round_)
+        state.timings["decode_score_s"] = time.perf_counter() - t
+        groups = state.own_groups + peer_groups
+        samples = []
+        for group in groups:
+            advantages = group_advantages(torch.tensor(group.rewards))
+            for (tokens, logprobs), advantage in zip(group.completions, advantages.tolist()):
+                samples.append(TrainSample(group.prompt_ids, tokens, logprobs, advantage, group.own))
+        t = time.perf_counter()
+        result = self.policy.train_step(samples, self.objective, self.config.rollout.temperature)
+        state.timings["train_s"] = time.perf_counter() - t
+        own_rewards = [r for g in state.own_groups for r in g.rewards]
+        peer_rewards = [r for g in peer_groups for r in g.rewards]
+        s = result.stats
+        record: dict[str, Any] = {
+            "round": round_,
+            "peer_id": self.peer_id,
+            "reward_mean": float(np.mean(own_rewards)) if own_rewards else 0.0,
+            "peer_reward_mean": float(np.mean(peer_rewards)) if peer_rewards else None,
+            "own_samples": len(own_rewards),
+            "peer_samples": len(peer_rewards),
+            "peers": len({g.peer_id for g in peer_groups}),
+            "filtered": s.filtered,
+            "filtered_frac": s.filtered_frac,
+            "weight_mean": s.weight_mean,
+            "weight_max": s.weight_max,
+            "truncated_frac": s.truncated_frac,
+            "divergence_mean": s.divergence_mean,
+            "loss": result.loss,
+            "grad_norm": result.grad_norm,
+            "wire_bytes": state.payload_bytes,
+            "wire_tokens": state.payload_tokens,
+            "rejected": sum(self.rejected.values()),
+            **{k: round(v, 4) for k, v in state.timings.items()},
+        }
+        return record
+
+    def run_round(self, round_: int) -> dict[str, Any]:
+        started = time.perf_counter()
+        state = self.produce(round_)
+        record = self.consume(round_, state)
+        record["round_s"] = time.perf_counter() - started
+        return record
+
+    # -- peers' data -----------------------------------------------------------------------
+
+    def _accept(self, received: list, round_: int) -> list[ScoredGroup]:
+        """Decode strictly, check the batch belongs to this run and round, score it ourselves."""
+        accepted: list[ScoredGroup] = []
+        budget = self.config.node.max_peer_groups
+        for item in received:
+            try:
+                batch = wire.decode(item.payload, self.limits)
+                self._check_batch(batch, item)
+            except wire.WireError as err:
+                self._reject(item.peer_id, str(err))
+                continue
+            for group in batch.groups[: min(self.config.node.peer_quota, budget)]:
+                problem = self.task.train_problem(group.prompt_id)
+                prompt = self.policy.encode_prompt(self.task.system_prompt, problem.question)
+                accepted.append(self._score(item.peer_id, problem, prompt, group.completions()))
+                budget -= 1
+            if budget <= 0:
+                break
+        return accepted
+
+    def _check_batch(self, batch: wire.RolloutBatch, item: Any) -> None:
+        if batch.run_id != self.run_id:
+            raise wire.WireError(f"run id {batch.run_id} is not this run ({self.run_id})")
+        if batch.peer_id != item.peer_id:
+            raise wire.WireError(f"claims to be {batch.peer_id} but came from {item.peer_id}")
+        if batch.round != item.round:
+            raise wire.WireError(f"round {batch.round} published as round {item.round}")
+        if batch.tokenizer_fingerprint != self.policy.fingerprint:
+            raise wire.WireError("tokenizer differs from ours")
+        expected = assigned_prompt_ids(
+            self.config.node.seed, batch.peer_id, batch.round,
+            self.config.rollout.prompts_per_round, self.task.num_train,
+        )
+        if sorted(g.prompt_id for g in batch.groups) != sorted(expected):
+            raise wire.WireError("prompt ids differ from the peer's assignment for that round")
+        if any(len(g.lengths) != self.config.rollout.group_size for g in batch.groups):
+            raise wire.WireError("group size differs from this run's")
+
+    def _reject(self, peer_id: str, reason: str) -> None:
+        if not self.rejected[peer_id]:
+            log.warning("rejected a batch from %s: %s", peer_id, reason)
+        self.rejected[peer_id] += 1
+
+    def _score(self, peer_id: str, problem: Problem, prompt_ids: list[int],
+               completions: list[tuple[np.ndarray, np.ndarray]]) -> ScoredGroup:
+        rewards = [self.task.reward(self.policy.decode(tokens), problem) for tokens, _ in completions]
+        return ScoredGroup(peer_id, problem, prompt_ids, completions, rewards)
+
+    # -- evaluation, checkpoints, the whole run ----------------------------------------------
+
+    def evaluate(self) -> float:
+        """Greedy pass@1 on the task's held-out problems."""
+        if self._eval_problems is None:
+            self._eval_problems = self.task.eval_problems(self.config.node.eval_size)
+        prompts = [self.policy.encode_prompt(self.task.system_prompt, p.question)
+                   for p in self._eval_problems]
+        outputs = self.generator.greedy(prompts)
+        scores = [self.task.reward(self.policy.decode(o.tokens), p)
+                  for o, p in zip(outputs, self._eval_problems)]
+        return float(np.mean(scores))
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.run_dir / "checkpoint"
+
+    def save(self, last_round: int) -> None:
+        save_checkpoint(self.policy, self.checkpoint_dir, last_round,
+                        {"run_id": self.run_id, "peer_id": self.peer_id})
+        self.next_round = last_round + 1
+
+    def maybe_resume(self) -> bool:
+        """Continue from the run dir's checkpoint when there is one (and resume is on)."""
+        if not (self.config.node.resume and (self.checkpoint_dir / "meta.json").exists()):
+            return False
+        meta = load_checkpoint(self.policy, self.checkpoint_dir)
+        if meta.get("run_id") != self.run_id:
+            raise ValueError(
+                f"{self.checkpoint_dir} belongs to run {meta.get('run_id')}, not {self.run_id}: "
+                "the settings changed; use a new --run-dir or set node.resume=false"
+            )
+        self.next_round = int(meta["round"]) + 1
+        return True
+
+    def run(self, rounds: int | None = None) -> dict[str, Any]:
+        """Run until `rounds` rounds are done in total; checkpoint on the way and on Ctrl-C."""
+        total = self.config.node.rounds if rounds is None else rounds
+        cfg = self.config.node
+        summary: dict[str, Any] = {"eval_before": None, "eval_after": None}
+        if self.next_round == 0:
+            summary["eval_before"] = self.evaluate()
+            self.view.note(f"eval before training: {summary['eval_before']:.3f}")
+        last_done = self.next_round - 1
+        try:
+            for round_ in range(self.next_round, total):
+                record = self.run_round(round_)
+                last_done = round_
+                if cfg.eval_every and (round_ + 1) % cfg.eval_every == 0 and round_ + 1 < total:
+                    record["eval_acc"] = self.evaluate()
+                self.metrics.write(record)
+                self.view.round(record, total)
+                if cfg.checkpoint_every and (round_ + 1) % cfg.checkpoint_every == 0:
+                    self.save(round_)
+        except KeyboardInterrupt:
+            self.view.note("interrupted: writing a checkpoint before exiting")
+            if last_done >= 0:
+                self.save(last_done)
+            raise
+        summary["eval_after"] = self.evaluate()
+        self.metrics.write({"round": last_done, "eval_acc": summary["eval_after"], "final": True})
+        self.view.note(f"eval after training: {summary['eval_after']:.3f}")
+        if last_done >= 0:
+            self.save(last_done)
+        return summary
+
+    def close(self) -> None:
+        self.metrics.close()
+        self.exchange.close()
+
+
+def _to_wire_group(prompt_id: int, completions: list[Completion]) -> wire.CompletionGroup:
+    return wire.CompletionGroup(
+        prompt_id=prompt_id,
+        lengths=np.array([len(c.tokens) for c in completions], dtype=np.int64),
+        tokens=np.concatenate([c.tokens for c in completions]).astype(np.int32),
+        logprobs=np.concatenate([c.logprobs for c in completions]).astype(np.float32),
+    )

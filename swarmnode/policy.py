@@ -1,0 +1,228 @@
+"""The trainable policy: load a model (hub id, path or the tiny preset), LoRA, log-probs, a step."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+
+from swarmnode.config import LoraSettings, ModelSettings, TrainSettings
+from swarmnode.loss import ObjectiveConfig, ObjectiveStats, ObjectiveTerms, objective_terms
+from swarmnode.wire import PolicyInfo
+
+SHORT_NAME_ORGS = {"qwen": "Qwen"}
+
+
+def resolve_model_name(name: str) -> str:
+    """'Qwen2.5-3B' -> 'Qwen/Qwen2.5-3B'; hub ids, local paths and 'tiny' pass through."""
+    if name == "tiny" or "/" in name or Path(name).exists():
+        return name
+    for prefix, org in SHORT_NAME_ORGS.items():
+        if name.lower().startswith(prefix):
+            return f"{org}/{name}"
+    return name
+
+
+def pick_device(requested: str) -> torch.device:
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(requested)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"device {requested!r} was asked for but CUDA is not available")
+    return device
+
+
+def pick_dtype(requested: str, device: torch.device) -> torch.dtype:
+    if requested == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return getattr(torch, requested)
+
+
+def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str:
+    """Hash of the vocabulary: peers must tokenise identically for token ids to mean anything."""
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+    digest = hashlib.sha256("\n".join(f"{i}\t{t}" for t, i in vocab).encode())
+    digest.update(f"eos={tokenizer.eos_token_id}".encode())
+    return digest.hexdigest()[:16]
+
+
+@dataclass
+class TrainSample:
+    """One completion ready for the loss: prompt and completion ids, generation log-probs."""
+
+    prompt_ids: list[int]
+    completion_ids: np.ndarray
+    gen_logprobs: np.ndarray
+    advantage: float
+    own: bool
+
+
+@dataclass
+class StepResult:
+    loss: float
+    grad_norm: float
+    stats: ObjectiveStats
+
+
+class Policy:
+    """A causal LM with its tokenizer and optimiser; the only code that runs backward()."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: PreTrainedTokenizerBase,
+        name: str,
+        train: TrainSettings,
+        lora: LoraSettings,
+        use_chat_template: bool = True,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.name = name
+        self.train_settings = train
+        self.use_chat_template = use_chat_template and bool(
+            getattr(tokenizer, "chat_template", None)
+        )
+        self.num_params = sum(p.numel() for p in model.parameters())
+        self.lora_rank = lora.rank or None
+        if lora.rank:
+            from peft import LoraConfig, get_peft_model
+
+            model = get_peft_model(
+                model,
+                LoraConfig(
+                    r=lora.rank,
+                    lora_alpha=lora.alpha,
+                    lora_dropout=lora.dropout,
+                    target_modules=list(lora.target_modules),
+                    task_type="CAUSAL_LM",
+                ),
+            )
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.optimizer = torch.optim.AdamW(
+            [p for p in model.parameters() if p.requires_grad],
+            lr=train.lr,
+            weight_decay=train.weight_decay,
+            betas=tuple(train.adam_betas),
+        )
+        self.fingerprint = tokenizer_fingerprint(tokenizer)
+        if tokenizer.eos_token_id is None:
+            raise ValueError(f"tokenizer of {name} has no EOS token")
+
+    @classmethod
+    def load(cls, settings: ModelSettings, train: TrainSettings) -> Policy:
+        """Load weights and tokenizer for the settings' model name."""
+        name = resolve_model_name(settings.name)
+        device = pick_device(settings.device)
+        dtype = pick_dtype(settings.dtype, device)
+        if name == "tiny":
+            from swarmnode.tiny import load_tiny
+
+            model, tokenizer = load_tiny()
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(name, revision=settings.revision)
+            model = AutoModelForCausalLM.from_pretrained(
+                name, revision=settings.revision, dtype=dtype
+            )
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        model = model.to(device=device, dtype=dtype)
+        return cls(model, tokenizer, name, train, settings.lora, settings.use_chat_template)
+
+    @property
+    def info(self) -> PolicyInfo:
+        return PolicyInfo(model=self.name, num_params=self.num_params, lora_rank=self.lora_rank)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.get_output_embeddings().weight.shape[0])
+
+    def encode_prompt(self, system: str, question: str) -> list[int]:
+        """Token ids of the prompt, through the chat template when the model has one."""
+        if self.use_chat_template:
+            messages = [{"role": "user", "content": question}]
+            if system:
+                messages.insert(0, {"role": "system", "content": system})
+            text = self.tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True
+            )
+        else:
+            text = f"{system}\n{question}\n" if system else f"{question}\n"
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def decode(self, token_ids: np.ndarray | list[int]) -> str:
+        return self.tokenizer.decode(list(map(int, token_ids)), skip_special_tokens=True)
+
+    def completion_logprobs(
+        self,
+        prompts: list[list[int]],
+        completions: list[np.ndarray],
+        temperature: float,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """log pi_theta of each completion token at `temperature`, shape [B, T], plus mask.
+
+        The mask comes from lengths, never from token ids, so an EOS equal to the pad token
+        keeps its log-prob.
+        """
+        lengths = [len(c) for c in completions]
+        width = max(len(p) + n for p, n in zip(prompts, lengths))
+        pad = self.tokenizer.pad_token_id
+        input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+        attention = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, (prompt, completion) in enumerate(zip(prompts, completions)):
+            sequence = list(prompt) + [int(t) for t in completion]
+            input_ids[row, : len(sequence)] = torch.tensor(sequence)
+            attention[row, : len(sequence)] = 1
+        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
+        logits = self.model(input_ids=input_ids, attention_mask=attention).logits
+        longest = max(lengths)
+        steps = torch.arange(longest, device=self.device)
+        starts = torch.tensor([len(p) - 1 for p in prompts], device=self.device)
+        positions = (starts[:, None] + steps[None, :]).clamp(max=width - 1)
+        picked = logits.gather(1, positions[..., None].expand(-1, -1, logits.shape[-1]))
+        logp_all = torch.log_softmax(picked.float() / temperature, dim=-1)
+        targets = input_ids.gather(1, (positions + 1).clamp(max=width - 1))
+        logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)
+        mask = steps[None, :] < torch.tensor(lengths, device=self.device)[:, None]
+        return logp * mask, mask
+
+    def train_step(
+        self, samples: list[TrainSample], objective: ObjectiveConfig, temperature: float
+    ) -> StepResult:
+        """One optimiser step over all samples, micro-batched so memory stays bounded."""
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        total = len(samples)
+        parts: list[ObjectiveTerms] = []
+        loss_value = 0.0
+        size = self.train_settings.micro_batch_size
+        for start in range(0, total, size):
+            chunk = samples[start : start + size]
+            logp, mask = self.completion_logprobs(
+                [s.prompt_ids for s in chunk], [s.completion_ids for s in chunk], temperature
+            )
+            gen = torch.zeros_like(logp)
+            for row, sample in enumerate(chunk):
+                gen[row, : len(sample.gen_logprobs)] = torch.tensor(
+                    np.array(sample.gen_logprobs, dtype=np.float32)
+                )
+            advantages = torch.tensor([s.advantage for s in chunk], device=self.device)
+            terms = objective_terms(logp, gen, mask, advantages, objective)
+            (terms.loss_sum / total).backward()
+            loss_value += float(terms.loss_sum.detach()) / total
+            parts.append(terms)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.train_settings.max_grad_norm))
+        self.optimizer.step()
+        self.model.eval()
+        return StepResult(loss=loss_value, grad_norm=grad_norm, stats=ObjectiveStats.combine(parts))
+
+
+def cache_dir() -> Path:
+    """Where built presets live: $SWARMNODE_CACHE, else ~/.cache/swarmnode."""
+    return Path(os.environ.get("SWARMNODE_CACHE", Path.home() / ".cache" / "swarmnode"))

@@ -1,0 +1,29 @@
+"""The generator interface shared by the Hugging Face and (later) vLLM backends."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass
+class Completion:
+    """Sampled token ids up to and including EOS (if reached) and log pi_gen of each."""
+
+    tokens: np.ndarray  # int32
+    logprobs: np.ndarray  # float32
+    finished: bool  # True when it ended with EOS, False when cut at max_new_tokens
+
+
+class Generator(Protocol):
+    name: str
+
+    def generate(self, prompts: list[list[int]], group_size: int) -> list[list[Completion]]:
+        """`group_size` samples for each prompt, in prompt order."""
+        ...
+
+    def greedy(self, prompts: list[list[int]]) -> list[Completion]:
+        """One deterministic (argmax) completion per prompt, for evaluation."""
+        ...

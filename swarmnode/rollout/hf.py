@@ -1,0 +1,124 @@
+"""Generation with Hugging Face `generate`, recording each sampled token's log-prob.
+
+`generate` does not return log-probs without keeping every step's full score matrix
+(vocabulary x batch x steps, gigabytes for a real model). Instead a logits processor applies
+the sampling warpers itself, keeps only the current step's log-softmax, and at the next step
+reads off the log-prob of the token that was actually sampled.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from transformers import (
+    GenerationConfig,
+    LogitsProcessor,
+    LogitsProcessorList,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+from swarmnode.config import RolloutSettings
+from swarmnode.policy import Policy
+from swarmnode.rollout.base import Completion
+
+
+class SampledLogprobRecorder(LogitsProcessor):
+    """Applies temperature/top-k/top-p and records log pi_gen of each sampled token."""
+
+    def __init__(self, temperature: float, top_k: int, top_p: float) -> None:
+        self.warpers: list[LogitsProcessor] = [TemperatureLogitsWarper(temperature)]
+        if top_k:
+            self.warpers.append(TopKLogitsWarper(top_k))
+        if top_p < 1.0:
+            self.warpers.append(TopPLogitsWarper(top_p))
+        self.previous: torch.Tensor | None = None
+        self.recorded: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        self._record_last(input_ids[:, -1])
+        scores = scores.float()
+        for warper in self.warpers:
+            scores = warper(input_ids, scores)
+        self.previous = torch.log_softmax(scores, dim=-1)
+        return scores
+
+    def _record_last(self, sampled: torch.Tensor) -> None:
+        if self.previous is not None:
+            self.recorded.append(self.previous.gather(1, sampled[:, None]).squeeze(1))
+            self.previous = None
+
+    def finish(self, sequences: torch.Tensor) -> torch.Tensor:
+        """Log-probs [B, steps] once generation ended (the last step is read here)."""
+        self._record_last(sequences[:, -1])
+        return torch.stack(self.recorded, dim=1)
+
+
+class HFGenerator:
+    """Samples with the trainer's own model, so weights never need syncing."""
+
+    name = "hf"
+
+    def __init__(self, policy: Policy, settings: RolloutSettings) -> None:
+        self.policy = policy
+        self.settings = settings
+
+    def generate(self, prompts: list[list[int]], group_size: int) -> list[list[Completion]]:
+        flat = [prompt for prompt in prompts for _ in range(group_size)]
+        completions: list[Completion] = []
+        for start in range(0, len(flat), self.settings.batch_size):
+            completions += self._sample(flat[start : start + self.settings.batch_size], True)
+        return [completions[i : i + group_size] for i in range(0, len(flat), group_size)]
+
+    def greedy(self, prompts: list[list[int]]) -> list[Completion]:
+        completions: list[Completion] = []
+        for start in range(0, len(prompts), self.settings.batch_size):
+            completions += self._sample(prompts[start : start + self.settings.batch_size], False)
+        return completions
+
+    @torch.no_grad()
+    def _sample(self, prompts: list[list[int]], do_sample: bool) -> list[Completion]:
+        tokenizer = self.policy.tokenizer
+        eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+        attention = torch.zeros_like(input_ids)
+        for row, prompt in enumerate(prompts):  # left padding: generation continues at the end
+            input_ids[row, width - len(prompt) :] = torch.tensor(prompt)
+            attention[row, width - len(prompt) :] = 1
+        s = self.settings
+        recorder = SampledLogprobRecorder(s.temperature if do_sample else 1.0, s.top_k, s.top_p)
+        # Temperature, top-k and top-p are applied by the recorder, so the log-probs see them;
+        # generate's own warpers are switched off.
+        sampling = {"temperature": 1.0, "top_k": 0, "top_p": 1.0} if do_sample else {}
+        config = GenerationConfig(
+            do_sample=do_sample,
+            max_new_tokens=s.max_new_tokens,
+            eos_token_id=eos,
+            pad_token_id=pad,
+            **sampling,
+        )
+        model = self.policy.model
+        model.eval()
+        sequences = model.generate(
+            input_ids=input_ids.to(self.policy.device),
+            attention_mask=attention.to(self.policy.device),
+            generation_config=config,
+            logits_processor=LogitsProcessorList([recorder]),
+        )
+        generated = sequences[:, width:].cpu()
+        logprobs = recorder.finish(sequences).float().cpu()
+        result = []
+        for row in range(len(prompts)):
+            tokens = generated[row].numpy()
+            eos_at = np.flatnonzero(tokens == eos)
+            length = int(eos_at[0]) + 1 if eos_at.size else len(tokens)
+            result.append(
+                Completion(
+                    tokens=tokens[:length].astype(np.int32),
+                    logprobs=logprobs[row, :length].numpy().astype(np.float32),
+                    finished=bool(eos_at.size),
+                )
+            )
+        return result

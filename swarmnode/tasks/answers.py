@@ -1,0 +1,74 @@
+"""Pull the final answer out of a completion and compare numbers after normalising them."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+from swarmnode.tasks.base import AnswerFormat
+
+MAX_ANSWER_CHARS = 64
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_NUMBER_NOISE = re.compile(r"[\s,$]|\\\$|\\,|\\!")
+
+
+def extract_answer(completion: str, answer_format: AnswerFormat) -> str | None:
+    """The single final answer, or None when the completion is not well formed.
+
+    Well formed means exactly one answer block (tag or \\boxed{}), closed, and not empty.
+    Two answers are ambiguous, so they count as malformed rather than "take the last".
+    """
+    if answer_format == "answer_tag":
+        if completion.count("<answer>") != 1 or completion.count("</answer>") != 1:
+            return None
+        match = _ANSWER_TAG.search(completion)
+        content = match.group(1).strip() if match else ""
+    elif answer_format == "boxed":
+        contents = _boxed_contents(completion)
+        if len(contents) != 1:
+            return None
+        content = contents[0].strip()
+    else:
+        raise ValueError(f"unknown answer format {answer_format!r}")
+    if not content or len(content) > MAX_ANSWER_CHARS:
+        return None
+    return content
+
+
+def _boxed_contents(text: str) -> list[str]:
+    """Contents of every \\boxed{...}, with nested braces balanced; unclosed ones are skipped."""
+    found: list[str] = []
+    start = text.find("\\boxed{")
+    while start != -1:
+        depth, i = 1, start + len("\\boxed{")
+        begin = i
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth:
+            return found + ["\0unclosed"]  # makes the completion malformed
+        found.append(text[begin : i - 1])
+        start = text.find("\\boxed{", i)
+    return found
+
+
+def parse_number(text: str) -> Decimal | None:
+    """'$1,234.50' -> Decimal('1234.50'); None for anything that is not one plain number."""
+    cleaned = _NUMBER_NOISE.sub("", text)
+    cleaned = cleaned.removeprefix("\\text{").removesuffix("}") if "\\text{" in cleaned else cleaned
+    cleaned = cleaned.rstrip(".").removesuffix("%")
+    if not re.fullmatch(r"[+-]?(\d+(\.\d*)?|\.\d+)", cleaned):
+        return None
+    try:
+        return Decimal(cleaned)
+    except InvalidOperation:
+        return None
+
+
+def numeric_reward(completion: str, reference: str, answer_format: AnswerFormat) -> float:
+    """1.0 iff the completion is well formed and its number equals the reference number."""
+    answer = extract_answer(completion, answer_format)
+    if answer is None:
+        return 0.0
+    got, want = parse_number(answer), parse_number(reference)
+    return 1.0 if got is not None and want is not None and got == want else 0.0

@@ -1,0 +1,95 @@
+"""A synthetic arithmetic task: verifiable, deterministic by seed, needs no data on disk.
+
+Problems are (a op b) with operands in 0..max_operand. About a tenth of all operand pairs is
+held out for evaluation by a fixed hash of the pair, so no evaluation problem is ever a
+training problem, whatever the seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+from swarmnode.tasks.answers import numeric_reward
+from swarmnode.tasks.base import AnswerFormat, Problem, fingerprint_of
+
+EVAL_PERMILLE = 100
+
+
+def _is_held_out(a: int, op: str, b: int) -> bool:
+    digest = hashlib.blake2b(f"{a}{op}{b}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "little") % 1000 < EVAL_PERMILLE
+
+
+def _solve(a: int, op: str, b: int) -> int:
+    return {"+": a + b, "-": a - b, "*": a * b}[op]
+
+
+class ArithmeticTask:
+    """'37+45=' -> '<answer>82</answer>'."""
+
+    name = "arithmetic"
+    num_train = 2**31
+
+    def __init__(
+        self,
+        seed: int = 0,
+        max_operand: int = 99,
+        operations: str = "+-",
+        answer_format: AnswerFormat = "answer_tag",
+        system_prompt: str | None = None,
+    ) -> None:
+        if not operations or set(operations) - set("+-*"):
+            raise ValueError(f"operations must be drawn from '+-*', got {operations!r}")
+        self.seed = seed
+        self.max_operand = max_operand
+        self.operations = operations
+        self.answer_format = answer_format
+        self.system_prompt = "" if system_prompt is None else system_prompt
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint_of(
+            self.name, str(self.max_operand), self.operations, self.answer_format,
+            self.system_prompt, str(EVAL_PERMILLE),
+        )
+
+    def _draw(self, rng: random.Random, held_out: bool) -> tuple[int, str, int]:
+        while True:
+            op = rng.choice(self.operations)
+            a, b = rng.randint(0, self.max_operand), rng.randint(0, self.max_operand)
+            if op == "-" and b > a:
+                a, b = b, a
+            if _is_held_out(a, op, b) == held_out:
+                return a, op, b
+
+    def _problem(self, problem_id: int, a: int, op: str, b: int) -> Problem:
+        width = len(str(self.max_operand))
+        question = f"{a:0{width}d}{op}{b:0{width}d}="
+        return Problem(id=problem_id, question=question, answer=str(_solve(a, op, b)))
+
+    def train_problem(self, problem_id: int) -> Problem:
+        if not 0 <= problem_id < self.num_train:
+            raise ValueError(f"problem id {problem_id} out of range")
+        rng = random.Random(f"arith-train:{self.seed}:{problem_id}")
+        return self._problem(problem_id, *self._draw(rng, held_out=False))
+
+    def eval_problems(self, count: int) -> list[Problem]:
+        rng = random.Random("arith-eval")  # same list on every node and every run
+        seen: set[tuple[int, str, int]] = set()
+        problems: list[Problem] = []
+        while len(problems) < count:
+            triple = self._draw(rng, held_out=True)
+            if triple not in seen:
+                seen.add(triple)
+                problems.append(self._problem(len(problems), *triple))
+        return problems
+
+    def target(self, problem: Problem) -> str:
+        """The ideal completion, used by the tiny model's supervised warm-up."""
+        if self.answer_format == "boxed":
+            return f"\\boxed{{{problem.answer}}}"
+        return f"<answer>{problem.answer}</answer>"
+
+    def reward(self, completion: str, problem: Problem) -> float:
+        return numeric_reward(completion, problem.answer, self.answer_format)

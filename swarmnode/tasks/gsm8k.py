@@ -1,0 +1,109 @@
+"""GSM8K: grade-school word problems with a single numeric answer."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from pathlib import Path
+
+from swarmnode.tasks.answers import numeric_reward
+from swarmnode.tasks.base import FORMAT_INSTRUCTIONS, AnswerFormat, Problem, fingerprint_of
+
+DEFAULT_SYSTEM = "Solve the math problem step by step. "
+
+
+def reference_answer(solution: str) -> str:
+    """The number after '####' in a GSM8K solution, commas removed."""
+    if "####" not in solution:
+        raise ValueError("GSM8K solution has no '####' final answer")
+    return solution.rsplit("####", 1)[1].strip().replace(",", "")
+
+
+def read_jsonl(path: Path, required: tuple[str, ...]) -> tuple[list[dict], str]:
+    """Rows of a JSON-lines file and the sha256 of its bytes; bad rows name their line."""
+    if not path.is_file():
+        raise FileNotFoundError(f"data file {path} does not exist")
+    raw = path.read_bytes()
+    rows = []
+    for number, line in enumerate(raw.decode("utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}:{number}: not valid JSON ({err.msg})") from None
+        missing = [key for key in required if key not in row]
+        if missing:
+            raise ValueError(f"{path}:{number}: missing field(s) {missing}")
+        rows.append(row)
+    return rows, hashlib.sha256(raw).hexdigest()
+
+
+def _load_split(source: str, split: str) -> tuple[list[dict], str]:
+    if source.startswith("hf:"):
+        try:
+            from datasets import load_dataset
+        except ImportError:
+            raise RuntimeError(
+                f"{source}: loading from the hub needs `pip install datasets`; "
+                "or pass a local directory holding train.jsonl and test.jsonl"
+            ) from None
+        dataset = load_dataset(source[3:], "main", split=split)
+        rows = [dict(row) for row in dataset]
+        return rows, fingerprint_of(source, split, str(len(rows)))
+    path = Path(source)
+    if path.is_dir():
+        path = path / f"{split}.jsonl"
+    return read_jsonl(path, ("question", "answer"))
+
+
+class GSM8KTask:
+    """Trains on the train split; evaluates on the test split."""
+
+    name = "gsm8k"
+
+    def __init__(
+        self,
+        source: str = "hf:openai/gsm8k",
+        answer_format: AnswerFormat = "answer_tag",
+        system_prompt: str | None = None,
+        splits: tuple[str, str] = ("train", "test"),
+    ) -> None:
+        self.source = source
+        self.answer_format = answer_format
+        self.system_prompt = (
+            DEFAULT_SYSTEM + FORMAT_INSTRUCTIONS[answer_format]
+            if system_prompt is None
+            else system_prompt
+        )
+        self._train, train_hash = _load_split(source, splits[0])
+        self._test, test_hash = _load_split(source, splits[1])
+        self._hashes = (train_hash, test_hash)
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint_of(self.name, *self._hashes, self.answer_format, self.system_prompt)
+
+    @property
+    def num_train(self) -> int:
+        return len(self._train)
+
+    def _problem(self, rows: list[dict], index: int) -> Problem:
+        row = rows[index]
+        return Problem(id=index, question=row["question"], answer=reference_answer(row["answer"]))
+
+    def train_problem(self, problem_id: int) -> Problem:
+        if not 0 <= problem_id < len(self._train):
+            raise ValueError(f"problem id {problem_id} outside 0..{len(self._train) - 1}")
+        return self._problem(self._train, problem_id)
+
+    def eval_problems(self, count: int) -> list[Problem]:
+        """A fixed random subset of the test split (all of it when count >= its size)."""
+        indices = list(range(len(self._test)))
+        if count < len(indices):
+            indices = sorted(random.Random("gsm8k-eval").sample(indices, count))
+        return [self._problem(self._test, i) for i in indices]
+
+    def reward(self, completion: str, problem: Problem) -> float:
+        return numeric_reward(completion, problem.answer, self.answer_format)

@@ -1,0 +1,174 @@
+"""The built-in `tiny` preset: a small Qwen2 model that runs and learns offline on a CPU.
+
+Nothing is downloaded. The tokenizer is a byte-level BPE trained on arithmetic text (digits
+split one per token), the model a 2-layer Qwen2 with random weights, warmed up by a short
+supervised phase on the arithmetic task so that it starts with partial accuracy and GRPO has
+reward variance to learn from. The result is cached, keyed by everything that shapes it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+from swarmnode.tasks.arithmetic import ArithmeticTask
+
+log = logging.getLogger(__name__)
+
+EOS = "<|endoftext|>"
+TINY_SPEC: dict = {
+    "version": 1,
+    "vocab_size": 384,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 256,
+    "warmup_steps": 550,
+    "warmup_batch": 64,
+    "warmup_lr": 1e-3,
+    "seed": 1234,
+}
+
+
+def _spec_key(spec: dict) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def build_tokenizer(spec: dict = TINY_SPEC) -> PreTrainedTokenizerFast:
+    """Byte-level BPE over arithmetic text; '<answer>' tags are single tokens."""
+    task = ArithmeticTask(seed=spec["seed"])
+    corpus = []
+    for i in range(4000):
+        problem = task.train_problem(i)
+        corpus.append(f"{problem.question}\n{task.target(problem)}")
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=spec["vocab_size"],
+        special_tokens=[EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(corpus, trainer)
+    tokenizer.add_tokens([AddedToken(t, normalized=False) for t in ("<answer>", "</answer>")])
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=EOS, pad_token=EOS)
+
+
+def build_model(tokenizer: PreTrainedTokenizerFast, spec: dict = TINY_SPEC, **overrides: int) -> Qwen2ForCausalLM:
+    """A randomly initialised Qwen2 sized by the spec (overrides make other sizes for tests)."""
+    sizes = {k: spec[k] for k in (
+        "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+        "num_key_value_heads", "max_position_embeddings",
+    )}
+    sizes.update(overrides)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **sizes,
+    )
+    torch.manual_seed(spec["seed"])
+    return Qwen2ForCausalLM(config)
+
+
+def supervised_warmup(
+    model: Qwen2ForCausalLM,
+    tokenizer: PreTrainedTokenizerFast,
+    steps: int,
+    batch: int,
+    lr: float,
+    seed: int,
+    progress: Callable[[int, float], None] | None = None,
+) -> None:
+    """Teacher-forced training on 'question -> <answer>x</answer><eos>', loss on the answer."""
+    task = ArithmeticTask(seed=seed + 1)
+    rng = random.Random(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    eos = tokenizer.eos_token_id
+    model.train()
+    for step in range(steps):
+        problems = [task.train_problem(rng.randrange(task.num_train)) for _ in range(batch)]
+        prompts = tokenizer([f"{p.question}\n" for p in problems])["input_ids"]
+        targets = [t + [eos] for t in tokenizer([task.target(p) for p in problems])["input_ids"]]
+        width = max(len(p) + len(t) for p, t in zip(prompts, targets))
+        ids = torch.full((batch, width), eos, dtype=torch.long)
+        labels = torch.full((batch, width), -100, dtype=torch.long)
+        attention = torch.zeros((batch, width), dtype=torch.long)
+        for row, (p, t) in enumerate(zip(prompts, targets)):
+            ids[row, : len(p) + len(t)] = torch.tensor(p + t)
+            labels[row, len(p) : len(p) + len(t)] = torch.tensor(t)
+            attention[row, : len(p) + len(t)] = 1
+        loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if progress is not None:
+            progress(step + 1, float(loss.detach()))
+    model.eval()
+
+
+def tiny_path(spec: dict = TINY_SPEC) -> Path:
+    from swarmnode.policy import cache_dir
+
+    return cache_dir() / f"tiny-{_spec_key(spec)}"
+
+
+def ensure_tiny(spec: dict = TINY_SPEC) -> Path:
+    """Build the preset once (about half a minute on 2 cores) and return its directory."""
+    path = tiny_path(spec)
+    if (path / "done").exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    log.info("building the tiny preset in %s (once; cached afterwards)", path)
+    torch_threads = torch.get_num_threads()
+    tokenizer = build_tokenizer(spec)
+    model = build_model(tokenizer, spec)
+
+    def report(step: int, loss: float) -> None:
+        if step % 50 == 0 or step == spec["warmup_steps"]:
+            log.info("tiny warm-up step %d/%d loss %.3f", step, spec["warmup_steps"], loss)
+
+    supervised_warmup(
+        model, tokenizer, spec["warmup_steps"], spec["warmup_batch"], spec["warmup_lr"],
+        spec["seed"], report,
+    )
+    staging = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=path.parent))
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    (staging / "spec.json").write_text(json.dumps(spec, indent=1))
+    (staging / "done").write_text("ok\n")
+    try:
+        os.rename(staging, path)
+    except OSError:  # another process finished first; theirs is as good as ours
+        shutil.rmtree(staging, ignore_errors=True)
+    torch.set_num_threads(torch_threads)
+    log.info("tiny preset ready in %.1f s", time.monotonic() - started)
+    return path
+
+
+def load_tiny(spec: dict = TINY_SPEC) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
+    path = ensure_tiny(spec)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    return model, tokenizer
