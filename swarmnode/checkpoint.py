@@ -36,8 +36,13 @@ def save_checkpoint(policy: Policy, directory: Path, round_: int, extra: dict | 
     policy.tokenizer.save_pretrained(staging / "model")
     save_file(_optimizer_tensors(policy), str(staging / "optimizer.safetensors"))
     save_file({"torch": torch.get_rng_state()}, str(staging / "rng.safetensors"))
-    meta = {"format": FORMAT, "round": round_, "model": policy.name,
-            "lora_rank": policy.lora_rank, **(extra or {})}
+    meta = {
+        "format": FORMAT,
+        "round": round_,
+        "model": policy.name,
+        "lora_rank": policy.lora_rank,
+        **(extra or {}),
+    }
     (staging / "meta.json").write_text(json.dumps(meta, indent=1))
     old = directory.with_name(directory.name + ".old")
     shutil.rmtree(old, ignore_errors=True)

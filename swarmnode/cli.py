@@ -50,29 +50,49 @@ def version() -> None:
 
 @app.command()
 def join(
-    config_path: Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file (see configs/)")] = None,
-    model: Annotated[str | None, typer.Option(help="'tiny', a hub id, a short name (Qwen2.5-3B) or a path")] = None,
+    config_path: Annotated[
+        Path | None, typer.Option("--config", "-c", help="YAML config file (see configs/)")
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option(help="'tiny', a hub id, a short name (Qwen2.5-3B) or a path")
+    ] = None,
     lora_rank: Annotated[int | None, typer.Option(help="LoRA rank; 0 = full fine-tuning")] = None,
     objective: Annotated[str | None, typer.Option(help="nois | vis | tis | f-nois | f-vis | f-tis")] = None,
     task: Annotated[str | None, typer.Option(help="arithmetic | gsm8k")] = None,
     data: Annotated[str | None, typer.Option(help="task data: a directory, a .jsonl file or hf:<id>")] = None,
-    rounds: Annotated[int | None, typer.Option(help="rounds to run in total (a resumed run counts earlier ones)")] = None,
-    run_dir: Annotated[Path | None, typer.Option(help="metrics, checkpoints; resumes if it holds a checkpoint")] = None,
+    rounds: Annotated[
+        int | None, typer.Option(help="rounds to run in total (a resumed run counts earlier ones)")
+    ] = None,
+    run_dir: Annotated[
+        Path | None, typer.Option(help="metrics, checkpoints; resumes if it holds a checkpoint")
+    ] = None,
     seed: Annotated[int | None, typer.Option(help="run seed (shared by every node of a run)")] = None,
     lr: Annotated[float | None, typer.Option(help="learning rate")] = None,
     device: Annotated[str | None, typer.Option(help="auto | cpu | cuda | cuda:N")] = None,
-    fresh: Annotated[bool, typer.Option("--fresh", help="ignore an existing checkpoint in --run-dir")] = False,
-    overrides: Annotated[list[str] | None, typer.Option("--set", help="any setting, e.g. --set rollout.group_size=12 (repeatable)")] = None,
+    fresh: Annotated[
+        bool, typer.Option("--fresh", help="ignore an existing checkpoint in --run-dir")
+    ] = False,
+    overrides: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="any setting, e.g. --set rollout.group_size=12 (repeatable)"),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no per-round lines")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run a node. With no peers (this issue's only mode) it trains alone."""
     _setup_logging(verbose)
     flags = {
-        "model.name": model, "model.lora.rank": lora_rank, "loss.objective": objective,
-        "task.name": task, "task.data": data, "node.rounds": rounds,
-        "node.run_dir": str(run_dir) if run_dir else None, "node.seed": seed, "train.lr": lr,
-        "model.device": device, "node.resume": False if fresh else None,
+        "model.name": model,
+        "model.lora.rank": lora_rank,
+        "loss.objective": objective,
+        "task.name": task,
+        "task.data": data,
+        "node.rounds": rounds,
+        "node.run_dir": str(run_dir) if run_dir else None,
+        "node.seed": seed,
+        "train.lr": lr,
+        "model.device": device,
+        "node.resume": False if fresh else None,
     }
     try:
         config = load_config(config_path, overrides, flags)
@@ -83,7 +103,9 @@ def join(
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in summary.items():
-        table.add_row(key, "-" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value))
+        table.add_row(
+            key, "-" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
+        )
     Console().print(table)
 
 

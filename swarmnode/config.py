@@ -31,20 +31,24 @@ class LoraSettings(_Section):
 
 
 class ModelSettings(_Section):
-    name: str = Field("tiny", description="'tiny', a hub id (Qwen/Qwen2.5-3B), a short name "
-                      "(Qwen2.5-3B) or a local directory")
+    name: str = Field(
+        "tiny",
+        description="'tiny', a hub id (Qwen/Qwen2.5-3B), a short name (Qwen2.5-3B) or a local directory",
+    )
     revision: str | None = None
     device: str = Field("auto", description="auto | cpu | cuda | cuda:N")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     lora: LoraSettings = Field(default_factory=LoraSettings)
-    use_chat_template: bool = Field(True, description="wrap prompts in the tokenizer's chat "
-                                    "template when it has one")
+    use_chat_template: bool = Field(
+        True, description="wrap prompts in the tokenizer's chat template when it has one"
+    )
 
 
 class TaskSettings(_Section):
     name: Literal["arithmetic", "gsm8k"] = "arithmetic"
-    data: str | None = Field(None, description="gsm8k: a directory or .jsonl file, or "
-                             "hf:openai/gsm8k; ignored by arithmetic")
+    data: str | None = Field(
+        None, description="gsm8k: a directory or .jsonl file, or hf:openai/gsm8k; ignored by arithmetic"
+    )
     answer_format: Literal["answer_tag", "boxed"] = "answer_tag"
     system_prompt: str | None = Field(None, description="None = the task's default")
     max_operand: int = Field(99, ge=1, le=10**6, description="arithmetic only")
@@ -66,8 +70,9 @@ class RolloutSettings(_Section):
 class LossSettings(_Section):
     objective: Literal["nois", "vis", "tis", "f-nois", "f-vis", "f-tis"] = "f-tis"
     trunc_c: float = Field(2.0, gt=0, description="C: importance weights are capped at C")
-    filter_g: float = Field(50.0, ge=0, description="g: divergence above which negative-"
-                            "advantage samples are dropped")
+    filter_g: float = Field(
+        50.0, ge=0, description="g: divergence above which negative-advantage samples are dropped"
+    )
     divergence: Literal["k3-mean", "k3-sum", "k1-mean"] = "k3-mean"
     clip_eps: float = Field(0.2, gt=0, lt=1)
     log_ratio_clamp: float = Field(20.0, gt=0)
@@ -163,7 +168,5 @@ def load_config(
     try:
         return Config.model_validate(tree)
     except ValidationError as err:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()
-        )
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors())
         raise ConfigError(f"invalid configuration: {problems}") from None

@@ -123,18 +123,12 @@ def objective_terms(
         raw = log_w.exp()
         truncated = raw > config.trunc_c
         weight = raw.clamp(max=config.trunc_c)
-    ratio = (logp_theta - old).clamp(
-        -config.log_ratio_clamp, config.log_ratio_clamp
-    ).exp()
+    ratio = (logp_theta - old).clamp(-config.log_ratio_clamp, config.log_ratio_clamp).exp()
     adv = advantages.to(logp_theta.dtype).unsqueeze(-1)
-    surrogate = torch.minimum(
-        ratio * adv, ratio.clamp(1.0 - config.clip_eps, 1.0 + config.clip_eps) * adv
-    )
+    surrogate = torch.minimum(ratio * adv, ratio.clamp(1.0 - config.clip_eps, 1.0 + config.clip_eps) * adv)
     per_token = weight * surrogate * mask_f
     per_sequence = per_token.sum(-1) / mask_f.sum(-1).clamp_min(1.0)
-    divergence = sequence_divergence(
-        current, logp_gen, mask, config.divergence, config.log_ratio_clamp
-    )
+    divergence = sequence_divergence(current, logp_gen, mask, config.divergence, config.log_ratio_clamp)
     if config.filtered:
         filtered = (advantages < 0) & (divergence > config.filter_g)
     else:

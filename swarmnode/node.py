@@ -34,9 +34,17 @@ def run_id_for(config: Config, task: Task, policy: Policy) -> str:
     """Hash of everything that must match for two nodes' samples to be usable together."""
     r = config.rollout
     return fingerprint_of(
-        "swarmnode-run-v1", task.fingerprint, policy.fingerprint, str(policy.use_chat_template),
-        str(r.group_size), str(r.prompts_per_round), str(r.max_new_tokens), repr(r.temperature), str(r.top_k),
-        repr(r.top_p), str(config.node.seed),
+        "swarmnode-run-v1",
+        task.fingerprint,
+        policy.fingerprint,
+        str(policy.use_chat_template),
+        str(r.group_size),
+        str(r.prompts_per_round),
+        str(r.max_new_tokens),
+        repr(r.temperature),
+        str(r.top_k),
+        repr(r.top_p),
+        str(config.node.seed),
     )
 
 
@@ -87,7 +95,9 @@ class Node:
         self.generator = generator
         self.task = task
         self.exchange = exchange or NoExchange()
-        self.peer_id = peer_id or config.node.peer_id or f"local-{fingerprint_of(str(config.node.run_dir))[:8]}"
+        self.peer_id = (
+            peer_id or config.node.peer_id or f"local-{fingerprint_of(str(config.node.run_dir))[:8]}"
+        )
         self.view = view or LiveView(quiet=True)
         self.run_id = run_id_for(config, task, policy)
         self.run_dir = Path(config.node.run_dir)
@@ -95,10 +105,12 @@ class Node:
         self.objective = config.loss.objective_config()
         w = config.wire
         self.limits = wire.WireLimits(
-            max_bytes=w.max_bytes, max_groups=w.max_groups,
+            max_bytes=w.max_bytes,
+            max_groups=w.max_groups,
             max_completions_per_group=w.max_completions_per_group,
             max_tokens_per_completion=w.max_tokens_per_completion,
-            max_total_tokens=w.max_total_tokens, vocab_size=policy.vocab_size,
+            max_total_tokens=w.max_total_tokens,
+            vocab_size=policy.vocab_size,
         )
         self.rejected: Counter[str] = Counter()
         self.next_round = 0
@@ -111,16 +123,22 @@ class Node:
         state = RoundState()
         started = time.perf_counter()
         ids = assigned_prompt_ids(
-            self.config.node.seed, self.peer_id, round_,
-            self.config.rollout.prompts_per_round, self.task.num_train,
+            self.config.node.seed,
+            self.peer_id,
+            round_,
+            self.config.rollout.prompts_per_round,
+            self.task.num_train,
         )
         problems = [self.task.train_problem(i) for i in ids]
         prompts = [self.policy.encode_prompt(self.task.system_prompt, p.question) for p in problems]
         groups = self.generator.generate(prompts, self.config.rollout.group_size)
         state.timings["generate_s"] = time.perf_counter() - started
         batch = wire.RolloutBatch(
-            run_id=self.run_id, peer_id=self.peer_id, round=round_,
-            policy=self.policy.info, tokenizer_fingerprint=self.policy.fingerprint,
+            run_id=self.run_id,
+            peer_id=self.peer_id,
+            round=round_,
+            policy=self.policy.info,
+            tokenizer_fingerprint=self.policy.fingerprint,
             groups=[_to_wire_group(p.id, g) for p, g in zip(problems, groups)],
         )
         t = time.perf_counter()
@@ -136,9 +154,7 @@ class Node:
     def consume(self, round_: int, state: RoundState) -> dict[str, Any]:
         """Gather peers' groups, take one optimiser step on everything, log the round."""
         t = time.perf_counter()
-        received = self.exchange.gather(
-            round_, self.config.node.staleness, self.config.node.gather_timeout_s
-        )
+        received = self.exchange.gather(round_, self.config.node.staleness, self.config.node.gather_timeout_s)
         state.timings["gather_s"] = time.perf_counter() - t
         t = time.perf_counter()
         peer_groups = self._accept(received, round_)
@@ -217,8 +233,11 @@ class Node:
         if batch.tokenizer_fingerprint != self.policy.fingerprint:
             raise wire.WireError("tokenizer differs from ours")
         expected = assigned_prompt_ids(
-            self.config.node.seed, batch.peer_id, batch.round,
-            self.config.rollout.prompts_per_round, self.task.num_train,
+            self.config.node.seed,
+            batch.peer_id,
+            batch.round,
+            self.config.rollout.prompts_per_round,
+            self.task.num_train,
         )
         if sorted(g.prompt_id for g in batch.groups) != sorted(expected):
             raise wire.WireError("prompt ids differ from the peer's assignment for that round")
@@ -230,8 +249,13 @@ class Node:
             log.warning("rejected a batch from %s: %s", peer_id, reason)
         self.rejected[peer_id] += 1
 
-    def _score(self, peer_id: str, problem: Problem, prompt_ids: list[int],
-               completions: list[tuple[np.ndarray, np.ndarray]]) -> ScoredGroup:
+    def _score(
+        self,
+        peer_id: str,
+        problem: Problem,
+        prompt_ids: list[int],
+        completions: list[tuple[np.ndarray, np.ndarray]],
+    ) -> ScoredGroup:
         rewards = [self.task.reward(self.policy.decode(tokens), problem) for tokens, _ in completions]
         return ScoredGroup(peer_id, problem, prompt_ids, completions, rewards)
 
@@ -239,22 +263,28 @@ class Node:
 
     def evaluate(self) -> float:
         """Greedy pass@1 on the task's held-out problems."""
+        return float(np.mean(self.evaluate_scores()))
+
+    def evaluate_scores(self) -> list[float]:
+        """Per-problem greedy rewards on the held-out set (for paired comparisons)."""
         if self._eval_problems is None:
             self._eval_problems = self.task.eval_problems(self.config.node.eval_size)
-        prompts = [self.policy.encode_prompt(self.task.system_prompt, p.question)
-                   for p in self._eval_problems]
+        prompts = [
+            self.policy.encode_prompt(self.task.system_prompt, p.question) for p in self._eval_problems
+        ]
         outputs = self.generator.greedy(prompts)
-        scores = [self.task.reward(self.policy.decode(o.tokens), p)
-                  for o, p in zip(outputs, self._eval_problems)]
-        return float(np.mean(scores))
+        return [
+            self.task.reward(self.policy.decode(o.tokens), p) for o, p in zip(outputs, self._eval_problems)
+        ]
 
     @property
     def checkpoint_dir(self) -> Path:
         return self.run_dir / "checkpoint"
 
     def save(self, last_round: int) -> None:
-        save_checkpoint(self.policy, self.checkpoint_dir, last_round,
-                        {"run_id": self.run_id, "peer_id": self.peer_id})
+        save_checkpoint(
+            self.policy, self.checkpoint_dir, last_round, {"run_id": self.run_id, "peer_id": self.peer_id}
+        )
         self.next_round = last_round + 1
 
     def maybe_resume(self) -> bool:

@@ -84,9 +84,7 @@ class Policy:
         self.tokenizer = tokenizer
         self.name = name
         self.train_settings = train
-        self.use_chat_template = use_chat_template and bool(
-            getattr(tokenizer, "chat_template", None)
-        )
+        self.use_chat_template = use_chat_template and bool(getattr(tokenizer, "chat_template", None))
         self.num_params = sum(p.numel() for p in model.parameters())
         self.lora_rank = lora.rank or None
         if lora.rank:
@@ -117,6 +115,9 @@ class Policy:
     @classmethod
     def load(cls, settings: ModelSettings, train: TrainSettings) -> Policy:
         """Load weights and tokenizer for the settings' model name."""
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # per-round lines are ours; loading bars clutter them
         name = resolve_model_name(settings.name)
         device = pick_device(settings.device)
         dtype = pick_dtype(settings.dtype, device)
@@ -126,9 +127,7 @@ class Policy:
             model, tokenizer = load_tiny()
         else:
             tokenizer = AutoTokenizer.from_pretrained(name, revision=settings.revision)
-            model = AutoModelForCausalLM.from_pretrained(
-                name, revision=settings.revision, dtype=dtype
-            )
+            model = AutoModelForCausalLM.from_pretrained(name, revision=settings.revision, dtype=dtype)
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         model = model.to(device=device, dtype=dtype)
@@ -148,9 +147,7 @@ class Policy:
             messages = [{"role": "user", "content": question}]
             if system:
                 messages.insert(0, {"role": "system", "content": system})
-            text = self.tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True
-            )
+            text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         else:
             text = f"{system}\n{question}\n" if system else f"{question}\n"
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]

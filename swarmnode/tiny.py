@@ -72,12 +72,21 @@ def build_tokenizer(spec: dict = TINY_SPEC) -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=EOS, pad_token=EOS)
 
 
-def build_model(tokenizer: PreTrainedTokenizerFast, spec: dict = TINY_SPEC, **overrides: int) -> Qwen2ForCausalLM:
+def build_model(
+    tokenizer: PreTrainedTokenizerFast, spec: dict = TINY_SPEC, **overrides: int
+) -> Qwen2ForCausalLM:
     """A randomly initialised Qwen2 sized by the spec (overrides make other sizes for tests)."""
-    sizes = {k: spec[k] for k in (
-        "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-        "num_key_value_heads", "max_position_embeddings",
-    )}
+    sizes = {
+        k: spec[k]
+        for k in (
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "max_position_embeddings",
+        )
+    }
     sizes.update(overrides)
     config = Qwen2Config(
         vocab_size=len(tokenizer),
@@ -150,8 +159,13 @@ def ensure_tiny(spec: dict = TINY_SPEC) -> Path:
             log.info("tiny warm-up step %d/%d loss %.3f", step, spec["warmup_steps"], loss)
 
     supervised_warmup(
-        model, tokenizer, spec["warmup_steps"], spec["warmup_batch"], spec["warmup_lr"],
-        spec["seed"], report,
+        model,
+        tokenizer,
+        spec["warmup_steps"],
+        spec["warmup_batch"],
+        spec["warmup_lr"],
+        spec["seed"],
+        report,
     )
     staging = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=path.parent))
     model.save_pretrained(staging)

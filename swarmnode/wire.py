@@ -71,9 +71,7 @@ class CompletionGroup:
     def completions(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """(token ids, log-probs) per completion, as views into the group's arrays."""
         bounds = np.concatenate([[0], np.cumsum(self.lengths)])
-        return [
-            (self.tokens[a:b], self.logprobs[a:b]) for a, b in zip(bounds[:-1], bounds[1:])
-        ]
+        return [(self.tokens[a:b], self.logprobs[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 @dataclass
@@ -121,9 +119,7 @@ def encode(batch: RolloutBatch) -> bytes:
     parts = [_PREFIX.pack(MAGIC, len(header_bytes)), header_bytes, b"\0" * pad]
     if batch.groups:
         parts.append(np.concatenate([g.tokens for g in batch.groups]).astype(_TOKEN_DTYPE).tobytes())
-        parts.append(
-            np.concatenate([g.logprobs for g in batch.groups]).astype(_LOGPROB_DTYPE).tobytes()
-        )
+        parts.append(np.concatenate([g.logprobs for g in batch.groups]).astype(_LOGPROB_DTYPE).tobytes())
     return b"".join(parts)
 
 
@@ -156,9 +152,7 @@ def decode(data: bytes | bytearray | memoryview, limits: WireLimits | None = Non
     if len(buf) != expected:
         raise WireError(f"message is {len(buf)} bytes, header implies {expected}")
     tokens = np.frombuffer(buf, dtype=_TOKEN_DTYPE, count=total, offset=arrays_start)
-    logprobs = np.frombuffer(
-        buf, dtype=_LOGPROB_DTYPE, count=total, offset=arrays_start + total * 4
-    )
+    logprobs = np.frombuffer(buf, dtype=_LOGPROB_DTYPE, count=total, offset=arrays_start + total * 4)
     _check_arrays(tokens, logprobs, limits)
     groups: list[CompletionGroup] = []
     offset = 0
@@ -241,9 +235,7 @@ def _check_header(header: object, limits: WireLimits) -> dict:
             raise WireError(f"prompt id {prompt_id} out of range or repeated")
         seen.add(prompt_id)
         if not isinstance(lengths, list) or not 1 <= len(lengths) <= limits.max_completions_per_group:
-            raise WireError(
-                f"group {prompt_id}: 1..{limits.max_completions_per_group} completions required"
-            )
+            raise WireError(f"group {prompt_id}: 1..{limits.max_completions_per_group} completions required")
         for length in lengths:
             if not _is_int(length) or not 1 <= length <= limits.max_tokens_per_completion:
                 raise WireError(

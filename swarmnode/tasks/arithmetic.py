@@ -50,8 +50,13 @@ class ArithmeticTask:
     @property
     def fingerprint(self) -> str:
         return fingerprint_of(
-            self.name, str(self.max_operand), self.operations, self.answer_format,
-            self.system_prompt, str(EVAL_PERMILLE),
+            self.name,
+            str(self.seed),
+            str(self.max_operand),
+            self.operations,
+            self.answer_format,
+            self.system_prompt,
+            str(EVAL_PERMILLE),
         )
 
     def _draw(self, rng: random.Random, held_out: bool) -> tuple[int, str, int]:
@@ -78,11 +83,18 @@ class ArithmeticTask:
         rng = random.Random("arith-eval")  # same list on every node and every run
         seen: set[tuple[int, str, int]] = set()
         problems: list[Problem] = []
-        while len(problems) < count:
+        for _ in range(count * 200):
+            if len(problems) == count:
+                break
             triple = self._draw(rng, held_out=True)
             if triple not in seen:
                 seen.add(triple)
                 problems.append(self._problem(len(problems), *triple))
+        if len(problems) < count:
+            raise ValueError(
+                f"only {len(problems)} held-out problems exist for max_operand="
+                f"{self.max_operand} and operations {self.operations!r}; ask for fewer"
+            )
         return problems
 
     def target(self, problem: Problem) -> str:

@@ -73,9 +73,7 @@ class GSM8KTask:
         self.source = source
         self.answer_format = answer_format
         self.system_prompt = (
-            DEFAULT_SYSTEM + FORMAT_INSTRUCTIONS[answer_format]
-            if system_prompt is None
-            else system_prompt
+            DEFAULT_SYSTEM + FORMAT_INSTRUCTIONS[answer_format] if system_prompt is None else system_prompt
         )
         self._train, train_hash = _load_split(source, splits[0])
         self._test, test_hash = _load_split(source, splits[1])

@@ -38,8 +38,7 @@ class Math500Eval:
         if count < len(indices):
             indices = sorted(random.Random("math500-eval").sample(indices, count))
         return [
-            Problem(id=i, question=self._rows[i]["problem"], answer=self._rows[i]["answer"])
-            for i in indices
+            Problem(id=i, question=self._rows[i]["problem"], answer=self._rows[i]["answer"]) for i in indices
         ]
 
     def reward(self, completion: str, problem: Problem) -> float:

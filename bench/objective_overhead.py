@@ -1,0 +1,53 @@
+"""Step time of f-tis against plain nois, interleaved in one run on the same samples.
+
+python bench/objective_overhead.py [--steps 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from swarmnode.config import load_config
+from swarmnode.loss import ObjectiveConfig, group_advantages
+from swarmnode.node import Node
+from swarmnode.policy import Policy, TrainSample
+from swarmnode.rollout import make_generator
+from swarmnode.tasks import make_task
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=30)
+    args = parser.parse_args()
+    config = load_config(None, ["node.run_dir=/tmp/swarmnode-bench-overhead"])
+    policy = Policy.load(config.model, config.train)
+    node = Node(config, policy, make_generator("hf", policy, config.rollout), make_task(config.task))
+    state = node.produce(0)
+    node.close()
+    samples = []
+    for group in state.own_groups:
+        adv = group_advantages(torch.tensor(group.rewards)).tolist()
+        samples += [
+            TrainSample(group.prompt_ids, t, lp, a, True) for (t, lp), a in zip(group.completions, adv)
+        ]
+    policy.optimizer.param_groups[0]["lr"] = 0.0  # same weights every step: compare like with like
+    times: dict[str, list[float]] = {"nois": [], "f-tis": []}
+    for step in range(args.steps + 2):
+        for name in times:
+            t = time.perf_counter()
+            policy.train_step(samples, ObjectiveConfig(objective=name), 1.0)
+            if step >= 2:  # warm-up steps excluded
+                times[name].append(time.perf_counter() - t)
+    nois, ftis = statistics.median(times["nois"]), statistics.median(times["f-tis"])
+    print(f"{len(samples)} sequences per step, {args.steps} interleaved steps each")
+    print(
+        f"median step: nois {nois * 1000:.1f} ms, f-tis {ftis * 1000:.1f} ms, ratio f-tis/nois {ftis / nois:.3f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""Shared fixtures: a locally built tokenizer and small random Qwen2 policies (no downloads)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from swarmnode.config import LoraSettings, TrainSettings
+from swarmnode.policy import Policy
+from swarmnode.tiny import build_model, build_tokenizer
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    return build_tokenizer()
+
+
+@pytest.fixture
+def make_policy(tokenizer):
+    """Policy factory: random weights, sizes and LoRA rank chosen per test."""
+
+    def make(
+        hidden: int = 64,
+        layers: int = 1,
+        lora_rank: int = 0,
+        lr: float = 1e-3,
+        micro_batch: int = 64,
+        name: str = "test-model",
+    ) -> Policy:
+        torch.manual_seed(hidden * 10 + layers)
+        model = build_model(
+            tokenizer,
+            hidden_size=hidden,
+            intermediate_size=2 * hidden,
+            num_hidden_layers=layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+        )
+        model.eval()
+        return Policy(
+            model,
+            tokenizer,
+            name,
+            TrainSettings(lr=lr, micro_batch_size=micro_batch),
+            LoraSettings(rank=lora_rank, alpha=2.0 * max(lora_rank, 1)),
+            use_chat_template=False,
+        )
+
+    return make
+
+
+def data_path(*parts: str) -> Path:
+    path = DATA.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"{path} not found (the shared data sets live beside the project)")
+    return path

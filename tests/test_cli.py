@@ -1,0 +1,90 @@
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from swarmnode.cli import app
+from swarmnode.config import ConfigError, load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+
+
+def test_help_lists_the_settings():
+    result = runner.invoke(app, ["join", "--help"])
+    assert result.exit_code == 0
+    for flag in ("--config", "--model", "--objective", "--set", "--run-dir", "--lora-rank"):
+        assert flag in result.output
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--objective", "ppo"], "loss.objective"),
+        (["--set", "rollout.group_sizee=3"], "group_sizee"),
+        (["--set", "rollout.group_size=1"], "rollout.group_size"),
+        (["--set", "nonsense"], "section.key=value"),
+        (["--config", "/nonexistent.yaml"], "does not exist"),
+    ],
+)
+def test_bad_settings_get_a_clear_error(args, message):
+    result = runner.invoke(app, ["join", *args])
+    assert result.exit_code == 2
+    assert message in re.sub(r"\s+", " ", result.output)
+
+
+def test_missing_task_data_is_a_clear_error(tmp_path):
+    result = runner.invoke(
+        app, ["join", "--task", "gsm8k", "--data", str(tmp_path / "nope"), "--run-dir", str(tmp_path / "run")]
+    )
+    assert result.exit_code == 2
+    assert "does not exist" in result.output
+
+
+def test_shipped_configs_are_valid():
+    for path in sorted((ROOT / "configs").glob("*.yaml")):
+        load_config(path)
+
+
+def test_yaml_that_is_not_a_mapping_is_rejected(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(bad)
+
+
+@pytest.mark.slow
+def test_join_runs_the_tiny_default_end_to_end(tmp_path):
+    run_dir = tmp_path / "run"
+    cmd = [
+        sys.executable,
+        "-m",
+        "swarmnode",
+        "join",
+        "--config",
+        str(ROOT / "configs/tiny-cpu.yaml"),
+        "--rounds",
+        "3",
+        "--run-dir",
+        str(run_dir),
+        "--set",
+        "node.eval_size=50",
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "eval after training" in done.stderr
+    assert (run_dir / "checkpoint" / "meta.json").exists()
+    assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 4
+    again = subprocess.run(
+        cmd[:-4] + ["--rounds", "4", "--run-dir", str(run_dir)], capture_output=True, text=True, timeout=600
+    )
+    assert again.returncode == 0 and "resumed" in again.stderr
+
+
+def test_no_pickle_anywhere():
+    pattern = re.compile(r"\bimport pickle\b|\bpickle\.|torch\.load\(|torch\.save\(|cloudpickle|dill\b")
+    offenders = [str(p) for p in (ROOT / "swarmnode").rglob("*.py") if pattern.search(p.read_text())]
+    assert offenders == []

@@ -1,0 +1,116 @@
+import math
+
+import pytest
+import torch
+
+from swarmnode.loss import OBJECTIVES, ObjectiveConfig, group_advantages, objective_terms, sequence_divergence
+
+
+def test_group_advantages_standardise_within_group():
+    adv = group_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0]))
+    assert torch.allclose(adv, torch.tensor([1.0, -1.0, -1.0, 1.0]), atol=1e-3)
+    assert torch.all(group_advantages(torch.tensor([1.0, 1.0, 1.0])) == 0)
+
+
+def _case(gen_offset=0.0):
+    torch.manual_seed(0)
+    theta = (-torch.rand(3, 4) * 2).requires_grad_()
+    gen = theta.detach() + gen_offset
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0]], dtype=torch.bool)
+    adv = torch.tensor([1.0, -0.5, -0.5])
+    return theta, gen, mask, adv
+
+
+def test_on_policy_samples_make_all_objectives_agree():
+    grads, losses = [], []
+    for name in OBJECTIVES:
+        theta, gen, mask, adv = _case()
+        terms = objective_terms(theta, gen, mask, adv, ObjectiveConfig(objective=name))
+        terms.loss_sum.backward()
+        losses.append(float(terms.loss_sum))
+        grads.append(theta.grad.clone())
+        assert terms.filtered.sum() == 0
+        assert terms.weight_max == pytest.approx(1.0)
+    for loss, grad in zip(losses[1:], grads[1:]):
+        assert loss == pytest.approx(losses[0])
+        assert torch.allclose(grad, grads[0])
+
+
+def test_hand_computed_value_and_gradient():
+    # Per-sequence token mean of A*R with R = 1: loss = -sum_i A_i; d/dlogp = -A_i * w / |a_i|.
+    theta, gen, mask, adv = _case()
+    terms = objective_terms(theta, gen, mask, adv, ObjectiveConfig(objective="nois"))
+    assert float(terms.loss_sum) == pytest.approx(-(1.0 - 0.5 - 0.5))
+    terms.loss_sum.backward()
+    expected = -(adv[:, None] / mask.sum(-1, keepdim=True)) * mask
+    assert torch.allclose(theta.grad, expected)
+
+
+def test_truncation_caps_weight_at_c_and_vis_does_not():
+    theta, gen, mask, adv = _case(gen_offset=-2.0)  # pi_theta / pi_gen = e^2 ~ 7.39 everywhere
+    tis = objective_terms(theta, gen, mask, adv, ObjectiveConfig(objective="tis", trunc_c=2.0))
+    vis = objective_terms(theta, gen, mask, adv, ObjectiveConfig(objective="vis"))
+    assert tis.weight_max == pytest.approx(2.0)
+    assert tis.truncated_tokens == tis.tokens == int(mask.sum())
+    assert vis.weight_max == pytest.approx(math.exp(2.0), rel=1e-5)
+    tis.loss_sum.backward()
+    expected = -(2.0 * adv[:, None] / mask.sum(-1, keepdim=True)) * mask
+    assert torch.allclose(theta.grad, expected, atol=1e-6)
+
+
+def test_weights_below_c_are_untouched():
+    theta, gen, mask, adv = _case(gen_offset=0.5)  # ratio e^-0.5
+    tis = objective_terms(theta, gen, mask, adv, ObjectiveConfig(objective="tis"))
+    assert tis.weight_max == pytest.approx(math.exp(-0.5), rel=1e-5)
+    assert tis.truncated_tokens == 0
+
+
+def test_filter_removes_exactly_negative_advantage_high_divergence_samples():
+    theta, gen, mask, adv = _case()
+    gen = gen.clone()
+    gen[1] += 5.0  # sequence 1: A < 0, large divergence -> filtered
+    gen[0] += 5.0  # sequence 0: A > 0, large divergence -> kept
+    cfg = ObjectiveConfig(objective="f-tis", filter_g=50.0)
+    terms = objective_terms(theta, gen, mask, adv, cfg)
+    div = sequence_divergence(theta, gen, mask)
+    assert div[1] > 50 and div[0] > 50 and div[2] < 1e-6
+    assert terms.filtered.tolist() == [False, True, False]
+    terms.loss_sum.backward()
+    assert torch.all(theta.grad[1] == 0)
+    assert torch.all(theta.grad[0] != 0) and torch.all(theta.grad[2][:3] != 0)
+    unfiltered = objective_terms(theta, gen, mask, adv, ObjectiveConfig(objective="tis"))
+    assert unfiltered.filtered.sum() == 0
+
+
+def test_filtered_samples_still_count_in_group_statistics():
+    # Advantages are computed before filtering, over the whole group.
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    adv = group_advantages(rewards)
+    assert adv[0] > 0 and adv[1] < 0
+    assert torch.allclose(adv, (rewards - 0.25) / (rewards.std(unbiased=False) + 1e-4))
+
+
+@pytest.mark.parametrize("estimator", ["k3-mean", "k3-sum", "k1-mean"])
+def test_divergence_estimators(estimator):
+    theta, gen, mask, _ = _case()
+    assert torch.allclose(sequence_divergence(theta, gen, mask, estimator), torch.zeros(3), atol=1e-6)
+    d = 1.0
+    value = sequence_divergence(theta, gen + d, mask, estimator)
+    per_token = {"k3-mean": math.exp(d) - d - 1, "k3-sum": math.exp(d) - d - 1, "k1-mean": d}[estimator]
+    lengths = mask.sum(-1).float()
+    expected = per_token * (lengths if estimator == "k3-sum" else torch.ones(3))
+    assert torch.allclose(value, expected, rtol=1e-5)
+
+
+def test_extreme_log_ratios_do_not_overflow():
+    theta, gen, mask, adv = _case()
+    for objective in OBJECTIVES:
+        terms = objective_terms(theta, gen - 1e4, mask, adv, ObjectiveConfig(objective=objective))
+        assert torch.isfinite(terms.loss_sum)
+        assert math.isfinite(terms.weight_max)
+
+
+def test_unknown_objective_is_a_clear_error():
+    theta, gen, mask, adv = _case()
+    with pytest.raises(ValueError, match="unknown objective"):
+        objective_terms(theta, gen, mask, adv, ObjectiveConfig(objective="ppo"))  # type: ignore[arg-type]

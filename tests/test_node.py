@@ -1,0 +1,156 @@
+import numpy as np
+import pytest
+import torch
+
+from swarmnode import wire
+from swarmnode.config import load_config
+from swarmnode.exchange import InMemoryHub
+from swarmnode.metrics import read_metrics
+from swarmnode.node import Node
+from swarmnode.rollout.hf import HFGenerator
+from swarmnode.tasks import ArithmeticTask
+
+
+def _config(tmp_path, name, **sets):
+    overrides = [
+        f"node.run_dir={tmp_path / name}",
+        "rollout.group_size=4",
+        "rollout.prompts_per_round=3",
+        "rollout.max_new_tokens=8",
+        "node.eval_size=8",
+        "node.checkpoint_every=0",
+        "loss.filter_g=5",
+    ] + [f"{k}={v}" for k, v in sets.items()]
+    return load_config(None, overrides)
+
+
+def _node(tmp_path, make_policy, name, hub=None, staleness=1, **policy_kwargs):
+    config = _config(tmp_path, name, **{"node.staleness": staleness})
+    policy = make_policy(**policy_kwargs)
+    return Node(
+        config,
+        policy,
+        HFGenerator(policy, config.rollout),
+        ArithmeticTask(),
+        hub.exchange(name) if hub else None,
+        peer_id=name,
+    )
+
+
+def _step_together(nodes, round_):
+    states = [n.produce(round_) for n in nodes]
+    return [n.consume(round_, s) for n, s in zip(nodes, states)]
+
+
+def test_heterogeneous_nodes_train_on_each_others_samples(tmp_path, make_policy):
+    hub = InMemoryHub()
+    small = _node(tmp_path, make_policy, "small", hub, hidden=32, layers=1)
+    large = _node(tmp_path, make_policy, "large-lora", hub, hidden=64, layers=2, lora_rank=4)
+    assert small.run_id == large.run_id
+    history = [_step_together([small, large], r) for r in range(3)]
+    for records in history:
+        for rec in records:
+            assert rec["own_samples"] == 12
+            # round 0: peers publish in the same round, so samples arrive from round 0 on
+            assert rec["peer_samples"] == 12 and rec["peers"] == 1
+            assert rec["wire_bytes"] > rec["wire_tokens"] * 8
+    # Different models: the peer's samples are off-policy, so weights differ from 1.
+    last = history[-1]
+    assert all(abs(rec["weight_mean"] - 1.0) > 1e-3 for rec in last)
+    assert all(rec["weight_max"] <= 2.0 + 1e-6 for rec in last)
+    assert any(rec["divergence_mean"] > 0.01 for rec in last)
+
+
+def test_each_peer_batch_is_used_once(tmp_path, make_policy):
+    hub = InMemoryHub()
+    a = _node(tmp_path, make_policy, "a", hub)
+    b = _node(tmp_path, make_policy, "b", hub)
+    a.produce(0)
+    assert len(b.exchange.gather(0, 1)) == 1
+    assert b.exchange.gather(0, 1) == []
+    assert b.exchange.gather(5, 1) == []  # too stale
+
+
+def test_rogue_payloads_are_rejected_and_counted(tmp_path, make_policy):
+    hub = InMemoryHub()
+    honest = _node(tmp_path, make_policy, "honest", hub, staleness=3)
+    rogue = _node(tmp_path, make_policy, "rogue", hub)
+    state = rogue.produce(0)
+    good = hub._snapshot()[("rogue", 0)]
+    batch = wire.decode(good)
+    # 1: garbage bytes, 2: claims another peer's identity, 3: prompts it was not assigned,
+    # 4: another run id. Published under distinct rounds so each is gathered.
+    forged = wire.RolloutBatch(
+        batch.run_id, "honest", 1, batch.policy, batch.tokenizer_fingerprint, batch.groups
+    )
+    cherry = wire.RolloutBatch(
+        batch.run_id,
+        "rogue",
+        2,
+        batch.policy,
+        batch.tokenizer_fingerprint,
+        [wire.CompletionGroup(g.prompt_id + 1, g.lengths, g.tokens, g.logprobs) for g in batch.groups],
+    )
+    other_run = wire.RolloutBatch(
+        "other", "rogue", 3, batch.policy, batch.tokenizer_fingerprint, batch.groups
+    )
+    hub._payloads.clear()
+    rogue.exchange.publish(0, b"SNRB\xff\xff\xff\xff garbage")
+    rogue.exchange.publish(1, wire.encode(forged))
+    rogue.exchange.publish(2, wire.encode(cherry))
+    rogue.exchange.publish(3, wire.encode(other_run))
+    record = honest.consume(3, honest.produce(3))
+    assert record["peer_samples"] == 0
+    assert honest.rejected["rogue"] == 4
+    assert record["own_samples"] == 12 and state.payload_tokens > 0
+
+
+def test_checkpoint_resume_continues_where_it_stopped(tmp_path, make_policy):
+    node = _node(tmp_path, make_policy, "solo")
+    node.run(rounds=2)
+    weights = [p.detach().clone() for p in node.policy.model.parameters()]
+    node.close()
+    again = _node(tmp_path, make_policy, "solo")
+    assert again.maybe_resume() and again.next_round == 2
+    assert all(torch.equal(a, b) for a, b in zip(weights, again.policy.model.parameters()))
+    assert again.policy.optimizer.state_dict()["state"], "optimizer state restored"
+    again.run(rounds=3)
+    again.close()
+    rounds = [m["round"] for m in read_metrics(tmp_path / "solo" / "metrics.jsonl") if not m.get("final")]
+    assert rounds == [0, 1, 2]
+
+
+def test_resume_refuses_a_checkpoint_of_another_model(tmp_path, make_policy):
+    node = _node(tmp_path, make_policy, "solo", lora_rank=0)
+    node.run(rounds=1)
+    node.close()
+    other = _node(tmp_path, make_policy, "solo", lora_rank=4)
+    with pytest.raises(ValueError, match="LoRA rank"):
+        other.maybe_resume()
+
+
+def test_round_metrics_are_logged_as_json_lines(tmp_path, make_policy):
+    node = _node(tmp_path, make_policy, "solo")
+    summary = node.run(rounds=2)
+    node.close()
+    lines = read_metrics(tmp_path / "solo" / "metrics.jsonl")
+    assert 0.0 <= summary["eval_before"] <= 1.0 and 0.0 <= summary["eval_after"] <= 1.0
+    expected = {
+        "round",
+        "reward_mean",
+        "own_samples",
+        "peer_samples",
+        "filtered",
+        "weight_mean",
+        "weight_max",
+        "truncated_frac",
+        "divergence_mean",
+        "wire_bytes",
+        "wire_tokens",
+        "generate_s",
+        "train_s",
+        "round_s",
+    }
+    assert expected <= set(lines[0])
+    assert lines[-1]["final"] and lines[-1]["eval_acc"] == summary["eval_after"]
+    assert np.isclose(lines[0]["weight_mean"], 1.0, atol=1e-3)  # solo: all on-policy
