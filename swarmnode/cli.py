@@ -122,8 +122,16 @@ def run_node(config: Config, quiet: bool = False) -> dict:
         policy = Policy.load(config.model, config.train)
     except (FileNotFoundError, ValueError, RuntimeError, OSError) as err:
         raise _fail(str(err)) from None
+    ood_eval = None
+    if config.task.eval_data:
+        from swarmnode.tasks import Math500Eval
+
+        try:
+            ood_eval = Math500Eval(config.task.eval_data, answer_format=config.task.answer_format)
+        except (FileNotFoundError, ValueError) as err:
+            raise _fail(str(err)) from None
     generator = make_generator(config.rollout.backend, policy, config.rollout)
-    node = Node(config, policy, generator, task, view=LiveView(console, quiet=quiet))
+    node = Node(config, policy, generator, task, view=LiveView(console, quiet=quiet), ood_eval=ood_eval)
     try:
         if node.maybe_resume():
             console.print(f"resumed from {node.checkpoint_dir} at round {node.next_round}")

@@ -53,7 +53,9 @@ class TaskSettings(_Section):
     system_prompt: str | None = Field(None, description="None = the task's default")
     max_operand: int = Field(99, ge=1, le=10**6, description="arithmetic only")
     operations: str = Field("+-", pattern=r"^[+\-*]+$", description="arithmetic only")
-    eval_data: str | None = Field(None, description="optional MATH-500 path for OOD eval")
+    eval_data: str | None = Field(
+        None, description="MATH-500 directory or .jsonl: also evaluated (OOD), never trained on"
+    )
 
 
 class RolloutSettings(_Section):

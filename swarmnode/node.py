@@ -89,6 +89,7 @@ class Node:
         exchange: Exchange | None = None,
         peer_id: str | None = None,
         view: LiveView | None = None,
+        ood_eval: Any = None,
     ) -> None:
         self.config = config
         self.policy = policy
@@ -115,6 +116,7 @@ class Node:
         self.rejected: Counter[str] = Counter()
         self.next_round = 0
         self._eval_problems: list[Problem] | None = None
+        self.ood_eval = ood_eval  # e.g. Math500Eval: scored like the task, never trained on
 
     # -- one round -------------------------------------------------------------------------
 
@@ -265,17 +267,23 @@ class Node:
         """Greedy pass@1 on the task's held-out problems."""
         return float(np.mean(self.evaluate_scores()))
 
-    def evaluate_scores(self) -> list[float]:
-        """Per-problem greedy rewards on the held-out set (for paired comparisons)."""
-        if self._eval_problems is None:
+    def evaluate_scores(self, source: Any = None) -> list[float]:
+        """Per-problem greedy rewards on held-out problems (for paired comparisons).
+
+        `source` defaults to the task's own eval split; pass `self.ood_eval` for OOD.
+        """
+        source = source or self.task
+        if source is self.task and self._eval_problems is None:
             self._eval_problems = self.task.eval_problems(self.config.node.eval_size)
-        prompts = [
-            self.policy.encode_prompt(self.task.system_prompt, p.question) for p in self._eval_problems
-        ]
+        problems = (
+            self._eval_problems if source is self.task else source.eval_problems(self.config.node.eval_size)
+        )
+        prompts = [self.policy.encode_prompt(self.task.system_prompt, p.question) for p in problems]
         outputs = self.generator.greedy(prompts)
-        return [
-            self.task.reward(self.policy.decode(o.tokens), p) for o, p in zip(outputs, self._eval_problems)
-        ]
+        return [source.reward(self.policy.decode(o.tokens), p) for o, p in zip(outputs, problems)]
+
+    def _ood(self) -> float | None:
+        return float(np.mean(self.evaluate_scores(self.ood_eval))) if self.ood_eval else None
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -307,6 +315,7 @@ class Node:
         summary: dict[str, Any] = {"eval_before": None, "eval_after": None}
         if self.next_round == 0:
             summary["eval_before"] = self.evaluate()
+            summary["ood_before"] = self._ood()
             self.view.note(f"eval before training: {summary['eval_before']:.3f}")
         last_done = self.next_round - 1
         try:
@@ -315,6 +324,7 @@ class Node:
                 last_done = round_
                 if cfg.eval_every and (round_ + 1) % cfg.eval_every == 0 and round_ + 1 < total:
                     record["eval_acc"] = self.evaluate()
+                    record["ood_acc"] = self._ood()
                 self.metrics.write(record)
                 self.view.round(record, total)
                 if cfg.checkpoint_every and (round_ + 1) % cfg.checkpoint_every == 0:
@@ -325,6 +335,7 @@ class Node:
                 self.save(last_done)
             raise
         summary["eval_after"] = self.evaluate()
+        summary["ood_after"] = self._ood()
         self.metrics.write({"round": last_done, "eval_acc": summary["eval_after"], "final": True})
         self.view.note(f"eval after training: {summary['eval_after']:.3f}")
         if last_done >= 0:

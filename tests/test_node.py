@@ -154,3 +154,28 @@ def test_round_metrics_are_logged_as_json_lines(tmp_path, make_policy):
     assert expected <= set(lines[0])
     assert lines[-1]["final"] and lines[-1]["eval_acc"] == summary["eval_after"]
     assert np.isclose(lines[0]["weight_mean"], 1.0, atol=1e-3)  # solo: all on-policy
+
+
+def test_ood_evaluation_is_scored_with_math_verify(tmp_path, make_policy):
+    from swarmnode.tasks import Math500Eval
+    from tests.conftest import data_path
+
+    ood = Math500Eval(str(data_path("math500")), answer_format="answer_tag")
+    node = _node(tmp_path, make_policy, "solo")
+    node.ood_eval = ood
+    summary = node.run(rounds=1)
+    node.close()
+    assert summary["ood_before"] == 0.0 and summary["ood_after"] == 0.0  # random model: nothing right
+    problems = ood.eval_problems(3)
+    assert [ood.reward(f"<answer>{p.answer}</answer>", p) for p in problems] == [1.0, 1.0, 1.0]
+
+
+def test_cli_rejects_a_missing_ood_file(tmp_path):
+    from typer.testing import CliRunner
+
+    from swarmnode.cli import app
+
+    result = CliRunner().invoke(
+        app, ["join", "--set", f"task.eval_data={tmp_path / 'nope'}", "--run-dir", str(tmp_path / "r")]
+    )
+    assert result.exit_code == 2 and "does not exist" in result.output
