@@ -137,21 +137,20 @@ def test_limits_are_enforced_before_allocation():
         wire.decode(data, WireLimits(vocab_size=100))
 
 
-def test_header_that_claims_huge_sizes_is_rejected_without_allocating():
+GOOD_HEADER = {"v": 1, "run": "r", "peer": "p", "round": 0, "policy": ["m", 1, None, "hf"], "tok": "t"}
+
+
+def raw_message(header: dict) -> bytes:
+    """Prefix plus a hand-made msgpack header, padded to 8 bytes, no arrays."""
     import msgpack
 
-    header = msgpack.packb(
-        {
-            "v": 1,
-            "run": "r",
-            "peer": "p",
-            "round": 0,
-            "policy": ["m", 1, None, "hf"],
-            "tok": "t",
-            "groups": [[i, [8192] * 64] for i in range(4)],
-        }
-    )
-    raw = wire._PREFIX.pack(wire.MAGIC, len(header)) + header
+    packed = msgpack.packb(header)
+    raw = wire._PREFIX.pack(wire.MAGIC, len(packed)) + packed
+    return raw + b"\0" * ((-len(raw)) % 8)
+
+
+def test_header_that_claims_huge_sizes_is_rejected_without_allocating():
+    raw = raw_message(dict(GOOD_HEADER, groups=[[i, [8192] * 64] for i in range(4)]))
     with pytest.raises(WireError, match="tokens exceed"):
         wire.decode(raw, WireLimits(max_total_tokens=1000))
 
@@ -172,17 +171,7 @@ def test_inconsistent_batch_cannot_be_encoded():
 
 
 def test_decoder_rejects_wrong_types_in_header():
-    import msgpack
-
-    good = {
-        "v": 1,
-        "run": "r",
-        "peer": "p",
-        "round": 0,
-        "policy": ["m", 1, None, "hf"],
-        "tok": "t",
-        "groups": [],
-    }
+    good = dict(GOOD_HEADER, groups=[])
     for key, value in [
         ("v", 2),
         ("round", -1),
@@ -193,9 +182,6 @@ def test_decoder_rejects_wrong_types_in_header():
         ("groups", [[1, [1]], [1, [1]]]),
         ("extra", 1),
     ]:
-        header = dict(good, **{key: value})
-        packed = msgpack.packb(header)
-        raw = wire._PREFIX.pack(wire.MAGIC, len(packed)) + packed
-        raw += b"\0" * ((-len(raw)) % 8) + (b"\0" * 8 if key == "groups" else b"")
+        raw = raw_message(dict(good, **{key: value})) + (b"\0" * 8 if key == "groups" else b"")
         with pytest.raises(WireError):
             wire.decode(raw)
