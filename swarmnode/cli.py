@@ -76,10 +76,39 @@ def join(
         list[str] | None,
         typer.Option("--set", help="any setting, e.g. --set rollout.group_size=12 (repeatable)"),
     ] = None,
+    initial_peers: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--initial-peers",
+            help="multiaddr of a running node (repeatable); none = start a new swarm",
+        ),
+    ] = None,
+    host_maddrs: Annotated[
+        list[str] | None,
+        typer.Option("--host-maddrs", help="listen here, e.g. /ip4/0.0.0.0/tcp/31337 (repeatable)"),
+    ] = None,
+    announce_maddrs: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--announce-maddrs", help="public address others dial, e.g. /ip4/203.0.113.7/tcp/31337"
+        ),
+    ] = None,
+    identity: Annotated[
+        Path | None,
+        typer.Option("--identity", help="private key file, created if absent (default <run-dir>/identity.key)"),
+    ] = None,
+    startup_timeout: Annotated[
+        float | None, typer.Option(help="seconds for the p2p daemon to start and the swarm to answer")
+    ] = None,
+    min_peers: Annotated[
+        int | None, typer.Option(help="wait for this many peers of the run before the first round")
+    ] = None,
+    solo: Annotated[bool, typer.Option("--solo", help="train alone: no swarm, no network")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no per-round lines")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
-    """Run a node. With no peers (this issue's only mode) it trains alone."""
+    """Run a node: start a swarm (no --initial-peers) or join one, and train every round on your
+    own and your peers' rollouts. Ctrl-C writes a checkpoint; the same --run-dir resumes."""
     _setup_logging(verbose)
     flags = {
         "model.name": model,
@@ -93,12 +122,19 @@ def join(
         "train.lr": lr,
         "model.device": device,
         "node.resume": False if fresh else None,
+        "swarm.initial_peers": initial_peers or None,
+        "swarm.host_maddrs": host_maddrs or None,
+        "swarm.announce_maddrs": announce_maddrs or None,
+        "swarm.identity_path": str(identity) if identity else None,
+        "swarm.startup_timeout_s": startup_timeout,
+        "swarm.min_peers": min_peers,
+        "swarm.enabled": False if solo else None,
     }
     try:
         config = load_config(config_path, overrides, flags)
     except ConfigError as err:
         raise _fail(str(err)) from None
-    summary = run_node(config, quiet)
+    summary = run_node(config, quiet, config_path)
     table = Table(title="swarmnode: run finished")
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -109,29 +145,107 @@ def join(
     Console().print(table)
 
 
-def run_node(config: Config, quiet: bool = False) -> dict:
-    """Build policy, generator, task and node from the config and run it."""
+@app.command()
+def status(
+    initial_peers: Annotated[
+        list[str],
+        typer.Option("--initial-peers", help="multiaddr of any node of the swarm (repeatable)"),
+    ],
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
+    watch: Annotated[
+        float, typer.Option(help="refresh every this many seconds (0 = print once)", min=0)
+    ] = 0.0,
+    stale_after: Annotated[float, typer.Option(help="seconds without a heartbeat before 'stale'")] = 20.0,
+    timeout: Annotated[float, typer.Option(help="seconds to reach the swarm")] = 30.0,
+) -> None:
+    """List the swarm's peers from their heartbeats (joins as a DHT client, stores nothing)."""
+    import time
+
+    from rich.live import Live
+
+    from swarmnode.status import read_heartbeats, render_table, to_json
+    from swarmnode.swarm.runtime import SwarmError, SwarmOptions, SwarmRuntime
+
+    logging.basicConfig(level=logging.WARNING, handlers=[RichHandler(console=console, show_path=False)])
+    runtime = SwarmRuntime(
+        SwarmOptions(initial_peers=initial_peers, startup_timeout_s=timeout, client_mode=True)
+    )
+    try:
+        runtime.start()
+    except SwarmError as err:
+        raise _fail(str(err), 1) from None
+    try:
+        if as_json:
+            while True:
+                typer.echo(to_json(read_heartbeats(runtime, stale_after)))
+                if not watch:
+                    break
+                time.sleep(watch)
+        elif watch:
+            with Live(render_table(read_heartbeats(runtime, stale_after)), console=Console()) as live:
+                while True:
+                    time.sleep(watch)
+                    live.update(render_table(read_heartbeats(runtime, stale_after)))
+        else:
+            rows = read_heartbeats(runtime, stale_after)
+            Console().print(render_table(rows) if rows else "the swarm answered but no node has a heartbeat")
+    except KeyboardInterrupt:
+        pass
+    except TimeoutError:
+        raise _fail("the swarm stopped answering", 1) from None
+    finally:
+        runtime.shutdown()
+
+
+def run_node(config: Config, quiet: bool = False, config_path: Path | None = None) -> dict:
+    """Build swarm, policy, generator, task and node from the config and run it."""
+    from swarmnode.exchange import PeerLedger
     from swarmnode.metrics import LiveView
-    from swarmnode.node import Node
+    from swarmnode.node import Node, run_id_for
     from swarmnode.policy import Policy
     from swarmnode.rollout import make_generator
     from swarmnode.tasks import make_task
 
-    try:
+    _terminate_like_ctrl_c()
+    try:  # cheap local checks first, then the network, then the (possibly large) model
         task = make_task(config.task)
+        ood_eval = None
+        if config.task.eval_data:
+            from swarmnode.tasks import Math500Eval
+
+            ood_eval = Math500Eval(config.task.eval_data, answer_format=config.task.answer_format)
+    except (FileNotFoundError, ValueError, OSError) as err:
+        raise _fail(str(err)) from None
+    runtime = _start_swarm(config, config_path) if config.swarm.enabled else None
+    try:
         policy = Policy.load(config.model, config.train)
     except (FileNotFoundError, ValueError, RuntimeError, OSError) as err:
+        if runtime:
+            runtime.shutdown()
         raise _fail(str(err)) from None
-    ood_eval = None
-    if config.task.eval_data:
-        from swarmnode.tasks import Math500Eval
+    ledger = PeerLedger(config.swarm.max_rejects)
+    exchange = None
+    if runtime is not None:
+        from swarmnode.swarm.exchange import HivemindExchange
 
-        try:
-            ood_eval = Math500Eval(config.task.eval_data, answer_format=config.task.answer_format)
-        except (FileNotFoundError, ValueError) as err:
-            raise _fail(str(err)) from None
+        s = config.swarm
+        exchange = HivemindExchange(
+            runtime,
+            run_id_for(config, task, policy),
+            max_payload_bytes=config.wire.max_bytes,
+            staleness=config.node.staleness,
+            ledger=ledger,
+            heartbeat_interval_s=s.heartbeat_interval_s,
+            stale_after_s=s.stale_after_s,
+            poll_interval_s=s.poll_interval_s,
+            fetch_timeout_s=s.fetch_timeout_s,
+            max_peers_per_round=s.max_peers_per_round,
+        )
     generator = make_generator(config.rollout.backend, policy, config.rollout)
-    node = Node(config, policy, generator, task, view=LiveView(console, quiet=quiet), ood_eval=ood_eval)
+    node = Node(
+        config, policy, generator, task, exchange=exchange, view=LiveView(console, quiet=quiet),
+        ood_eval=ood_eval, ledger=ledger,
+    )
     try:
         if node.maybe_resume():
             console.print(f"resumed from {node.checkpoint_dir} at round {node.next_round}")
@@ -152,7 +266,67 @@ def run_node(config: Config, quiet: bool = False) -> dict:
     finally:
         node.close()
     summary["rounds"] = config.node.rounds
+    summary["rejected"] = ledger.total
     return summary
+
+
+def _start_swarm(config: Config, config_path: Path | None):
+    """Start the p2p daemon and DHT first, so a bad address fails before a model loads."""
+    from swarmnode.swarm.identity import IdentityError
+    from swarmnode.swarm.runtime import SwarmError, SwarmOptions, SwarmRuntime
+
+    s = config.swarm
+    identity = s.identity_path or Path(config.node.run_dir) / "identity.key"
+    runtime = SwarmRuntime(
+        SwarmOptions(
+            initial_peers=s.initial_peers,
+            host_maddrs=s.host_maddrs,
+            announce_maddrs=s.announce_maddrs,
+            identity_path=identity,
+            startup_timeout_s=s.startup_timeout_s,
+        )
+    )
+    with console.status("starting the p2p daemon and joining the swarm ..."):
+        try:
+            runtime.start()
+        except (SwarmError, IdentityError) as err:
+            raise _fail(str(err), 1) from None
+    maddrs = runtime.visible_maddrs()
+    _write_swarm_info(Path(config.node.run_dir), runtime.peer_id, maddrs)
+    verb = "joined the swarm" if s.initial_peers else "started a new swarm"
+    console.print(f"{verb} as {runtime.peer_id}; reachable at:", highlight=False)
+    for maddr in maddrs:
+        console.print(f"  {maddr}", highlight=False, soft_wrap=True)
+    if not s.initial_peers and maddrs:
+        public = [m for m in maddrs if "/127.0.0.1/" not in m] or maddrs
+        config_flag = f"--config {config_path} " if config_path else ""
+        console.print(
+            f"others join with:\n  swarmnode join {config_flag}--initial-peers {public[0]}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    return runtime
+
+
+def _write_swarm_info(run_dir: Path, peer_id: str, maddrs: list[str]) -> None:
+    """<run_dir>/swarm.json: this node's address, for scripts (and `demo`) to pass on."""
+    import json
+    import os
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir / "swarm.json.tmp"
+    tmp.write_text(json.dumps({"peer_id": peer_id, "maddrs": maddrs, "pid": os.getpid()}))
+    tmp.replace(run_dir / "swarm.json")
+
+
+def _terminate_like_ctrl_c() -> None:
+    """SIGTERM (docker stop, demo clean-up) takes the Ctrl-C path: checkpoint, then exit."""
+    import signal
+
+    def interrupt(signum, frame):  # noqa: ARG001
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,8 @@ class LoraSettings(_Section):
 class ModelSettings(_Section):
     name: str = Field(
         "tiny",
-        description="'tiny', a hub id (Qwen/Qwen2.5-3B), a short name (Qwen2.5-3B) or a local directory",
+        description="'tiny' or 'tiny-large' (built locally), a hub id (Qwen/Qwen2.5-3B), a short name "
+        "(Qwen2.5-3B) or a local directory",
     )
     revision: str | None = None
     device: str = Field("auto", description="auto | cpu | cuda | cuda:N")
@@ -99,11 +100,39 @@ class NodeSettings(_Section):
     staleness: int = Field(1, ge=0, description="peer rollouts from rounds r-s..r are used")
     peer_quota: int = Field(64, ge=0, description="max peer groups from one peer per round")
     max_peer_groups: int = Field(256, ge=0, description="max peer groups in one step")
-    gather_timeout_s: float = Field(0.0, ge=0, description="how long to wait for peers")
+    gather_timeout_s: float = Field(
+        30.0, ge=0, description="round deadline: how long to wait for live peers' batches"
+    )
     eval_every: int = Field(0, ge=0, description="0 = only before and after")
     eval_size: int = Field(200, ge=1)
     checkpoint_every: int = Field(25, ge=0, description="0 = only at the end")
     resume: bool = True
+
+
+class SwarmSettings(_Section):
+    enabled: bool = Field(True, description="false = train alone, no hivemind (same as --solo)")
+    initial_peers: list[str] = Field(
+        default_factory=list, description="multiaddrs of running peers; empty = start a new swarm"
+    )
+    host_maddrs: list[str] = Field(
+        default_factory=lambda: ["/ip4/0.0.0.0/tcp/0"],
+        description="where to listen; /ip4/0.0.0.0/tcp/31337 for a fixed public port",
+    )
+    announce_maddrs: list[str] = Field(
+        default_factory=list, description="public addresses to advertise (behind NAT or in Docker)"
+    )
+    identity_path: Path | None = Field(
+        None, description="private key file (created if absent); None = <run_dir>/identity.key"
+    )
+    startup_timeout_s: float = Field(60.0, gt=0, description="p2p daemon start and bootstrap")
+    min_peers: int = Field(0, ge=0, description="wait for this many peers of the run before round 1")
+    wait_for_peers_s: float = Field(120.0, ge=0, description="how long to wait for min_peers")
+    heartbeat_interval_s: float = Field(5.0, gt=0)
+    stale_after_s: float = Field(20.0, gt=0, description="a peer silent this long is not waited for")
+    poll_interval_s: float = Field(0.25, gt=0, description="how often gather looks for new manifests")
+    fetch_timeout_s: float = Field(60.0, gt=0, description="one payload download")
+    max_rejects: int = Field(3, ge=1, description="bad batches after which a peer is ignored")
+    max_peers_per_round: int = Field(64, ge=1, description="manifests considered per round")
 
 
 class WireSettings(_Section):
@@ -122,6 +151,7 @@ class Config(_Section):
     train: TrainSettings = Field(default_factory=TrainSettings)
     node: NodeSettings = Field(default_factory=NodeSettings)
     wire: WireSettings = Field(default_factory=WireSettings)
+    swarm: SwarmSettings = Field(default_factory=SwarmSettings)
 
 
 def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:

@@ -6,9 +6,13 @@ The round loop only sees this interface, so it runs the same over the in-memory 
 
 from __future__ import annotations
 
+import logging
 import threading
+from collections import Counter
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -20,16 +24,61 @@ class Received:
     payload: bytes
 
 
-class Exchange(Protocol):
-    def publish(self, round_: int, payload: bytes) -> None:
-        """Make this node's batch for `round_` available to peers."""
-        ...
+class PeerLedger:
+    """Counts bad batches per peer, logs the first one, and ignores a peer after `max_rejects`.
+
+    Shared by the exchange (transport faults: wrong digest, bad manifest) and the node (wire
+    and consistency faults), so both kinds add up to one verdict per peer.
+    """
+
+    def __init__(self, max_rejects: int = 3) -> None:
+        self.max_rejects = max_rejects
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def reject(self, peer_id: str, reason: str) -> None:
+        with self._lock:
+            self.counts[peer_id] += 1
+            count = self.counts[peer_id]
+        if count == 1:
+            log.warning("rejected data from %s: %s", peer_id, reason)
+        if count == self.max_rejects:
+            log.warning("ignoring %s from now on: %d bad batches", peer_id, count)
+
+    def is_banned(self, peer_id: str) -> bool:
+        return self.counts[peer_id] >= self.max_rejects
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+class Exchange:
+    """Base of every exchange; the swarm-only methods do nothing for local ones."""
+
+    peer_id: str = ""
+
+    def publish(self, round_: int, payload: bytes, tokens: int = 0) -> None:
+        """Make this node's batch for `round_` (of `tokens` completion tokens) available to peers."""
+        raise NotImplementedError
 
     def gather(self, round_: int, staleness: int, timeout_s: float) -> list[Received]:
         """Peers' batches of rounds round_-staleness..round_ not returned before."""
-        ...
+        raise NotImplementedError
 
-    def close(self) -> None: ...
+    def update_status(self, fields: dict[str, Any]) -> None:
+        """What this node's heartbeat says about it (model, round, reward ...)."""
+
+    def swarm_round(self) -> int | None:
+        """The round the other live nodes of this run are at (lower median), None when alone."""
+        return None
+
+    def wait_for_peers(self, count: int, timeout_s: float) -> int:
+        """Block until `count` peers of this run are live or the timeout; return how many are."""
+        return 0
+
+    def close(self) -> None:
+        pass
 
 
 class InMemoryHub:
@@ -55,7 +104,7 @@ class InMemoryHub:
             return dict(self._payloads)
 
 
-class InMemoryExchange:
+class InMemoryExchange(Exchange):
     """One node's view of an `InMemoryHub`; each peer batch is handed out at most once."""
 
     def __init__(self, hub: InMemoryHub, peer_id: str) -> None:
@@ -63,7 +112,7 @@ class InMemoryExchange:
         self.peer_id = peer_id
         self._seen: set[tuple[str, int]] = set()
 
-    def publish(self, round_: int, payload: bytes) -> None:
+    def publish(self, round_: int, payload: bytes, tokens: int = 0) -> None:
         self.hub._publish(self.peer_id, round_, payload)
 
     def gather(self, round_: int, staleness: int, timeout_s: float = 0.0) -> list[Received]:
@@ -88,10 +137,10 @@ class InMemoryExchange:
         pass
 
 
-class NoExchange:
+class NoExchange(Exchange):
     """A node training alone."""
 
-    def publish(self, round_: int, payload: bytes) -> None:
+    def publish(self, round_: int, payload: bytes, tokens: int = 0) -> None:
         pass
 
     def gather(self, round_: int, staleness: int, timeout_s: float = 0.0) -> list[Received]:

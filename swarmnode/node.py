@@ -20,7 +20,7 @@ import torch
 from swarmnode import wire
 from swarmnode.checkpoint import load_checkpoint, save_checkpoint
 from swarmnode.config import Config
-from swarmnode.exchange import Exchange, NoExchange
+from swarmnode.exchange import Exchange, NoExchange, PeerLedger
 from swarmnode.loss import group_advantages
 from swarmnode.metrics import LiveView, MetricsLog
 from swarmnode.policy import Policy, TrainSample
@@ -90,6 +90,7 @@ class Node:
         peer_id: str | None = None,
         view: LiveView | None = None,
         ood_eval: Any = None,
+        ledger: PeerLedger | None = None,
     ) -> None:
         self.config = config
         self.policy = policy
@@ -97,7 +98,10 @@ class Node:
         self.task = task
         self.exchange = exchange or NoExchange()
         self.peer_id = (
-            peer_id or config.node.peer_id or f"local-{fingerprint_of(str(config.node.run_dir))[:8]}"
+            peer_id
+            or self.exchange.peer_id
+            or config.node.peer_id
+            or f"local-{fingerprint_of(str(config.node.run_dir))[:8]}"
         )
         self.view = view or LiveView(quiet=True)
         self.run_id = run_id_for(config, task, policy)
@@ -113,7 +117,12 @@ class Node:
             max_total_tokens=w.max_total_tokens,
             vocab_size=policy.vocab_size,
         )
-        self.rejected: Counter[str] = Counter()
+        self.ledger = ledger or PeerLedger(config.swarm.max_rejects)
+        self.published = 0  # rollouts (completions) this node published
+        self.consumed = 0  # peers' rollouts this node trained on
+        self.last_eval: float | None = None
+        self.last_record: dict[str, Any] = {}
+        self.started_at = time.time()
         self.next_round = 0
         self._eval_problems: list[Problem] | None = None
         self.ood_eval = ood_eval  # e.g. Math500Eval: scored like the task, never trained on
@@ -147,7 +156,10 @@ class Node:
         payload = wire.encode(batch)
         state.timings["encode_s"] = time.perf_counter() - t
         state.payload_bytes, state.payload_tokens = len(payload), batch.num_tokens
-        self.exchange.publish(round_, payload)
+        t = time.perf_counter()
+        self.exchange.publish(round_, payload, batch.num_tokens)
+        state.timings["publish_s"] = time.perf_counter() - t
+        self.published += sum(len(g.lengths) for g in batch.groups)
         for problem, prompt, group in zip(problems, prompts, groups):
             completions = [(c.tokens, c.logprobs) for c in group]
             state.own_groups.append(self._score("", problem, prompt, completions))
@@ -172,6 +184,7 @@ class Node:
         state.timings["train_s"] = time.perf_counter() - t
         own_rewards = [r for g in state.own_groups for r in g.rewards]
         peer_rewards = [r for g in peer_groups for r in g.rewards]
+        self.consumed += len(peer_rewards)
         s = result.stats
         record: dict[str, Any] = {
             "round": round_,
@@ -191,7 +204,8 @@ class Node:
             "grad_norm": result.grad_norm,
             "wire_bytes": state.payload_bytes,
             "wire_tokens": state.payload_tokens,
-            "rejected": sum(self.rejected.values()),
+            "rejected": self.ledger.total,
+            "tokens_per_s": state.payload_tokens / max(state.timings["generate_s"], 1e-9),
             **{k: round(v, 4) for k, v in state.timings.items()},
         }
         return record
@@ -210,6 +224,8 @@ class Node:
         accepted: list[ScoredGroup] = []
         budget = self.config.node.max_peer_groups
         for item in received:
+            if self.ledger.is_banned(item.peer_id):
+                continue
             try:
                 batch = wire.decode(item.payload, self.limits)
                 self._check_batch(batch, item)
@@ -246,10 +262,12 @@ class Node:
         if any(len(g.lengths) != self.config.rollout.group_size for g in batch.groups):
             raise wire.WireError("group size differs from this run's")
 
+    @property
+    def rejected(self) -> Counter[str]:
+        return self.ledger.counts
+
     def _reject(self, peer_id: str, reason: str) -> None:
-        if not self.rejected[peer_id]:
-            log.warning("rejected a batch from %s: %s", peer_id, reason)
-        self.rejected[peer_id] += 1
+        self.ledger.reject(peer_id, reason)
 
     def _score(
         self,
@@ -309,38 +327,86 @@ class Node:
         return True
 
     def run(self, rounds: int | None = None) -> dict[str, Any]:
-        """Run until `rounds` rounds are done in total; checkpoint on the way and on Ctrl-C."""
+        """Run until round `rounds` (the swarm's clock); checkpoint on the way and on Ctrl-C."""
         total = self.config.node.rounds if rounds is None else rounds
         cfg = self.config.node
         summary: dict[str, Any] = {"eval_before": None, "eval_after": None}
         if self.next_round == 0:
-            summary["eval_before"] = self.evaluate()
+            summary["eval_before"] = self.last_eval = self.evaluate()
             summary["ood_before"] = self._ood()
+            self.metrics.write(
+                {"round": -1, "eval_acc": summary["eval_before"], "ood_acc": summary["ood_before"], "initial": True}
+            )
             self.view.note(f"eval before training: {summary['eval_before']:.3f}")
+        self._wait_for_peers()
+        round_ = self._catch_up(self.next_round)
         last_done = self.next_round - 1
         try:
-            for round_ in range(self.next_round, total):
+            while round_ < total:
+                self.exchange.update_status(self.status_fields(round_))
                 record = self.run_round(round_)
                 last_done = round_
                 if cfg.eval_every and (round_ + 1) % cfg.eval_every == 0 and round_ + 1 < total:
-                    record["eval_acc"] = self.evaluate()
+                    record["eval_acc"] = self.last_eval = self.evaluate()
                     record["ood_acc"] = self._ood()
+                self.last_record = record
                 self.metrics.write(record)
                 self.view.round(record, total)
                 if cfg.checkpoint_every and (round_ + 1) % cfg.checkpoint_every == 0:
                     self.save(round_)
+                round_ = self._catch_up(round_ + 1)
         except KeyboardInterrupt:
             self.view.note("interrupted: writing a checkpoint before exiting")
             if last_done >= 0:
                 self.save(last_done)
             raise
-        summary["eval_after"] = self.evaluate()
+        summary["eval_after"] = self.last_eval = self.evaluate()
         summary["ood_after"] = self._ood()
         self.metrics.write({"round": last_done, "eval_acc": summary["eval_after"], "final": True})
+        self.exchange.update_status(self.status_fields(last_done + 1))
         self.view.note(f"eval after training: {summary['eval_after']:.3f}")
         if last_done >= 0:
             self.save(last_done)
         return summary
+
+    def _wait_for_peers(self) -> None:
+        wanted = self.config.swarm.min_peers
+        if not wanted:
+            return
+        self.exchange.update_status(self.status_fields(self.next_round))
+        timeout = self.config.swarm.wait_for_peers_s
+        self.view.note(f"waiting up to {timeout:.0f} s for {wanted} peer(s) of run {self.run_id}")
+        live = self.exchange.wait_for_peers(wanted, timeout)
+        if live < wanted:
+            log.warning("only %d of %d peers showed up within %.0f s; starting anyway", live, wanted, timeout)
+
+    def _catch_up(self, round_: int) -> int:
+        """Jump ahead when the swarm is more than `staleness` rounds ahead (e.g. after a restart),
+        since peers ignore batches that old."""
+        swarm = self.exchange.swarm_round()
+        if swarm is not None and swarm - round_ > self.config.node.staleness:
+            self.view.note(f"the swarm is at round {swarm}: catching up from round {round_}")
+            return swarm
+        return round_
+
+    def status_fields(self, round_: int) -> dict[str, Any]:
+        """What this node's heartbeat tells `swarmnode status`."""
+        last = self.last_record
+        return {
+            "round": round_,
+            "model": self.policy.name,
+            "params": self.policy.num_params,
+            "lora": self.policy.lora_rank or 0,
+            "backend": self.config.rollout.backend,
+            "device": str(self.policy.device),
+            "reward": last.get("reward_mean"),
+            "eval_acc": self.last_eval,
+            "tokens_per_s": round(last.get("tokens_per_s", 0.0), 1),
+            "published": self.published,
+            "consumed": self.consumed,
+            "filter_rate": last.get("filtered_frac"),
+            "rejected": self.ledger.total,
+        }
 
     def close(self) -> None:
         self.metrics.close()

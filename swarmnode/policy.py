@@ -20,7 +20,7 @@ SHORT_NAME_ORGS = {"qwen": "Qwen"}
 
 def resolve_model_name(name: str) -> str:
     """'Qwen2.5-3B' -> 'Qwen/Qwen2.5-3B'; hub ids, local paths and 'tiny' pass through."""
-    if name == "tiny" or "/" in name or Path(name).exists():
+    if name in ("tiny", "tiny-large") or "/" in name or Path(name).exists():
         return name
     for prefix, org in SHORT_NAME_ORGS.items():
         if name.lower().startswith(prefix):
@@ -121,10 +121,10 @@ class Policy:
         name = resolve_model_name(settings.name)
         device = pick_device(settings.device)
         dtype = pick_dtype(settings.dtype, device)
-        if name == "tiny":
-            from swarmnode.tiny import load_tiny
+        if name in ("tiny", "tiny-large"):
+            from swarmnode.tiny import TINY_PRESETS, load_tiny
 
-            model, tokenizer = load_tiny()
+            model, tokenizer = load_tiny(TINY_PRESETS[name])
         else:
             tokenizer = AutoTokenizer.from_pretrained(name, revision=settings.revision)
             model = AutoModelForCausalLM.from_pretrained(name, revision=settings.revision, dtype=dtype)

@@ -43,6 +43,16 @@ TINY_SPEC: dict = {
 }
 
 
+# A second size for heterogeneous local swarms (demo, tests): same tokenizer, so same run.
+TINY_LARGE_SPEC: dict = {
+    **TINY_SPEC,
+    "hidden_size": 192,
+    "intermediate_size": 384,
+    "num_hidden_layers": 3,
+}
+TINY_PRESETS: dict[str, dict] = {"tiny": TINY_SPEC, "tiny-large": TINY_LARGE_SPEC}
+
+
 def _spec_key(spec: dict) -> str:
     import hashlib
 

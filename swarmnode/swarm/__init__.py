@@ -1,0 +1,1 @@
+"""The swarm over hivemind: identity, signed DHT records, peer-to-peer payloads, heartbeats."""

@@ -1,0 +1,125 @@
+"""Rollout payloads peer to peer: the receiver pulls a batch straight from its producer.
+
+Protocol `/swarmnode/payload/1` on a libp2p stream:
+  request  = u32 length + msgpack {"run": str, "round": int}     (at most 1 KiB)
+  response = 1 status byte (0 ok, 1 not found) + u64 length + the payload, written in chunks
+The receiver knows the size and digest from the producer's signed manifest, refuses anything
+larger, reads with a deadline and checks the digest, so a peer cannot push unbounded data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections import OrderedDict
+
+import msgpack
+from hivemind.p2p import P2P, PeerID
+
+from swarmnode.swarm.records import payload_digest
+
+log = logging.getLogger(__name__)
+
+PROTOCOL = "/swarmnode/payload/1"
+MAX_REQUEST_BYTES = 1024
+CHUNK_BYTES = 1 << 20
+OK, NOT_FOUND = 0, 1
+
+
+class FetchError(RuntimeError):
+    """A payload could not be fetched. `misbehaved` is True when the peer sent bad data (as
+    opposed to being unreachable or slow), which counts against it."""
+
+    def __init__(self, message: str, misbehaved: bool) -> None:
+        super().__init__(message)
+        self.misbehaved = misbehaved
+
+
+class PayloadServer:
+    """Serves this node's recent payloads to peers that ask for them by (run, round)."""
+
+    def __init__(self, run_id: str, keep_rounds: int, max_concurrent: int = 8) -> None:
+        self.run_id = run_id
+        self.keep_rounds = keep_rounds
+        self._payloads: OrderedDict[int, bytes] = OrderedDict()
+        self._slots = asyncio.Semaphore(max_concurrent)
+        self.served = 0
+
+    def put(self, round_: int, payload: bytes) -> None:
+        self._payloads[round_] = payload
+        while len(self._payloads) > self.keep_rounds:
+            self._payloads.popitem(last=False)
+
+    async def register(self, p2p: P2P) -> None:
+        await p2p.add_binary_stream_handler(PROTOCOL, self._handle)
+
+    async def _handle(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            async with self._slots:
+                request = await asyncio.wait_for(_read_request(reader), timeout=10)
+                payload = None
+                if request.get("run") == self.run_id and isinstance(request.get("round"), int):
+                    payload = self._payloads.get(request["round"])
+                if payload is None:
+                    writer.write(struct.pack(">BQ", NOT_FOUND, 0))
+                else:
+                    writer.write(struct.pack(">BQ", OK, len(payload)))
+                    view = memoryview(payload)
+                    for offset in range(0, len(view), CHUNK_BYTES):
+                        writer.write(view[offset : offset + CHUNK_BYTES])
+                        await writer.drain()
+                    self.served += 1
+                await writer.drain()
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ValueError) as err:
+            log.debug("payload request from %s failed: %s", getattr(info, "peer_id", "?"), err)
+        finally:
+            writer.close()
+
+
+async def _read_request(reader: asyncio.StreamReader) -> dict:
+    (length,) = struct.unpack(">I", await reader.readexactly(4))
+    if length > MAX_REQUEST_BYTES:
+        raise ValueError(f"request of {length} bytes")
+    request = msgpack.unpackb(await reader.readexactly(length), raw=False, max_str_len=256)
+    if not isinstance(request, dict):
+        raise ValueError("request is not a map")
+    return request
+
+
+async def fetch_payload(
+    p2p: P2P, peer_id: str, run_id: str, round_: int, size: int, digest: bytes, timeout_s: float
+) -> bytes:
+    """Download one payload whose size and digest the producer's manifest promised."""
+    try:
+        return await asyncio.wait_for(_fetch(p2p, peer_id, run_id, round_, size, digest), timeout_s)
+    except TimeoutError:
+        raise FetchError(f"no payload from {peer_id} within {timeout_s:.0f} s", misbehaved=False) from None
+    except (ConnectionError, asyncio.IncompleteReadError, OSError) as err:
+        raise FetchError(f"connection to {peer_id} failed: {err}", misbehaved=False) from None
+    except Exception as err:  # the daemon client reports an unreachable peer as ControlFailure
+        if isinstance(err, FetchError):
+            raise
+        raise FetchError(f"cannot reach {peer_id}: {err}", misbehaved=False) from None
+
+
+async def _fetch(p2p: P2P, peer_id: str, run_id: str, round_: int, size: int, digest: bytes) -> bytes:
+    _, reader, writer = await p2p.call_binary_stream_handler(PeerID.from_base58(peer_id), PROTOCOL)
+    try:
+        request = msgpack.packb({"run": run_id, "round": round_})
+        writer.write(struct.pack(">I", len(request)) + request)
+        await writer.drain()
+        status, length = struct.unpack(">BQ", await reader.readexactly(9))
+        if status == NOT_FOUND:
+            raise FetchError(f"{peer_id} no longer holds round {round_}", misbehaved=False)
+        if status != OK or length != size:
+            raise FetchError(
+                f"{peer_id} sent status {status} and {length} bytes; its manifest promised {size}",
+                misbehaved=True,
+            )
+        payload = await reader.readexactly(length)
+    finally:
+        writer.close()
+    if payload_digest(payload) != digest:
+        raise FetchError(f"payload from {peer_id} does not match its signed digest", misbehaved=True)
+    return payload

@@ -1,0 +1,170 @@
+"""A hivemind DHT node and its libp2p daemon, run in this process on a private event loop.
+
+hivemind.DHT runs its node in a forked process fed through a pipe, and that pipe breaks on
+values above about 16 KiB (see the project guide). Running DHTNode on our own plain asyncio
+loop, in a background thread, has no pipe at all, does not fork (safe next to CUDA), and lets
+the payload handlers share the DHT's daemon. The round loop calls the blocking methods here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from hivemind.dht.crypto import RSASignatureValidator
+from hivemind.dht.node import DHTNode
+from hivemind.dht.validation import CompositeValidator
+from hivemind.p2p import P2P, P2PDaemonError
+from hivemind.utils.timed_storage import get_dht_time
+
+from swarmnode.swarm.identity import ensure_identity, load_signing_key
+from swarmnode.swarm.records import make_validators
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class SwarmError(RuntimeError):
+    """The swarm could not be started or reached; the message says what to check."""
+
+
+@dataclass
+class SwarmOptions:
+    initial_peers: list[str] = field(default_factory=list)
+    host_maddrs: list[str] = field(default_factory=lambda: ["/ip4/127.0.0.1/tcp/0"])
+    announce_maddrs: list[str] = field(default_factory=list)
+    identity_path: Path | None = None  # None: a throwaway identity (status, tests)
+    startup_timeout_s: float = 60.0
+    client_mode: bool = False  # status: reads the DHT, stores nothing for others
+
+
+class SwarmRuntime:
+    """Owns the event loop thread, the p2p daemon and the DHT node; blocking calls into them."""
+
+    def __init__(self, options: SwarmOptions) -> None:
+        self.options = options
+        self.loop = asyncio.new_event_loop()  # plain asyncio, never uvloop
+        self._thread = threading.Thread(target=self._run_loop, name="swarm-loop", daemon=True)
+        self.p2p: P2P | None = None
+        self.dht: DHTNode | None = None
+        self.signer: RSASignatureValidator | None = None
+        self.peer_id = ""
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def start(self) -> None:
+        """Start the daemon and join (or found) the DHT; raises SwarmError with a hint."""
+        opts = self.options
+        if opts.identity_path is not None:
+            ensure_identity(opts.identity_path)
+            self.signer = RSASignatureValidator(load_signing_key(opts.identity_path))
+        else:
+            self.signer = RSASignatureValidator()
+        self._thread.start()
+        try:
+            self.call(self._start(), timeout=opts.startup_timeout_s + 5)
+        except TimeoutError:
+            self.shutdown()
+            raise SwarmError(self._hint(f"no answer within {opts.startup_timeout_s:.0f} s")) from None
+        except (P2PDaemonError, RuntimeError, OSError, ValueError) as err:
+            self.shutdown()
+            raise SwarmError(self._hint(str(err))) from None
+
+    async def _start(self) -> None:
+        opts = self.options
+        self.p2p = await P2P.create(
+            initial_peers=opts.initial_peers or None,
+            host_maddrs=opts.host_maddrs,
+            announce_maddrs=opts.announce_maddrs or None,
+            identity_path=str(opts.identity_path) if opts.identity_path else None,
+            startup_timeout=opts.startup_timeout_s,
+            dht_mode="client" if opts.client_mode else "server",
+        )
+        self.peer_id = self.p2p.peer_id.to_base58()
+        self.dht = await DHTNode.create(
+            p2p=self.p2p,
+            initial_peers=opts.initial_peers or None,
+            client_mode=opts.client_mode,
+            record_validator=CompositeValidator(make_validators(self.signer)),
+            bootstrap_timeout=min(opts.startup_timeout_s, 10.0),
+            cache_locally=True,
+        )
+
+    def _hint(self, reason: str) -> str:
+        peers = self.options.initial_peers
+        if peers:
+            return (
+                f"could not join the swarm through {', '.join(peers)}: {reason}. Check that a node is "
+                "running there, that the address ends in /p2p/<peer id> and is reachable from here "
+                "(firewall, NAT: the peer needs --announce-maddrs with its public address), and that "
+                "clocks agree within a few seconds"
+            )
+        return f"could not start the p2p daemon: {reason}. Check --host-maddrs (is the port free?)"
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
+        """Run a coroutine on the swarm loop and wait for it; TimeoutError after `timeout`."""
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout)
+        except TimeoutError:
+            future.cancel()
+            raise
+
+    def visible_maddrs(self) -> list[str]:
+        if self.p2p is None:
+            return []
+        maddrs = self.call(self.p2p.get_visible_maddrs(), timeout=10)
+        return [str(m) for m in maddrs]
+
+    # -- DHT records -------------------------------------------------------------------------
+
+    def store_owned(self, key: str, value: bytes, ttl_s: float, timeout: float = 10.0) -> bool:
+        """Store `value` under our own subkey of `key`; signed, so only we can overwrite it."""
+        return self.call(
+            self.dht.store(key, value, get_dht_time() + ttl_s, subkey=self.signer.local_public_key),
+            timeout,
+        )
+
+    def get_subkeys(self, key: str, timeout: float = 10.0) -> dict[Any, Any]:
+        """All live subkey -> value pairs of a dictionary key (empty when none)."""
+
+        async def fetch() -> dict[Any, Any]:
+            found = await self.dht.get(key, latest=True)
+            if found is None or not hasattr(found.value, "items"):
+                return {}
+            return {subkey: item.value for subkey, item in found.value.items()}
+
+        return self.call(fetch(), timeout)
+
+    def shutdown(self) -> None:
+        """Stop the DHT node and the daemon, then the loop; safe to call twice."""
+        if self.loop.is_closed():
+            return
+
+        async def stop() -> None:
+            if self.dht is not None:
+                await self.dht.shutdown()
+            if self.p2p is not None:
+                await self.p2p.shutdown()
+            current = asyncio.current_task()
+            pending = [t for t in asyncio.all_tasks() if t is not current]
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+        if self._thread.is_alive():
+            try:
+                self.call(stop(), timeout=10)
+            except Exception as err:  # shutting down: report, never raise
+                log.debug("swarm shutdown: %s", err)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout=5)
+        if not self.loop.is_running():
+            self.loop.close()
