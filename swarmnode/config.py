@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from swarmnode.loss import ObjectiveConfig
 
@@ -133,6 +133,20 @@ class SwarmSettings(_Section):
     fetch_timeout_s: float = Field(60.0, gt=0, description="one payload download")
     max_rejects: int = Field(3, ge=1, description="bad batches after which a peer is ignored")
     max_peers_per_round: int = Field(64, ge=1, description="manifests considered per round")
+
+    @field_validator("initial_peers", "host_maddrs", "announce_maddrs")
+    @classmethod
+    def _multiaddrs(cls, values: list[str], info: Any) -> list[str]:
+        from hivemind.utils.multiaddr import Multiaddr
+
+        for text in values:
+            try:
+                maddr = Multiaddr(text)
+            except Exception as err:  # the multiaddr parser raises several unrelated types
+                raise ValueError(f"{text!r} is not a multiaddr ({err}); e.g. /ip4/1.2.3.4/tcp/31337") from None
+            if info.field_name == "initial_peers" and "p2p" not in str(maddr).split("/"):
+                raise ValueError(f"{text!r} lacks /p2p/<peer id>; copy the address a node prints at start")
+        return values
 
 
 class WireSettings(_Section):

@@ -1,0 +1,281 @@
+"""`swarmnode demo`: a local swarm of heterogeneous tiny nodes, one process each, on 127.0.0.1.
+
+The demo only orchestrates: every node is a real `swarmnode join` process with its own config
+file, identity and run directory under the demo directory, exchanging rollouts over hivemind
+exactly as nodes on different machines would. The demo watches their metrics files, then
+prints each node's held-out accuracy before and after and draws the curves. Every process it
+starts lives in its own process group and is stopped on exit, Ctrl-C or failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from swarmnode.metrics import read_metrics
+
+# Node kinds cycled through: two sizes, full fine-tuning and LoRA.
+NODE_KINDS: list[dict[str, Any]] = [
+    {"label": "tiny full", "model": {"name": "tiny"}},
+    {"label": "tiny LoRA r=16", "model": {"name": "tiny", "lora": {"rank": 16}}, "train": {"lr": 3e-4}},
+    {"label": "tiny-large full", "model": {"name": "tiny-large"}},
+]
+
+# The demo's base settings: the tiny CPU preset, shorter rounds so that three processes can
+# share two cores, and the swarm on loopback.
+DEMO_BASE: dict[str, Any] = {
+    "model": {"name": "tiny", "device": "cpu"},
+    "task": {"name": "arithmetic", "answer_format": "answer_tag", "system_prompt": ""},
+    "rollout": {"group_size": 8, "prompts_per_round": 8, "max_new_tokens": 10},
+    "loss": {"objective": "f-tis"},
+    "train": {"lr": 1e-4, "micro_batch_size": 256},
+    "node": {"eval_size": 300, "checkpoint_every": 50, "gather_timeout_s": 20.0},
+    "swarm": {"host_maddrs": ["/ip4/127.0.0.1/tcp/0"], "wait_for_peers_s": 180.0},
+}
+
+
+class DemoError(RuntimeError):
+    pass
+
+
+@dataclass
+class DemoNode:
+    index: int
+    label: str
+    directory: Path
+    process: subprocess.Popen | None = None
+    log_file: Any = None
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.directory / "run" / "metrics.jsonl"
+
+    def metrics(self) -> list[dict[str, Any]]:
+        try:
+            return read_metrics(self.metrics_path) if self.metrics_path.exists() else []
+        except (OSError, ValueError):  # a line being written right now
+            return []
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in extra.items():
+        merged[key] = _merge(merged.get(key, {}), value) if isinstance(value, dict) else value
+    return merged
+
+
+def node_config(base: dict[str, Any], index: int, nodes: int, rounds: int, directory: Path) -> dict[str, Any]:
+    kind = NODE_KINDS[index % len(NODE_KINDS)]
+    overrides = {k: v for k, v in kind.items() if k != "label"}
+    config = _merge(base, overrides)
+    return _merge(
+        config,
+        {
+            "node": {"rounds": rounds, "run_dir": str(directory / "run"), "eval_every": max(1, rounds // 4)},
+            "swarm": {"min_peers": nodes - 1, "identity_path": str(directory / "identity.key")},
+        },
+    )
+
+
+class Demo:
+    def __init__(
+        self,
+        directory: Path,
+        nodes: int = 3,
+        rounds: int = 60,
+        base: dict[str, Any] | None = None,
+        console: Console | None = None,
+        startup_timeout_s: float = 120.0,
+    ) -> None:
+        if nodes < 2:
+            raise DemoError("a swarm needs at least 2 nodes")
+        self.directory = directory
+        self.rounds = rounds
+        self.base = base or DEMO_BASE
+        self.console = console or Console(stderr=True)
+        self.startup_timeout_s = startup_timeout_s
+        self.nodes = [
+            DemoNode(i, NODE_KINDS[i % len(NODE_KINDS)]["label"], directory / f"node-{i}") for i in range(nodes)
+        ]
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def run(self) -> list[dict[str, Any]]:
+        self._prepare()
+        try:
+            self._start_all()
+            self._watch()
+        finally:
+            self.stop()
+        return self.summary()
+
+    def _prepare(self) -> None:
+        if self.directory.exists():
+            if not (self.directory / "demo.json").exists():
+                raise DemoError(f"{self.directory} exists and is not a demo directory; choose another --dir")
+            shutil.rmtree(self.directory)
+        self.directory.mkdir(parents=True)
+        (self.directory / "demo.json").write_text(json.dumps({"nodes": len(self.nodes), "rounds": self.rounds}))
+        from swarmnode.tiny import TINY_PRESETS, ensure_tiny
+
+        names = {_merge(self.base, NODE_KINDS[n.index % len(NODE_KINDS)])["model"]["name"] for n in self.nodes}
+        for name in sorted(names & TINY_PRESETS.keys()):  # build once here, not in three racing processes
+            with self.console.status(f"preparing the {name} preset (once, cached afterwards) ..."):
+                ensure_tiny(TINY_PRESETS[name])
+        for node in self.nodes:
+            node.directory.mkdir(parents=True)
+            config = node_config(self.base, node.index, len(self.nodes), self.rounds, node.directory)
+            (node.directory / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+    def _start(self, node: DemoNode, initial_peers: list[str]) -> None:
+        cmd = [sys.executable, "-m", "swarmnode", "join", "--config", str(node.directory / "config.yaml"), "-q"]
+        for maddr in initial_peers:
+            cmd += ["--initial-peers", maddr]
+        threads = max(1, (os.cpu_count() or 1) // len(self.nodes))
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        node.log_file = (node.directory / "node.log").open("w")
+        node.process = subprocess.Popen(
+            cmd, stdout=node.log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+
+    def _start_all(self) -> None:
+        bootstrap = self.nodes[0]
+        self._start(bootstrap, [])
+        info = bootstrap.directory / "run" / "swarm.json"
+        deadline = time.monotonic() + self.startup_timeout_s
+        with self.console.status("starting the bootstrap node ..."):
+            while not info.exists():
+                if bootstrap.process.poll() is not None:
+                    raise DemoError(f"the bootstrap node exited; see {bootstrap.directory / 'node.log'}")
+                if time.monotonic() > deadline:
+                    raise DemoError(f"the bootstrap node did not start within {self.startup_timeout_s:.0f} s")
+                time.sleep(0.2)
+        maddrs = json.loads(info.read_text())["maddrs"]
+        self.console.print(f"swarm up at {maddrs[0]}", highlight=False, soft_wrap=True)
+        for node in self.nodes[1:]:
+            self._start(node, maddrs[:1])
+        self.console.print(
+            f"{len(self.nodes)} nodes started; logs and configs in {self.directory}/node-*/", highlight=False
+        )
+
+    def _watch(self) -> None:
+        with Live(self._progress_table(), console=self.console, refresh_per_second=2) as live:
+            while any(n.process.poll() is None for n in self.nodes):
+                failed = [n for n in self.nodes if n.process.poll() not in (None, 0)]
+                if failed:
+                    raise DemoError(
+                        f"node {failed[0].index} exited with code {failed[0].process.returncode}; "
+                        f"see {failed[0].directory / 'node.log'}"
+                    )
+                live.update(self._progress_table())
+                time.sleep(1.0)
+            live.update(self._progress_table())
+
+    def stop(self) -> None:
+        """SIGTERM every node's process group (node and its p2p daemon), SIGKILL stragglers."""
+        running = [n for n in self.nodes if n.process is not None and n.process.poll() is None]
+        for node in running:
+            _signal_group(node.process, signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        for node in running:
+            try:
+                node.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for node in self.nodes:
+            if node.process is not None:
+                _signal_group(node.process, signal.SIGKILL)  # whatever is left of the group
+                node.process.wait()
+            if node.log_file is not None:
+                node.log_file.close()
+
+    # -- reporting ---------------------------------------------------------------------------
+
+    def _progress_table(self) -> Table:
+        table = Table(title=f"swarmnode demo: {len(self.nodes)} nodes, {self.rounds} rounds", title_justify="left")
+        for column in ("node", "kind", "round", "reward", "peer samples", "eval", "round s"):
+            table.add_column(column, justify="left" if column in ("node", "kind") else "right")
+        for node in self.nodes:
+            lines = node.metrics()
+            rounds = [m for m in lines if "loss" in m]
+            evals = [m["eval_acc"] for m in lines if m.get("eval_acc") is not None]
+            last = rounds[-1] if rounds else {}
+            table.add_row(
+                str(node.index),
+                node.label,
+                f"{last['round'] + 1}/{self.rounds}" if last else "starting",
+                f"{last['reward_mean']:.3f}" if last else "-",
+                str(last.get("peer_samples", "-")),
+                f"{evals[-1]:.3f}" if evals else "-",
+                f"{last['round_s']:.2f}" if last else "-",
+            )
+        return table
+
+    def summary(self) -> list[dict[str, Any]]:
+        rows = []
+        for node in self.nodes:
+            lines = node.metrics()
+            before = next((m["eval_acc"] for m in lines if m.get("initial")), None)
+            after = next((m["eval_acc"] for m in reversed(lines) if m.get("final")), None)
+            rounds = [m for m in lines if "loss" in m]
+            rows.append(
+                {
+                    "node": node.index,
+                    "kind": node.label,
+                    "rounds": len(rounds),
+                    "eval_before": before,
+                    "eval_after": after,
+                    "peer_samples": sum(m["peer_samples"] for m in rounds),
+                    "rejected": max((m["rejected"] for m in rounds), default=0),
+                }
+            )
+        return rows
+
+    def plot(self, path: Path) -> Path:
+        """Reward (moving average) and held-out accuracy per node, against the round."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, (ax_reward, ax_eval) = plt.subplots(1, 2, figsize=(11, 4))
+        for node in self.nodes:
+            lines = node.metrics()
+            rounds = [m for m in lines if "loss" in m]
+            xs = [m["round"] for m in rounds]
+            ys = [m["reward_mean"] for m in rounds]
+            window = 10
+            smooth = [sum(ys[max(0, i - window + 1) : i + 1]) / len(ys[max(0, i - window + 1) : i + 1]) for i in range(len(ys))]
+            ax_reward.plot(xs, smooth, label=f"{node.index}: {node.label}")
+            evals = [(m["round"] + 1, m["eval_acc"]) for m in lines if m.get("eval_acc") is not None]
+            if evals:
+                ax_eval.plot(*zip(*evals), marker="o", label=f"{node.index}: {node.label}")
+        ax_reward.set(title="training reward (10-round mean)", xlabel="round", ylabel="reward")
+        ax_eval.set(title="held-out accuracy (greedy)", xlabel="round", ylabel="accuracy")
+        for ax in (ax_reward, ax_eval):
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        return path
+
+
+def _signal_group(process: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(process.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

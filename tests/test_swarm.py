@@ -1,0 +1,190 @@
+"""The swarm layer in one process: identity, records and validators, payload exchange."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+
+import msgpack
+import pytest
+from hivemind.p2p import PeerID
+from hivemind.utils.timed_storage import get_dht_time
+
+from swarmnode.exchange import PeerLedger
+from swarmnode.swarm import records
+from swarmnode.swarm.exchange import HivemindExchange
+from swarmnode.swarm.identity import ensure_identity, load_signing_key
+from swarmnode.swarm.records import HEARTBEAT_KEY, Manifest, RecordError, manifest_key, pack, payload_digest
+from swarmnode.swarm.runtime import SwarmOptions, SwarmRuntime
+
+RUN = "testrun"
+
+
+@pytest.fixture
+def start_runtime(tmp_path):
+    started: list[SwarmRuntime] = []
+
+    def start(name: str, initial_peers: list[str] | None = None) -> SwarmRuntime:
+        runtime = SwarmRuntime(
+            SwarmOptions(initial_peers=initial_peers or [], identity_path=tmp_path / f"{name}.key")
+        )
+        runtime.start()
+        started.append(runtime)
+        return runtime
+
+    yield start
+    for runtime in started:
+        runtime.shutdown()
+
+
+def _exchange(runtime: SwarmRuntime, **kwargs) -> HivemindExchange:
+    options = dict(max_payload_bytes=64 << 20, staleness=1, ledger=PeerLedger(3), heartbeat_interval_s=0.5)
+    options.update(kwargs)
+    return HivemindExchange(runtime, RUN, **options)
+
+
+def test_identity_is_private_and_stable(tmp_path):
+    path = tmp_path / "id" / "node.key"
+    peer = ensure_identity(path)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert ensure_identity(path) == peer == PeerID.from_identity(path.read_bytes()).to_base58()
+    signer_marker = records.RSASignatureValidator(load_signing_key(path)).local_public_key
+    assert records.owner_peer_id(signer_marker) == peer, "DHT owner key and peer id are one key"
+
+
+def test_identity_file_that_is_not_a_key_is_a_clear_error(tmp_path):
+    from swarmnode.swarm.identity import IdentityError
+
+    bad = tmp_path / "bad.key"
+    bad.write_bytes(b"not a key")
+    with pytest.raises(IdentityError, match="not a libp2p RSA private key"):
+        ensure_identity(bad)
+
+
+def test_manifest_must_be_signed_by_the_peer_it_names(tmp_path):
+    marker = records.RSASignatureValidator(load_signing_key(_key(tmp_path, "a"))).local_public_key
+    owner = records.owner_peer_id(marker)
+    good = Manifest(owner, 3, 100, payload_digest(b"x"), 10)
+    assert Manifest.from_record(marker, good.to_value(), 3, max_bytes=1000) == good
+    cases = {
+        "signed by": Manifest("QmSomebodyElse", 3, 100, good.digest, 10).to_value(),
+        "round": good.to_value(),  # parsed as round 4 below
+        "outside": Manifest(owner, 3, 10_000, good.digest, 10).to_value(),
+        "digest": Manifest(owner, 3, 100, b"short", 10).to_value(),
+        "msgpack": b"\xc1",
+    }
+    for reason, value in cases.items():
+        with pytest.raises(RecordError, match=reason):
+            Manifest.from_record(marker, value, 4 if reason == "round" else 3, max_bytes=1000)
+    with pytest.raises(RecordError, match="not owned"):
+        Manifest.from_record(b"plain subkey", good.to_value(), 3, max_bytes=1000)
+
+
+def _key(tmp_path, name):
+    path = tmp_path / f"{name}.key"
+    ensure_identity(path)
+    return path
+
+
+def test_validator_rejects_unowned_oversized_and_far_future_records():
+    validator = records.SwarmRecordValidator(max_bytes=100, max_ttl_s=60)
+    owned = msgpack.packb(b"[owner:ssh-rsa AAAA]")
+    now = get_dht_time()
+    ok = records.DHTRecord(b"k", owned, b"v" * 50, now + 30)
+    assert validator.validate(ok)
+    assert not validator.validate(records.DHTRecord(b"k", msgpack.packb(b"mine"), b"v", now + 30))
+    assert not validator.validate(records.DHTRecord(b"k", owned, b"v" * 200, now + 30))
+    assert not validator.validate(records.DHTRecord(b"k", owned, b"v", now + 10_000))
+
+
+def test_forged_and_oversized_writes_are_refused(start_runtime):
+    honest = start_runtime("honest")
+    rogue = start_runtime("rogue", honest.visible_maddrs())
+    assert honest.store_owned(HEARTBEAT_KEY, pack({"who": "honest"}), 60)
+    victim_subkey = honest.signer.local_public_key
+    forged = rogue.call(
+        rogue.dht.store(HEARTBEAT_KEY, pack({"who": "rogue"}), get_dht_time() + 60, subkey=victim_subkey),
+        timeout=10,
+    )
+    assert forged is False
+    # a signature copied from elsewhere does not verify either
+    fake = pack({"who": "rogue"}) + b"[signature:" + b"A" * 344 + b"]"
+    assert not rogue.call(rogue.dht.store(HEARTBEAT_KEY, fake, get_dht_time() + 60, subkey=victim_subkey), 10)
+    assert not rogue.store_owned(HEARTBEAT_KEY, b"x" * 10_000, 60), "oversized"
+    assert not rogue.store_owned(HEARTBEAT_KEY, pack({}), 100_000), "expires too late"
+    assert not rogue.call(rogue.dht.store("unowned", pack({}), get_dht_time() + 60), 10), "unowned key"
+    values = {records.owner_peer_id(k): records.unpack(v) for k, v in rogue.get_subkeys(HEARTBEAT_KEY).items()}
+    assert values == {honest.peer_id: {"who": "honest"}}
+
+
+def test_a_dictionary_larger_than_16_kib_comes_back_whole(start_runtime):
+    """The guide's DHT crash line: several peers' ~4 KiB records under one key (about 20 KB)."""
+    first = start_runtime("n0")
+    nodes = [first] + [start_runtime(f"n{i}", first.visible_maddrs()) for i in range(1, 5)]
+    value = pack({"pad": "x" * 3900})
+    assert all(node.store_owned("big", value, 60) for node in nodes)
+    found = nodes[-1].get_subkeys("big")
+    assert len(found) == 5 and sum(len(v) for v in found.values()) > 16 * 1024
+
+
+@pytest.mark.parametrize("size_mb", [2, 20])
+def test_payloads_travel_peer_to_peer(start_runtime, size_mb):
+    a = start_runtime("a")
+    b = start_runtime("b", a.visible_maddrs())
+    ex_a, ex_b = _exchange(a), _exchange(b)
+    payload = os.urandom(size_mb << 20)
+    ex_a.publish(0, payload, tokens=len(payload) // 8)
+    started = time.monotonic()
+    got = ex_b.gather(0, staleness=1, timeout_s=30)
+    assert [(g.peer_id, g.round) for g in got] == [(a.peer_id, 0)]
+    assert got[0].payload == payload and time.monotonic() - started < 30
+    assert ex_b.gather(0, staleness=1, timeout_s=0.5) == [], "each batch is handed out once"
+    ex_a.close()
+    ex_b.close()
+
+
+def test_lying_peers_are_counted_and_unreachable_ones_are_not(start_runtime):
+    honest = start_runtime("honest")
+    rogue = start_runtime("rogue", honest.visible_maddrs())
+    ledger = PeerLedger(max_rejects=10)
+    ex = _exchange(honest, ledger=ledger)
+    rogue_ex = _exchange(rogue)
+    # 1: content that does not match the signed digest
+    rogue_ex.server.put(0, b"A" * 1000)
+    lie = Manifest(rogue.peer_id, 0, 1000, payload_digest(b"B" * 1000), 1)
+    assert rogue.store_owned(manifest_key(RUN, 0), lie.to_value(), 60)
+    # 2: a manifest announcing more than this node accepts
+    big = Manifest(rogue.peer_id, 1, 1 << 40, payload_digest(b""), 1)
+    assert rogue.store_owned(manifest_key(RUN, 1), big.to_value(), 60)
+    assert ex.gather(1, staleness=1, timeout_s=3) == []
+    assert ledger.counts[rogue.peer_id] == 2
+    # 3: announced, then gone: not the peer's fault, nothing counted
+    good = b"C" * 1000
+    rogue_ex.server.put(2, good)
+    assert rogue.store_owned(manifest_key(RUN, 2), Manifest(rogue.peer_id, 2, 1000, payload_digest(good), 1).to_value(), 60)
+    rogue_ex.close()
+    assert ex.gather(2, staleness=0, timeout_s=3) == []
+    assert ledger.counts[rogue.peer_id] == 2
+    ex.close()
+
+
+def test_heartbeats_show_live_peers_of_the_run_only(start_runtime):
+    a = start_runtime("a")
+    b = start_runtime("b", a.visible_maddrs())
+    c = start_runtime("c", a.visible_maddrs())
+    ex_a, ex_b = _exchange(a), _exchange(b)
+    other = HivemindExchange(c, "another-run", max_payload_bytes=1 << 20, staleness=1, ledger=PeerLedger())
+    ex_b.update_status({"round": 7, "model": "tiny"})
+    other.update_status({"round": 9})
+    assert ex_a.wait_for_peers(1, timeout_s=10) == 1
+    deadline = time.monotonic() + 10
+    while ex_a.swarm_round() != 7 and time.monotonic() < deadline:
+        time.sleep(0.2)
+        ex_a.wait_for_peers(1, timeout_s=0)
+    assert set(ex_a.live_peers()) == {b.peer_id} and ex_a.swarm_round() == 7
+    ex_b.close()  # says goodbye: no longer waited for
+    ex_a.wait_for_peers(1, timeout_s=0)
+    assert ex_a.live_peers() == {}
+    other.close()
+    ex_a.close()

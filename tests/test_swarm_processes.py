@@ -1,0 +1,250 @@
+"""Real `swarmnode join` processes on 127.0.0.1: training together, failures, a rogue, status.
+
+One swarm of three heterogeneous tiny nodes is shared by the tests of this module, which run
+in order: each one leaves the swarm in the state the next expects (kills and restarts last).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import msgpack
+import psutil
+import pytest
+import yaml
+from hivemind.utils.timed_storage import get_dht_time
+
+from swarmnode import wire
+from swarmnode.exchange import PeerLedger
+from swarmnode.metrics import read_metrics
+from swarmnode.swarm.exchange import HivemindExchange
+from swarmnode.swarm.records import (
+    HEARTBEAT_KEY,
+    Manifest,
+    heartbeat_from_record,
+    manifest_key,
+    pack,
+    payload_digest,
+)
+from swarmnode.swarm.runtime import SwarmOptions, SwarmRuntime
+
+pytestmark = pytest.mark.slow
+
+DEADLINE_S = 8.0
+BASE = {
+    "model": {"name": "tiny", "device": "cpu"},
+    "task": {"name": "arithmetic", "system_prompt": ""},
+    "rollout": {"group_size": 4, "prompts_per_round": 4, "max_new_tokens": 10},
+    "train": {"lr": 1e-4},
+    "node": {"rounds": 100_000, "eval_size": 10, "checkpoint_every": 2, "gather_timeout_s": DEADLINE_S},
+    "swarm": {
+        "host_maddrs": ["/ip4/127.0.0.1/tcp/0"],
+        "heartbeat_interval_s": 1.0,
+        "stale_after_s": 5.0,
+        "min_peers": 2,
+        "max_rejects": 3,
+    },
+}
+KINDS = {"a": {"model": {"name": "tiny"}}, "b": {"model": {"name": "tiny", "lora": {"rank": 8}}},
+         "c": {"model": {"name": "tiny-large"}}}
+
+
+class NodeProcess:
+    def __init__(self, root: Path, name: str) -> None:
+        self.name = name
+        self.dir = root / name
+        self.dir.mkdir(parents=True, exist_ok=True)
+        config = {**BASE, **{k: {**BASE.get(k, {}), **v} for k, v in KINDS[name].items()}}
+        config["node"] = {**config["node"], "run_dir": str(self.dir / "run")}
+        self.config_path = self.dir / "config.yaml"
+        self.config_path.write_text(yaml.safe_dump(config))
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+
+    def start(self, initial_peers: list[str]) -> None:
+        cmd = [sys.executable, "-m", "swarmnode", "join", "--config", str(self.config_path), "-q"]
+        for maddr in initial_peers:
+            cmd += ["--initial-peers", maddr]
+        self.starts += 1
+        self.log = (self.dir / f"node-{self.starts}.log").open("w")
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+    @property
+    def info(self) -> dict:
+        return json.loads((self.dir / "run" / "swarm.json").read_text())
+
+    def rounds(self) -> list[dict]:
+        path = self.dir / "run" / "metrics.jsonl"
+        return [m for m in read_metrics(path) if "loss" in m] if path.exists() else []
+
+    def output(self) -> str:
+        """The log with whitespace runs collapsed (rich may wrap long lines)."""
+        return " ".join((self.dir / f"node-{self.starts}.log").read_text().split())
+
+    def kill_group(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+def wait_for(condition, timeout: float, what: str, nodes=()):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        for node in nodes:
+            if node.proc.poll() not in (None,):
+                pytest.fail(f"node {node.name} exited ({node.proc.returncode}):\n{node.output()[-3000:]}")
+        time.sleep(0.5)
+    logs = "\n".join(f"--- {n.name}\n{n.output()[-2000:]}" for n in nodes)
+    pytest.fail(f"timed out waiting for {what}\n{logs}")
+
+
+@pytest.fixture(scope="module")
+def swarm(tmp_path_factory):
+    from swarmnode.tiny import TINY_PRESETS, ensure_tiny
+
+    for spec in TINY_PRESETS.values():  # build once here rather than in three racing processes
+        ensure_tiny(spec)
+    root = tmp_path_factory.mktemp("swarm")
+    nodes = {name: NodeProcess(root, name) for name in "abc"}
+    nodes["a"].start([])
+    wait_for(lambda: (nodes["a"].dir / "run" / "swarm.json").exists(), 60, "bootstrap", [nodes["a"]])
+    bootstrap = nodes["a"].info["maddrs"]
+    for name in "bc":
+        nodes[name].start(bootstrap)
+    yield nodes, bootstrap
+    for node in nodes.values():
+        node.stop()
+
+
+def _trained_with_peers(node: NodeProcess, since: int = 1) -> bool:
+    rounds = node.rounds()[since:]
+    return bool(rounds) and all(r["peer_samples"] > 0 for r in rounds)
+
+
+def test_three_heterogeneous_nodes_train_on_each_others_samples(swarm):
+    nodes, _ = swarm
+    live = list(nodes.values())
+    wait_for(lambda: all(len(n.rounds()) >= 4 for n in live), 240, "4 rounds on every node", live)
+    for node in live:
+        rounds = node.rounds()
+        assert all(r["peer_samples"] > 0 for r in rounds[1:]), (node.name, [r["peer_samples"] for r in rounds])
+        assert rounds[-1]["peers"] == 2
+    peer_ids = {n.info["peer_id"] for n in live}
+    assert len(peer_ids) == 3
+
+
+def test_status_lists_the_three_peers_with_their_models(swarm):
+    nodes, bootstrap = swarm
+    cmd = [sys.executable, "-m", "swarmnode", "status", "--initial-peers", bootstrap[0]]
+    done = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    peers = {p["peer"]: p for p in json.loads(done.stdout)["peers"]}
+    expected = {n.info["peer_id"]: n for n in nodes.values()}
+    assert set(peers) == set(expected)
+    models = {expected[p].name: (h["model"], h["lora"], h["state"]) for p, h in peers.items()}
+    assert models == {"a": ("tiny", 0, "training"), "b": ("tiny", 8, "training"), "c": ("tiny-large", 0, "training")}
+    table = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+    assert table.returncode == 0 and "tiny-large" in table.stdout and "3 peer(s)" in table.stdout
+
+
+def test_status_says_clearly_when_the_swarm_cannot_be_reached(swarm):
+    nodes, _ = swarm
+    unreachable = f"/ip4/127.0.0.1/tcp/9/p2p/{nodes['a'].info['peer_id']}"
+    done = subprocess.run(
+        [sys.executable, "-m", "swarmnode", "status", "--initial-peers", unreachable, "--timeout", "10"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 1 and "could not join the swarm" in done.stderr
+
+
+def test_a_rogue_peer_is_refused_counted_and_ignored(swarm, tmp_path):
+    nodes, bootstrap = swarm
+    honest = [nodes["a"], nodes["b"]]
+    rogue = SwarmRuntime(SwarmOptions(initial_peers=bootstrap, identity_path=tmp_path / "rogue.key"))
+    rogue.start()
+    try:
+        beats = {}
+        for subkey, raw in rogue.get_subkeys(HEARTBEAT_KEY).items():
+            hb = heartbeat_from_record(subkey, raw)
+            beats[hb["peer"]] = (subkey, hb)
+        victim_subkey, victim = beats[nodes["a"].info["peer_id"]]
+        run_id = victim["run"]
+        # forged write into a's heartbeat: refused by every honest DHT node
+        forged = pack({**victim, "model": "evil", "time": get_dht_time()})
+        assert not rogue.call(rogue.dht.store(HEARTBEAT_KEY, forged, get_dht_time() + 60, subkey=victim_subkey), 10)
+        ex = HivemindExchange(rogue, run_id, max_payload_bytes=1 << 20, staleness=1, ledger=PeerLedger())
+        start_round = max(hb["round"] for _, hb in beats.values())
+        bad_payloads = [
+            b"SNRB" + os.urandom(500),  # malformed wire message
+            wire.encode(wire.RolloutBatch(run_id, rogue.peer_id, 0, wire.PolicyInfo("x", 1, None), "t", [])),  # wrong round/tokenizer
+            msgpack.packb({"flood": "x" * 200_000}),  # big junk
+        ]
+        before = {n.name: (n.rounds()[-1]["rejected"] if n.rounds() else 0) for n in honest}
+        for i in range(12):  # announces junk for the coming rounds, and one lie about its digest
+            r = start_round + i
+            payload = bad_payloads[i % len(bad_payloads)]
+            ex.server.put(r, payload)
+            digest = payload_digest(payload) if i % 4 else payload_digest(b"other")
+            rogue.store_owned(manifest_key(run_id, r), Manifest(rogue.peer_id, r, len(payload), digest, 1).to_value(), 60)
+            time.sleep(0.5)
+        wait_for(
+            lambda: all(n.rounds()[-1]["rejected"] >= 3 for n in honest), 120, "rogue rejected 3 times", honest
+        )
+        for node in honest:
+            last = node.rounds()[-1]
+            assert last["rejected"] - before[node.name] >= 3
+            assert "ignoring " + rogue.peer_id in node.output(), "banned after max_rejects, said once"
+        mark = {n.name: len(n.rounds()) for n in honest}
+        wait_for(lambda: all(len(n.rounds()) >= mark[n.name] + 3 for n in honest), 120, "3 more rounds", honest)
+        for node in honest:
+            assert all(r["peer_samples"] > 0 for r in node.rounds()[mark[node.name]:]), "honest training goes on"
+        ex.close()
+    finally:
+        rogue.shutdown()
+
+
+def test_kills_restart_and_clean_shutdown(swarm):
+    nodes, _ = swarm
+    a, b, c = nodes["a"], nodes["b"], nodes["c"]
+    # the bootstrap node dies: the other two keep exchanging
+    a.kill_group()
+    mark = {n.name: len(n.rounds()) for n in (b, c)}
+    wait_for(lambda: all(len(n.rounds()) >= mark[n.name] + 6 for n in (b, c)), 180, "rounds after a died", [b, c])
+    for node in (b, c):
+        tail = node.rounds()[mark[node.name] + 3 :]  # a's heartbeat goes stale within a few rounds
+        assert all(r["peer_samples"] > 0 for r in tail), (node.name, [r["peer_samples"] for r in tail])
+    # c killed mid-round: b goes on, never waiting longer than its deadline
+    c_peer = c.info["peer_id"]
+    c.kill_group()
+    mark_b = len(b.rounds())
+    wait_for(lambda: len(b.rounds()) >= mark_b + 4, 120, "b alone", [b])
+    assert all(r["round_s"] < DEADLINE_S + 5 for r in b.rounds()[mark_b:])
+    # c restarts from the same directory: same peer id, resumes, trains with b again
+    checkpoint_round = json.loads((c.dir / "run" / "checkpoint" / "meta.json").read_text())["round"]
+    c.start(b.info["maddrs"][:1])
+    wait_for(lambda: "resumed from" in c.output(), 120, "c resumes", [b, c])
+    assert f"at round {checkpoint_round + 1}" in c.output()
+    assert c.info["peer_id"] == c_peer
+    wait_for(lambda: c.rounds() and c.rounds()[-1]["peer_samples"] > 0, 120, "c trains with b again", [b, c])
+    # Ctrl-C: checkpoint written, daemon gone, exit code 130
+    children = psutil.Process(b.proc.pid).children(recursive=True)
+    assert any("p2pd" in p.name() for p in children)
+    b.proc.send_signal(signal.SIGINT)
+    assert b.proc.wait(timeout=60) == 130
+    assert "interrupted" in b.output()
+    assert (b.dir / "run" / "checkpoint" / "meta.json").exists()
+    time.sleep(1)
+    assert not [p for p in children if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
