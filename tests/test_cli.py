@@ -1,6 +1,7 @@
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,21 @@ def test_no_pickle_anywhere():
     pattern = re.compile(r"\bimport pickle\b|\bpickle\.|torch\.load\(|torch\.save\(|cloudpickle|dill\b")
     offenders = [str(p) for p in (ROOT / "swarmnode").rglob("*.py") if pattern.search(p.read_text())]
     assert offenders == []
+
+
+def test_join_fails_fast_and_clearly_when_no_initial_peer_answers(tmp_path):
+    unreachable = "/ip4/127.0.0.1/tcp/9/p2p/QmUZb37HNUQ8PpaQBmGUU3BRKiRaGLCscvutEhCH4gAxeN"
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "swarmnode", "join", "--run-dir", str(tmp_path / "r"),
+         "--initial-peers", unreachable, "--startup-timeout", "10"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 1
+    assert "could not join the swarm" in done.stderr and "announce-maddrs" in done.stderr
+    assert time.monotonic() - started < 60
+
+
+def test_a_malformed_peer_address_is_a_config_error(tmp_path):
+    result = runner.invoke(app, ["join", "--run-dir", str(tmp_path / "r"), "--initial-peers", "/ip4/1.2.3.4/tcp/5"])
+    assert result.exit_code == 2 and "lacks /p2p/" in " ".join(result.output.split())

@@ -85,8 +85,12 @@ class HivemindExchange(Exchange):
     def publish(self, round_: int, payload: bytes, tokens: int = 0) -> None:
         self.runtime.loop.call_soon_threadsafe(self.server.put, round_, payload)
         manifest = Manifest(self.peer_id, round_, len(payload), payload_digest(payload), tokens)
+        key = manifest_key(self.run_id, round_)
         try:
-            ok = self.runtime.store_owned(manifest_key(self.run_id, round_), manifest.to_value(), MANIFEST_TTL_S)
+            ok = self.runtime.store_owned(key, manifest.to_value(), MANIFEST_TTL_S)
+            # hivemind reports the last replica's answer, which is False when a peer's lookup
+            # already cached this very record there; so check before calling it a failure.
+            ok = ok or self.runtime.signer.local_public_key in self.runtime.get_subkeys(key)
         except TimeoutError:
             ok = False
         if not ok:

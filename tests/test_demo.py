@@ -1,0 +1,75 @@
+"""`swarmnode demo` end to end, and its clean-up when interrupted."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from swarmnode.demo import DEMO_BASE, NODE_KINDS, node_config
+
+pytestmark = pytest.mark.slow
+
+
+def test_node_configs_are_heterogeneous_and_valid(tmp_path):
+    from swarmnode.config import Config
+
+    configs = [Config.model_validate(node_config(DEMO_BASE, i, 3, 10, tmp_path / str(i))) for i in range(3)]
+    assert [(c.model.name, c.model.lora.rank) for c in configs] == [("tiny", 0), ("tiny", 16), ("tiny-large", 0)]
+    assert all(c.swarm.min_peers == 2 for c in configs)
+    assert len({str(c.node.run_dir) for c in configs}) == 3
+    assert len(NODE_KINDS) == 3
+
+
+def test_demo_runs_a_local_swarm_and_reports_learning(tmp_path):
+    out = tmp_path / "demo"
+    done = subprocess.run(
+        [sys.executable, "-m", "swarmnode", "demo", "--nodes", "2", "--rounds", "3", "--dir", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "held-out accuracy" in done.stdout and "tiny LoRA" in done.stdout
+    assert (out / "curves.png").stat().st_size > 10_000
+    for node in ("node-0", "node-1"):
+        lines = [json.loads(x) for x in (out / node / "run" / "metrics.jsonl").read_text().splitlines()]
+        assert lines[0]["initial"] and lines[-1]["final"]
+        assert all(m["peer_samples"] > 0 for m in lines if "loss" in m and m["round"] > 0)
+    pids = [json.loads((out / n / "run" / "swarm.json").read_text())["pid"] for n in ("node-0", "node-1")]
+    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
+
+
+def test_demo_refuses_a_directory_it_did_not_create(tmp_path):
+    (tmp_path / "precious.txt").write_text("keep me")
+    done = subprocess.run(
+        [sys.executable, "-m", "swarmnode", "demo", "--dir", str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1 and "not a demo directory" in done.stderr
+    assert (tmp_path / "precious.txt").exists()
+
+
+def test_ctrl_c_stops_every_process_the_demo_started(tmp_path):
+    out = tmp_path / "demo"
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "swarmnode", "demo", "--nodes", "2", "--rounds", "100000", "--dir", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    infos = [out / n / "run" / "swarm.json" for n in ("node-0", "node-1")]
+    deadline = time.monotonic() + 300
+    while not all(p.exists() for p in infos) and time.monotonic() < deadline:
+        assert demo.poll() is None, demo.stderr.read()[-3000:]
+        time.sleep(0.5)
+    pids = [json.loads(p.read_text())["pid"] for p in infos]
+    family = [psutil.Process(p) for p in pids]
+    family += [c for p in list(family) for c in p.children(recursive=True)]
+    assert any("p2pd" in p.name() for p in family)
+    demo.send_signal(signal.SIGINT)
+    _, err = demo.communicate(timeout=120)
+    assert demo.returncode == 130, err[-3000:]
+    assert "every node stopped" in " ".join(err.split())
+    alive = [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert alive == []
