@@ -17,8 +17,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-run: setup  ## train the built-in tiny model on CPU, alone, offline
-	$(VENV)/bin/swarmnode join --config configs/tiny-cpu.yaml
+run: setup  ## a local swarm of 3 heterogeneous tiny nodes on CPU, offline (swarmnode demo)
+	$(VENV)/bin/swarmnode demo
 
 lint: setup
 	$(VENV)/bin/ruff check swarmnode tests bench
@@ -30,6 +30,7 @@ bench: setup
 	$(PY) bench/wire_codec.py
 	$(PY) bench/objective_overhead.py
 	$(PY) bench/learning.py
+	$(PY) bench/swarm_exchange.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache

@@ -49,6 +49,9 @@ TINY_LARGE_SPEC: dict = {
     "hidden_size": 192,
     "intermediate_size": 384,
     "num_hidden_layers": 3,
+    # measured: 550 steps at 1e-3 left it at 5 % greedy accuracy, 700 at 5e-4 at 67 %
+    "warmup_steps": 700,
+    "warmup_lr": 5e-4,
 }
 TINY_PRESETS: dict[str, dict] = {"tiny": TINY_SPEC, "tiny-large": TINY_LARGE_SPEC}
 
