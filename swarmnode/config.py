@@ -60,14 +60,26 @@ class TaskSettings(_Section):
 
 
 class RolloutSettings(_Section):
-    backend: Literal["hf"] = "hf"
+    backend: Literal["auto", "hf", "vllm"] = Field(
+        "auto", description="auto = vLLM when it is installed and the model is on a GPU, else hf"
+    )
     group_size: int = Field(8, ge=2, le=64)
     prompts_per_round: int = Field(16, ge=1, le=256)
     max_new_tokens: int = Field(16, ge=1, le=8192)
     temperature: float = Field(1.0, gt=0, le=10)
     top_k: int = Field(0, ge=0, description="0 = off; truncation biases importance weights")
     top_p: float = Field(1.0, gt=0, le=1)
-    batch_size: int = Field(128, ge=1, description="sequences per generate call")
+    batch_size: int = Field(128, ge=1, description="sequences per generate call (hf)")
+    max_prompt_tokens: int = Field(1024, ge=1, description="vLLM: room kept for the prompt")
+    vllm_memory_fraction: float | None = Field(
+        None, gt=0, le=0.95, description="share of GPU memory (RAM on CPU) for vLLM; None = 0.3 GPU, 0.1 CPU"
+    )
+    vllm_kv_cache_gib: float | None = Field(
+        None, gt=0, description="vLLM KV cache size; None = GPU: what the share leaves, CPU: 2 rounds' worth"
+    )
+    vllm_max_model_len: int | None = Field(
+        None, ge=16, description="None = max_prompt_tokens + max_new_tokens, capped by the model"
+    )
 
 
 class LossSettings(_Section):
@@ -90,6 +102,12 @@ class TrainSettings(_Section):
     max_grad_norm: float = Field(1.0, gt=0)
     micro_batch_size: int = Field(32, ge=1, description="sequences per forward/backward")
     adam_betas: tuple[float, float] = (0.9, 0.99)
+    master_weights: Literal["auto", "float32", "model"] = Field(
+        "auto",
+        description="auto/float32: full fine-tuning of a bf16/fp16 model keeps fp32 weights and "
+        "computes under autocast (bf16 rounds away updates under ~0.4 % of a weight); "
+        "model: train in the model's dtype (half the memory, small updates lost)",
+    )
 
 
 class NodeSettings(_Section):

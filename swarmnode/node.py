@@ -10,7 +10,7 @@ import logging
 import random
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -148,7 +148,7 @@ class Node:
             run_id=self.run_id,
             peer_id=self.peer_id,
             round=round_,
-            policy=self.policy.info,
+            policy=replace(self.policy.info, backend=self.generator.name),
             tokenizer_fingerprint=self.policy.fingerprint,
             groups=[_to_wire_group(p.id, g) for p, g in zip(problems, groups)],
         )
@@ -182,6 +182,7 @@ class Node:
         t = time.perf_counter()
         result = self.policy.train_step(samples, self.objective, self.config.rollout.temperature)
         state.timings["train_s"] = time.perf_counter() - t
+        state.timings["sync_s"] = self.generator.sync_weights()
         own_rewards = [r for g in state.own_groups for r in g.rewards]
         peer_rewards = [r for g in peer_groups for r in g.rewards]
         self.consumed += len(peer_rewards)
@@ -324,6 +325,7 @@ class Node:
                 "the settings changed; use a new --run-dir or set node.resume=false"
             )
         self.next_round = int(meta["round"]) + 1
+        self.generator.sync_weights()
         return True
 
     def run(self, rounds: int | None = None) -> dict[str, Any]:
@@ -397,7 +399,7 @@ class Node:
             "model": self.policy.name,
             "params": self.policy.num_params,
             "lora": self.policy.lora_rank or 0,
-            "backend": self.config.rollout.backend,
+            "backend": self.generator.name,
             "device": str(self.policy.device),
             "reward": last.get("reward_mean"),
             "eval_acc": self.last_eval,
@@ -411,6 +413,7 @@ class Node:
     def close(self) -> None:
         self.metrics.close()
         self.exchange.close()
+        self.generator.close()
 
 
 def _to_wire_group(prompt_id: int, completions: list[Completion]) -> wire.CompletionGroup:

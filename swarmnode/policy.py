@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,9 +82,19 @@ class Policy:
         train: TrainSettings,
         lora: LoraSettings,
         use_chat_template: bool = True,
+        source: str | None = None,
+        revision: str | None = None,
+        compute_dtype: torch.dtype | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.name = name
+        self.source = source or name  # what another loader (vLLM) opens: local dir or hub id
+        self.revision = revision
+        self.max_positions = int(getattr(model.config, "max_position_embeddings", 2048))
+        weights_dtype = next(model.parameters()).dtype
+        # Forward passes run in compute_dtype; weights (the optimiser's copy) may be wider.
+        self.compute_dtype = compute_dtype or weights_dtype
+        self.autocast = self.compute_dtype != weights_dtype
         self.train_settings = train
         self.use_chat_template = use_chat_template and bool(getattr(tokenizer, "chat_template", None))
         self.num_params = sum(p.numel() for p in model.parameters())
@@ -121,17 +133,51 @@ class Policy:
         name = resolve_model_name(settings.name)
         device = pick_device(settings.device)
         dtype = pick_dtype(settings.dtype, device)
+        weights_dtype = master_dtype(dtype, bool(settings.lora.rank), train.master_weights)
         if name in ("tiny", "tiny-large"):
-            from swarmnode.tiny import TINY_PRESETS, load_tiny
+            from swarmnode.tiny import TINY_PRESETS, ensure_tiny, load_tiny
 
+            source = str(ensure_tiny(TINY_PRESETS[name]))
             model, tokenizer = load_tiny(TINY_PRESETS[name])
         else:
+            source = name
             tokenizer = AutoTokenizer.from_pretrained(name, revision=settings.revision)
-            model = AutoModelForCausalLM.from_pretrained(name, revision=settings.revision, dtype=dtype)
+            model = AutoModelForCausalLM.from_pretrained(name, revision=settings.revision, dtype=weights_dtype)
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
-        model = model.to(device=device, dtype=dtype)
-        return cls(model, tokenizer, name, train, settings.lora, settings.use_chat_template)
+        model = model.to(device=device, dtype=weights_dtype)
+        return cls(
+            model, tokenizer, name, train, settings.lora, settings.use_chat_template,
+            source=source, revision=settings.revision, compute_dtype=dtype,
+        )
+
+    def compute(self) -> contextlib.AbstractContextManager:
+        """Context for forward passes: autocast to compute_dtype when weights are kept wider."""
+        if not self.autocast:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.compute_dtype)
+
+    def merged_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """The weights under the base checkpoint's names, LoRA deltas merged in (for vLLM)."""
+        if not self.lora_rank:
+            yield from self.model.named_parameters()
+            return
+        from peft.tuners.lora import LoraLayer
+
+        base = self.model.get_base_model()
+        lora_layers = {name: m for name, m in base.named_modules() if isinstance(m, LoraLayer)}
+        with torch.no_grad():
+            for name, param in base.named_parameters():
+                if ".lora_" in name:
+                    continue
+                module_name, marker, leaf = name.partition(".base_layer.")
+                if not marker:
+                    yield name, param
+                elif leaf == "weight":
+                    delta = lora_layers[module_name].get_delta_weight("default")
+                    yield f"{module_name}.weight", param + delta.to(param.dtype)
+                else:
+                    yield f"{module_name}.{leaf}", param
 
     @property
     def info(self) -> PolicyInfo:
@@ -176,7 +222,8 @@ class Policy:
             input_ids[row, : len(sequence)] = torch.tensor(sequence)
             attention[row, : len(sequence)] = 1
         input_ids, attention = input_ids.to(self.device), attention.to(self.device)
-        logits = self.model(input_ids=input_ids, attention_mask=attention).logits
+        with self.compute():
+            logits = self.model(input_ids=input_ids, attention_mask=attention).logits
         longest = max(lengths)
         steps = torch.arange(longest, device=self.device)
         starts = torch.tensor([len(p) - 1 for p in prompts], device=self.device)
@@ -218,6 +265,19 @@ class Policy:
         self.optimizer.step()
         self.model.eval()
         return StepResult(loss=loss_value, grad_norm=grad_norm, stats=ObjectiveStats.combine(parts))
+
+
+def master_dtype(compute: torch.dtype, lora: bool, setting: str) -> torch.dtype:
+    """dtype of the weights the optimiser updates.
+
+    Full fine-tuning in bf16 loses every Adam update smaller than bf16's spacing (2^-8 of the
+    weight): at lr 1e-6 that is nearly all of them, so by default the trained weights stay fp32
+    and forward passes autocast. LoRA adapters are fp32 already (peft), the frozen base is not
+    updated, so it stays in the compute dtype.
+    """
+    if lora or setting == "model" or compute == torch.float32:
+        return compute
+    return torch.float32
 
 
 def cache_dir() -> Path:

@@ -56,11 +56,12 @@ KINDS = {"a": {"model": {"name": "tiny"}}, "b": {"model": {"name": "tiny", "lora
 
 
 class NodeProcess:
-    def __init__(self, root: Path, name: str) -> None:
+    def __init__(self, root: Path, name: str, kind: dict | None = None) -> None:
         self.name = name
         self.dir = root / name
         self.dir.mkdir(parents=True, exist_ok=True)
-        config = {**BASE, **{k: {**BASE.get(k, {}), **v} for k, v in KINDS[name].items()}}
+        kind = KINDS[name] if kind is None else kind
+        config = {**BASE, **{k: {**BASE.get(k, {}), **v} for k, v in kind.items()}}
         config["node"] = {**config["node"], "run_dir": str(self.dir / "run")}
         self.config_path = self.dir / "config.yaml"
         self.config_path.write_text(yaml.safe_dump(config))

@@ -1,4 +1,4 @@
-"""The generator interface shared by the Hugging Face and (later) vLLM backends."""
+"""The generator interface shared by the Hugging Face and vLLM backends."""
 
 from __future__ import annotations
 
@@ -22,6 +22,14 @@ class Generator(Protocol):
 
     def generate(self, prompts: list[list[int]], group_size: int) -> list[list[Completion]]:
         """`group_size` samples for each prompt, in prompt order."""
+        ...
+
+    def sync_weights(self) -> float:
+        """Make generation use the policy's current weights (after a step or a resume); seconds."""
+        ...
+
+    def close(self) -> None:
+        """Release what the generator holds (vLLM's engine)."""
         ...
 
     def greedy(self, prompts: list[list[int]]) -> list[Completion]:

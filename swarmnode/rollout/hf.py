@@ -64,6 +64,13 @@ class HFGenerator:
         self.policy = policy
         self.settings = settings
 
+    def sync_weights(self) -> float:
+        """Nothing to copy: generation uses the trainer's own model."""
+        return 0.0
+
+    def close(self) -> None:
+        """Nothing held beyond the policy."""
+
     def generate(self, prompts: list[list[int]], group_size: int) -> list[list[Completion]]:
         flat = [prompt for prompt in prompts for _ in range(group_size)]
         completions: list[Completion] = []
@@ -101,12 +108,13 @@ class HFGenerator:
         )
         model = self.policy.model
         model.eval()
-        sequences = model.generate(
-            input_ids=input_ids.to(self.policy.device),
-            attention_mask=attention.to(self.policy.device),
-            generation_config=config,
-            logits_processor=LogitsProcessorList([recorder]),
-        )
+        with self.policy.compute():
+            sequences = model.generate(
+                input_ids=input_ids.to(self.policy.device),
+                attention_mask=attention.to(self.policy.device),
+                generation_config=config,
+                logits_processor=LogitsProcessorList([recorder]),
+            )
         generated = sequences[:, width:].cpu()
         logprobs = recorder.finish(sequences).float().cpu()
         result = []
