@@ -275,6 +275,8 @@ def run_node(config: Config, quiet: bool = False, config_path: Path | None = Non
             ood_eval = Math500Eval(config.task.eval_data, answer_format=config.task.answer_format)
     except (FileNotFoundError, ValueError, OSError) as err:
         raise _fail(str(err)) from None
+    if config.node.memory_check:
+        _check_memory(config)
     runtime = _start_swarm(config, config_path) if config.swarm.enabled else None
     try:
         policy = Policy.load(config.model, config.train)
@@ -332,6 +334,23 @@ def run_node(config: Config, quiet: bool = False, config_path: Path | None = Non
     summary["rounds"] = config.node.rounds
     summary["rejected"] = ledger.total
     return summary
+
+
+def _check_memory(config: Config) -> None:
+    """Refuse, with a suggestion, a config whose estimate exceeds the device's memory."""
+    from swarmnode.memory import GIB, check_fits
+
+    try:
+        estimate, problem = check_fits(config)
+    except RuntimeError as err:  # e.g. CUDA asked for but absent
+        raise _fail(str(err)) from None
+    if problem:
+        raise _fail(problem)
+    if estimate is not None:
+        console.print(
+            f"memory estimate: {estimate.total / GIB:.1f} GiB of {estimate.capacity / GIB:.1f} GiB ({estimate.device})",
+            highlight=False,
+        )
 
 
 def _start_swarm(config: Config, config_path: Path | None):

@@ -102,6 +102,9 @@ class TrainSettings(_Section):
     max_grad_norm: float = Field(1.0, gt=0)
     micro_batch_size: int = Field(32, ge=1, description="sequences per forward/backward")
     adam_betas: tuple[float, float] = (0.9, 0.99)
+    gradient_checkpointing: bool = Field(
+        False, description="recompute activations in backward: far less memory, ~30 % slower steps"
+    )
     master_weights: Literal["auto", "float32", "model"] = Field(
         "auto",
         description="auto/float32: full fine-tuning of a bf16/fp16 model keeps fp32 weights and "
@@ -125,6 +128,9 @@ class NodeSettings(_Section):
     eval_size: int = Field(200, ge=1)
     checkpoint_every: int = Field(25, ge=0, description="0 = only at the end")
     resume: bool = True
+    memory_check: bool = Field(
+        True, description="estimate memory at start-up and refuse configs that will not fit"
+    )
 
 
 class SwarmSettings(_Section):

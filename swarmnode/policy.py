@@ -112,6 +112,8 @@ class Policy:
                     task_type="CAUSAL_LM",
                 ),
             )
+        if train.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.model = model
         self.device = next(model.parameters()).device
         self.optimizer = torch.optim.AdamW(
