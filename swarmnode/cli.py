@@ -55,10 +55,12 @@ def version() -> None:
 @app.command()
 def join(
     config_path: Annotated[
-        Path | None, typer.Option("--config", "-c", help="YAML config file (see configs/)")
+        Path | None,
+        typer.Option("--config", "-c", envvar="SWARMNODE_CONFIG", help="YAML config file (see configs/)"),
     ] = None,
     model: Annotated[
-        str | None, typer.Option(help="'tiny', a hub id, a short name (Qwen2.5-3B) or a path")
+        str | None,
+        typer.Option(envvar="SWARMNODE_MODEL", help="'tiny', a hub id, a short name (Qwen2.5-3B) or a path"),
     ] = None,
     lora_rank: Annotated[int | None, typer.Option(help="LoRA rank; 0 = full fine-tuning")] = None,
     objective: Annotated[str | None, typer.Option(help="nois | vis | tis | f-nois | f-vis | f-tis")] = None,
@@ -87,7 +89,16 @@ def join(
         list[str] | None,
         typer.Option(
             "--initial-peers",
+            envvar="SWARMNODE_INITIAL_PEERS",
             help="multiaddr of a running node (repeatable); none = start a new swarm",
+        ),
+    ] = None,
+    initial_peers_from: Annotated[
+        Path | None,
+        typer.Option(
+            "--initial-peers-from",
+            envvar="SWARMNODE_INITIAL_PEERS_FROM",
+            help="another node's <run-dir>/swarm.json (waits for it)",
         ),
     ] = None,
     host_maddrs: Annotated[
@@ -97,7 +108,9 @@ def join(
     announce_maddrs: Annotated[
         list[str] | None,
         typer.Option(
-            "--announce-maddrs", help="public address others dial, e.g. /ip4/203.0.113.7/tcp/31337"
+            "--announce-maddrs",
+            envvar="SWARMNODE_ANNOUNCE_MADDRS",
+            help="public address others dial, e.g. /ip4/203.0.113.7/tcp/31337",
         ),
     ] = None,
     identity: Annotated[
@@ -109,6 +122,9 @@ def join(
     ] = None,
     min_peers: Annotated[
         int | None, typer.Option(help="wait for this many peers of the run before the first round")
+    ] = None,
+    health_port: Annotated[
+        int | None, typer.Option(help="serve GET /health on 127.0.0.1:PORT (Docker's healthcheck)")
     ] = None,
     solo: Annotated[bool, typer.Option("--solo", help="train alone: no swarm, no network")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no per-round lines")] = False,
@@ -131,6 +147,8 @@ def join(
         "rollout.backend": backend,
         "node.resume": False if fresh else None,
         "swarm.initial_peers": initial_peers or None,
+        "swarm.initial_peers_file": str(initial_peers_from) if initial_peers_from else None,
+        "node.health_port": health_port,
         "swarm.host_maddrs": host_maddrs or None,
         "swarm.announce_maddrs": announce_maddrs or None,
         "swarm.identity_path": str(identity) if identity else None,
@@ -154,11 +172,28 @@ def join(
 
 
 @app.command()
+def health(
+    port: Annotated[int, typer.Option(help="the node's node.health_port")] = 8470,
+    host: Annotated[str, typer.Option(help="where the node serves /health")] = "127.0.0.1",
+    timeout: Annotated[float, typer.Option(help="seconds to wait for an answer")] = 5.0,
+) -> None:
+    """Ask a running node whether it is alive (exit 0) or stalled/unreachable (exit 1)."""
+    from swarmnode.health import ask
+
+    healthy, said = ask(host, port, timeout)
+    typer.echo(said)
+    raise typer.Exit(0 if healthy else 1)
+
+
+@app.command()
 def status(
     initial_peers: Annotated[
-        list[str],
+        list[str] | None,
         typer.Option("--initial-peers", help="multiaddr of any node of the swarm (repeatable)"),
-    ],
+    ] = None,
+    initial_peers_from: Annotated[
+        Path | None, typer.Option("--initial-peers-from", help="a node's <run-dir>/swarm.json")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
     watch: Annotated[
         float, typer.Option(help="refresh every this many seconds (0 = print once)", min=0)
@@ -175,6 +210,11 @@ def status(
     from swarmnode.swarm.runtime import SwarmError, SwarmOptions, SwarmRuntime
 
     logging.basicConfig(level=logging.WARNING, handlers=[RichHandler(console=console, show_path=False)])
+    initial_peers = list(initial_peers or [])
+    if initial_peers_from:
+        initial_peers += _peers_from_file(initial_peers_from, timeout)
+    if not initial_peers:
+        raise _fail("give --initial-peers MADDR (any node's address) or --initial-peers-from swarm.json")
     try:
         load_config(None, None, {"swarm.initial_peers": initial_peers})
     except ConfigError as err:
@@ -325,11 +365,22 @@ def run_node(config: Config, quiet: bool = False, config_path: Path | None = Non
         f"dir {node.run_dir}",
         highlight=False,
     )
+    health = None
+    if config.node.health_port:
+        from swarmnode.health import HealthServer
+
+        try:
+            health = HealthServer(config.node.health_host, config.node.health_port, node.health)
+        except OSError as err:
+            node.close()
+            raise _fail(f"cannot serve /health on {config.node.health_host}:{config.node.health_port}: {err}") from None
     try:
         summary = node.run()
     except KeyboardInterrupt:
         raise _fail(f"interrupted; checkpoint in {node.checkpoint_dir}", 130) from None
     finally:
+        if health:
+            health.close()
         node.close()
     summary["rounds"] = config.node.rounds
     summary["rejected"] = ledger.total
@@ -360,9 +411,12 @@ def _start_swarm(config: Config, config_path: Path | None):
 
     s = config.swarm
     identity = s.identity_path or Path(config.node.run_dir) / "identity.key"
+    initial_peers = list(s.initial_peers)
+    if s.initial_peers_file:
+        initial_peers += _peers_from_file(s.initial_peers_file, s.startup_timeout_s)
     runtime = SwarmRuntime(
         SwarmOptions(
-            initial_peers=s.initial_peers,
+            initial_peers=initial_peers,
             host_maddrs=s.host_maddrs,
             announce_maddrs=s.announce_maddrs,
             identity_path=identity,
@@ -376,11 +430,11 @@ def _start_swarm(config: Config, config_path: Path | None):
             raise _fail(str(err), 1) from None
     maddrs = runtime.visible_maddrs()
     _write_swarm_info(Path(config.node.run_dir), runtime.peer_id, maddrs)
-    verb = "joined the swarm" if s.initial_peers else "started a new swarm"
+    verb = "joined the swarm" if initial_peers else "started a new swarm"
     console.print(f"{verb} as {runtime.peer_id}; reachable at:", highlight=False)
     for maddr in maddrs:
         console.print(f"  {maddr}", highlight=False, soft_wrap=True)
-    if not s.initial_peers and maddrs:
+    if not initial_peers and maddrs:
         public = [m for m in maddrs if "/127.0.0.1/" not in m] or maddrs
         config_flag = f"--config {config_path} " if config_path else ""
         console.print(
@@ -389,6 +443,16 @@ def _start_swarm(config: Config, config_path: Path | None):
             soft_wrap=True,
         )
     return runtime
+
+
+def _peers_from_file(path: Path, timeout_s: float) -> list[str]:
+    from swarmnode.swarm.peers_file import PeersFileError, read_peers_file
+
+    with console.status(f"waiting for {path} ..."):
+        try:
+            return read_peers_file(path, timeout_s)
+        except PeersFileError as err:
+            raise _fail(str(err), 1) from None
 
 
 def _write_swarm_info(run_dir: Path, peer_id: str, maddrs: list[str]) -> None:

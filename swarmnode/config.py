@@ -128,6 +128,11 @@ class NodeSettings(_Section):
     eval_size: int = Field(200, ge=1)
     checkpoint_every: int = Field(25, ge=0, description="0 = only at the end")
     resume: bool = True
+    health_port: int = Field(0, ge=0, le=65535, description="serve GET /health on this port; 0 = off")
+    health_host: str = Field("127.0.0.1", description="where /health listens (the container itself)")
+    stall_after_s: float = Field(
+        1800.0, gt=0, description="/health turns 503 when no round or eval finished for this long"
+    )
     memory_check: bool = Field(
         True, description="estimate memory at start-up and refuse configs that will not fit"
     )
@@ -141,6 +146,9 @@ class SwarmSettings(_Section):
     host_maddrs: list[str] = Field(
         default_factory=lambda: ["/ip4/0.0.0.0/tcp/0"],
         description="where to listen; /ip4/0.0.0.0/tcp/31337 for a fixed public port",
+    )
+    initial_peers_file: Path | None = Field(
+        None, description="read initial peers from another node's swarm.json (waits for it)"
     )
     announce_maddrs: list[str] = Field(
         default_factory=list, description="public addresses to advertise (behind NAT or in Docker)"

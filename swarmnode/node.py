@@ -123,6 +123,7 @@ class Node:
         self.last_eval: float | None = None
         self.last_record: dict[str, Any] = {}
         self.started_at = time.time()
+        self.last_progress = time.monotonic()  # a round or an eval finished; read by /health
         self.next_round = 0
         self._eval_problems: list[Problem] | None = None
         self.ood_eval = ood_eval  # e.g. Math500Eval: scored like the task, never trained on
@@ -299,6 +300,7 @@ class Node:
         )
         prompts = [self.policy.encode_prompt(self.task.system_prompt, p.question) for p in problems]
         outputs = self.generator.greedy(prompts)
+        self.last_progress = time.monotonic()
         return [source.reward(self.policy.decode(o.tokens), p) for o, p in zip(outputs, problems)]
 
     def _ood(self) -> float | None:
@@ -352,6 +354,7 @@ class Node:
                     record["eval_acc"] = self.last_eval = self.evaluate()
                     record["ood_acc"] = self._ood()
                 self.last_record = record
+                self.last_progress = time.monotonic()
                 self.metrics.write(record)
                 self.view.round(record, total)
                 if cfg.checkpoint_every and (round_ + 1) % cfg.checkpoint_every == 0:
@@ -390,6 +393,17 @@ class Node:
             self.view.note(f"the swarm is at round {swarm}: catching up from round {round_}")
             return swarm
         return round_
+
+    def health(self) -> dict[str, Any]:
+        """What /health reports: alive while rounds keep finishing."""
+        quiet_s = time.monotonic() - self.last_progress
+        return {
+            "alive": quiet_s < self.config.node.stall_after_s,
+            "peer_id": self.peer_id,
+            "round": self.last_record.get("round"),
+            "since_progress_s": round(quiet_s, 1),
+            "uptime_s": round(time.time() - self.started_at, 1),
+        }
 
     def status_fields(self, round_: int) -> dict[str, Any]:
         """What this node's heartbeat tells `swarmnode status`."""

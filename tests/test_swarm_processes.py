@@ -159,6 +159,11 @@ def test_status_lists_the_three_peers_with_their_models(swarm):
     assert models == {"a": ("tiny", 0, "training"), "b": ("tiny", 8, "training"), "c": ("tiny-large", 0, "training")}
     table = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
     assert table.returncode == 0 and "tiny-large" in table.stdout and "3 peer(s)" in table.stdout
+    from_file = [sys.executable, "-m", "swarmnode", "status", "--json",
+                 "--initial-peers-from", str(nodes["b"].dir / "run" / "swarm.json")]
+    done = subprocess.run(from_file, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert {p["peer"] for p in json.loads(done.stdout)["peers"]} == set(expected)
 
 
 def test_status_says_clearly_when_the_swarm_cannot_be_reached(swarm):

@@ -1,0 +1,36 @@
+"""Initial peers read from another node's swarm.json (Docker Compose, scripts on one host)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+MAX_FILE_BYTES = 64 * 1024
+
+
+class PeersFileError(ValueError):
+    """The file never appeared, or does not hold a node's addresses."""
+
+
+def read_peers_file(path: Path, timeout_s: float, poll_s: float = 0.5) -> list[str]:
+    """The multiaddrs in `path` (written by `join` as <run_dir>/swarm.json), waiting up to
+    `timeout_s` for it to appear. Loopback addresses are dropped when others exist: they
+    point at the reader's own host or container, not at the writer."""
+    deadline = time.monotonic() + timeout_s
+    while not path.is_file():
+        if time.monotonic() >= deadline:
+            raise PeersFileError(f"{path} did not appear within {timeout_s:.0f} s: is the bootstrap node running?")
+        time.sleep(poll_s)
+    if path.stat().st_size > MAX_FILE_BYTES:
+        raise PeersFileError(f"{path} is larger than {MAX_FILE_BYTES} bytes: not a swarm.json")
+    try:
+        info = json.loads(path.read_text())
+        maddrs = [str(m) for m in info["maddrs"]]
+    except (ValueError, KeyError, TypeError) as err:
+        raise PeersFileError(f"{path} is not a swarm.json written by swarmnode join ({err})") from None
+    outside = [m for m in maddrs if not m.startswith(("/ip4/127.", "/ip6/::1/"))]
+    chosen = outside or maddrs
+    if not chosen:
+        raise PeersFileError(f"{path} lists no addresses")
+    return chosen

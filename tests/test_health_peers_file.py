@@ -1,0 +1,89 @@
+"""/health (Docker's healthcheck asks the node itself) and initial peers from a swarm.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from swarmnode.health import HealthServer, ask
+from swarmnode.swarm.peers_file import PeersFileError, read_peers_file
+
+PEER = "/p2p/QmRZjMbRutJDyUJaU87KixfqRQ3wrGF3hTYEnUxr2jWuru"
+
+
+def test_health_answers_200_when_alive_and_503_when_stalled():
+    state = {"alive": True, "round": 3}
+    server = HealthServer("127.0.0.1", 0, lambda: dict(state))
+    try:
+        healthy, said = ask("127.0.0.1", server.port, 5)
+        assert healthy and json.loads(said)["round"] == 3
+        state["alive"] = False
+        healthy, said = ask("127.0.0.1", server.port, 5)
+        assert not healthy and json.loads(said)["alive"] is False
+    finally:
+        server.close()
+    healthy, said = ask("127.0.0.1", server.port, 2)
+    assert not healthy and "no answer" in said
+
+
+def test_peers_file_waits_then_drops_loopback(tmp_path):
+    path = tmp_path / "swarm.json"
+    maddrs = [f"/ip4/127.0.0.1/tcp/31337{PEER}", f"/ip4/172.18.0.2/tcp/31337{PEER}"]
+    writer = threading.Timer(0.5, lambda: path.write_text(json.dumps({"peer_id": "x", "maddrs": maddrs})))
+    writer.start()
+    assert read_peers_file(path, timeout_s=10, poll_s=0.1) == maddrs[1:]
+    path.write_text(json.dumps({"maddrs": maddrs[:1]}))
+    assert read_peers_file(path, timeout_s=1) == maddrs[:1]  # loopback only: keep it (one host)
+
+
+@pytest.mark.parametrize("content", ["not json", json.dumps({"maddrs": []}), json.dumps({"x": 1}), "x" * 70_000])
+def test_peers_file_rejects_junk(tmp_path, content):
+    path = tmp_path / "swarm.json"
+    path.write_text(content)
+    with pytest.raises(PeersFileError):
+        read_peers_file(path, timeout_s=1)
+
+
+def test_peers_file_that_never_appears_times_out(tmp_path):
+    started = time.monotonic()
+    with pytest.raises(PeersFileError, match="did not appear"):
+        read_peers_file(tmp_path / "missing.json", timeout_s=1, poll_s=0.1)
+    assert time.monotonic() - started < 5
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_swarmnode_health_asks_a_running_node(tmp_path):
+    port = _free_port()
+    cmd = [sys.executable, "-m", "swarmnode", "join", "--solo", "--rounds", "100000", "-q",
+           "--run-dir", str(tmp_path / "run"), "--health-port", str(port), "--set", "node.eval_size=10"]
+    node = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
+    check = [sys.executable, "-m", "swarmnode", "health", "--port", str(port)]
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            done = subprocess.run(check, capture_output=True, text=True, timeout=60)
+            if done.returncode == 0 and json.loads(done.stdout)["round"] is not None:
+                break
+            assert node.poll() is None, "the node exited"
+            time.sleep(1)
+        else:
+            pytest.fail("the node never reported healthy")
+        assert json.loads(done.stdout)["alive"] is True
+    finally:
+        os.killpg(node.pid, signal.SIGINT)
+        node.wait(60)
+    assert subprocess.run(check, capture_output=True, timeout=60).returncode == 1  # gone: unhealthy
