@@ -138,7 +138,10 @@ def estimate(config: Config, shape: ModelShape, capacity: float, on_gpu: bool, b
         state = 4 * trainable
     else:
         master = 4 if config.train.master_weights != "model" else compute
-        est.parts["weights" + (" (fp32 master)" if master == 4 and compute == 2 else "")] = master * p
+        mixed = master == 4 and compute == 2
+        est.parts["weights" + (" (fp32 master)" if mixed else "")] = master * p
+        if mixed:  # autocast keeps a bf16 copy of each weight it casts while the step runs
+            est.parts["bf16 weight copies (autocast)"] = compute * p
         trainable, state = p, master * p
     est.parts["gradients"] = state
     est.parts["AdamW state"] = 2 * state
