@@ -103,7 +103,7 @@ class TrainSettings(_Section):
     micro_batch_size: int = Field(32, ge=1, description="sequences per forward/backward")
     adam_betas: tuple[float, float] = (0.9, 0.99)
     gradient_checkpointing: bool = Field(
-        False, description="recompute activations in backward: far less memory, ~30 % slower steps"
+        False, description="recompute activations in backward: far less memory, one more forward per step"
     )
     master_weights: Literal["auto", "float32", "model"] = Field(
         "auto",

@@ -59,6 +59,19 @@ class ModelShape:
         }
         return self.layers * sum(rank * sum(sizes[t]) for t in targets if t in sizes)
 
+    @classmethod
+    def from_hf_config(cls, c) -> ModelShape:  # noqa: ANN001 (any transformers PretrainedConfig)
+        heads = c.num_attention_heads
+        return cls(
+            hidden=c.hidden_size,
+            intermediate=c.intermediate_size,
+            layers=c.num_hidden_layers,
+            heads=heads,
+            kv_heads=getattr(c, "num_key_value_heads", None) or heads,
+            vocab=c.vocab_size,
+            tied=bool(getattr(c, "tie_word_embeddings", False)),
+        )
+
     def kv_bytes_per_token(self, element: int) -> int:
         return 2 * self.layers * self.kv_heads * self.head_dim * element
 
@@ -88,17 +101,7 @@ def shape_of(name: str, revision: str | None = None) -> ModelShape | None:
     try:
         from transformers import AutoConfig
 
-        c = AutoConfig.from_pretrained(name, revision=revision)
-        heads = c.num_attention_heads
-        return ModelShape(
-            hidden=c.hidden_size,
-            intermediate=c.intermediate_size,
-            layers=c.num_hidden_layers,
-            heads=heads,
-            kv_heads=getattr(c, "num_key_value_heads", None) or heads,
-            vocab=c.vocab_size,
-            tied=bool(getattr(c, "tie_word_embeddings", False)),
-        )
+        return ModelShape.from_hf_config(AutoConfig.from_pretrained(name, revision=revision))
     except Exception:  # offline, unknown architecture, missing file: no estimate, not an error
         return None
 
@@ -210,16 +213,14 @@ def check_fits(config: Config) -> tuple[MemoryEstimate | None, str | None]:
     """(estimate, None) when the config fits this machine, (estimate, why and what to try)
     when not, (None, None) when the model's shape is unknown."""
     from swarmnode.policy import pick_device
-    from swarmnode.rollout.vllm import vllm_available
+    from swarmnode.rollout import resolve_backend
 
     device = pick_device(config.model.device)
     on_gpu = device.type == "cuda"
     shape = shape_of(config.model.name, config.model.revision)
     if shape is None:
         return None, None
-    backend = config.rollout.backend
-    if backend == "auto":
-        backend = "vllm" if on_gpu and vllm_available() else "hf"
+    backend = resolve_backend(config.rollout.backend, device)
     capacity = device_capacity(on_gpu, device.index or 0)
     est = estimate(config, shape, capacity, on_gpu, backend)
     if est.fits:

@@ -137,10 +137,10 @@ class Policy:
         dtype = pick_dtype(settings.dtype, device)
         weights_dtype = master_dtype(dtype, bool(settings.lora.rank), train.master_weights)
         if name in ("tiny", "tiny-large"):
-            from swarmnode.tiny import TINY_PRESETS, ensure_tiny, load_tiny
+            from swarmnode.tiny import TINY_PRESETS, load_tiny, tiny_path
 
-            source = str(ensure_tiny(TINY_PRESETS[name]))
             model, tokenizer = load_tiny(TINY_PRESETS[name])
+            source = str(tiny_path(TINY_PRESETS[name]))  # built by load_tiny
         else:
             source = name
             tokenizer = AutoTokenizer.from_pretrained(name, revision=settings.revision)

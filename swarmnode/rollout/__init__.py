@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 from swarmnode.rollout.base import Completion, Generator
 
 if TYPE_CHECKING:
+    import torch
+
     from swarmnode.config import RolloutSettings
     from swarmnode.policy import Policy
 
@@ -16,7 +18,7 @@ __all__ = ["Completion", "Generator", "make_generator", "resolve_backend"]
 log = logging.getLogger(__name__)
 
 
-def resolve_backend(backend: str, policy: Policy) -> str:
+def resolve_backend(backend: str, device: torch.device) -> str:
     """'auto' -> 'vllm' when vLLM imports and the model sits on a GPU, else 'hf'.
 
     On CPU the Hugging Face path wins for the tiny models this runs (no engine start-up,
@@ -26,14 +28,14 @@ def resolve_backend(backend: str, policy: Policy) -> str:
         return backend
     from swarmnode.rollout.vllm import vllm_available
 
-    if policy.device.type == "cuda" and vllm_available():
+    if device.type == "cuda" and vllm_available():
         return "vllm"
     return "hf"
 
 
 def make_generator(backend: str, policy: Policy, settings: RolloutSettings, seed: int = 0) -> Generator:
     """The generator named by `rollout.backend`."""
-    chosen = resolve_backend(backend, policy)
+    chosen = resolve_backend(backend, policy.device)
     if backend == "auto":
         log.info("generation backend: %s (auto)", chosen)
     if chosen == "hf":

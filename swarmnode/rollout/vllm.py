@@ -39,11 +39,10 @@ def kv_cache_bytes(policy: Policy, settings: RolloutSettings, max_len: int) -> i
     """
     if settings.vllm_kv_cache_gib:
         return int(settings.vllm_kv_cache_gib * 2**30)
-    config = policy.model.config
-    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    from swarmnode.memory import ModelShape
+
     element = 4 if engine_dtype(policy) == "float32" else 2
-    per_token = 2 * config.num_hidden_layers * heads * head_dim * element
+    per_token = ModelShape.from_hf_config(policy.model.config).kv_bytes_per_token(element)
     sequences = settings.prompts_per_round * settings.group_size
     return max(MIN_KV_CACHE_BYTES, 2 * sequences * max_len * per_token)
 
