@@ -66,6 +66,7 @@ bench: setup
 	$(PY) bench/objective_overhead.py
 	$(PY) bench/learning.py
 	$(PY) bench/swarm_exchange.py
+	$(PY) bench/config_memory.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(TOOLS_VENV) runs .pytest_cache .ruff_cache

@@ -29,6 +29,10 @@ def test_help_lists_the_settings():
         (["--set", "rollout.group_size=1"], "rollout.group_size"),
         (["--set", "nonsense"], "section.key=value"),
         (["--config", "/nonexistent.yaml"], "does not exist"),
+        (["--backend", "fast"], "rollout.backend"),
+        (["--health-port", "70000"], "node.health_port"),
+        (["--set", "rollout.vllm_memory_fraction=1.5"], "rollout.vllm_memory_fraction"),
+        (["--set", "train.master_weights=fp8"], "train.master_weights"),
     ],
 )
 def test_bad_settings_get_a_clear_error(args, message):
@@ -108,3 +112,46 @@ def test_join_fails_fast_and_clearly_when_no_initial_peer_answers(tmp_path):
 def test_a_malformed_peer_address_is_a_config_error(tmp_path):
     result = runner.invoke(app, ["join", "--run-dir", str(tmp_path / "r"), "--initial-peers", "/ip4/1.2.3.4/tcp/5"])
     assert result.exit_code == 2 and "lacks /p2p/" in " ".join(result.output.split())
+
+
+def test_environment_variables_are_checked_like_flags(tmp_path):
+    result = runner.invoke(app, ["join", "--run-dir", str(tmp_path / "r")], env={"SWARMNODE_ANNOUNCE_MADDRS": "bad"})
+    assert result.exit_code == 2 and "swarm.announce_maddrs" in " ".join(result.output.split())
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("vllm") is not None, reason="vLLM is installed here")
+def test_vllm_backend_without_vllm_is_a_clear_error(tmp_path):
+    result = runner.invoke(app, ["join", "--solo", "--backend", "vllm", "--run-dir", str(tmp_path / "r")])
+    assert result.exit_code == 2
+    assert "vLLM does not import" in " ".join(result.output.split())
+    assert not (tmp_path / "r" / "checkpoint").exists()
+
+
+def test_a_health_port_in_use_is_a_clear_error(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = runner.invoke(app, ["join", "--solo", "--rounds", "1", "--health-port", str(port),
+                                     "--run-dir", str(tmp_path / "r")])
+    assert result.exit_code == 2
+    assert "cannot serve /health" in " ".join(result.output.split())
+
+
+def test_initial_peers_file_that_never_appears_fails_within_the_timeout(tmp_path):
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "swarmnode", "join", "--run-dir", str(tmp_path / "r"),
+         "--initial-peers-from", str(tmp_path / "missing.json"), "--startup-timeout", "2"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 1 and "did not appear" in done.stderr
+    assert time.monotonic() - started < 60
+    assert not (tmp_path / "r" / "swarm.json").exists()  # no daemon was started
+
+
+def test_status_without_any_address_says_what_to_give():
+    result = runner.invoke(app, ["status"])
+    assert result.exit_code == 2 and "--initial-peers" in " ".join(result.output.split())
