@@ -11,7 +11,8 @@ import argparse
 from pathlib import Path
 
 from swarmnode.config import load_config
-from swarmnode.memory import GIB, estimate, shape_of
+from swarmnode.memory import GIB, estimate
+from swarmnode.shapes import shape_of
 
 
 def main() -> None:

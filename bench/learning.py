@@ -18,12 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from swarmnode.assemble import assemble
 from swarmnode.config import load_config
-from swarmnode.metrics import LiveView
-from swarmnode.node import Node
-from swarmnode.policy import Policy
-from swarmnode.rollout import make_generator
-from swarmnode.tasks import make_task
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,30 +40,24 @@ def main() -> None:
             "node.eval_every=0",
             "node.checkpoint_every=0",
             f"loss.objective={args.objective}",
+            "rollout.backend=hf",
+            "swarm.enabled=false",
             *args.overrides,
         ],
     )
     started = time.perf_counter()
-    policy = Policy.load(config.model, config.train)
-    node = Node(
-        config,
-        policy,
-        make_generator("hf", policy, config.rollout),
-        make_task(config.task),
-        view=LiveView(quiet=True),
-    )
-    before = np.array(node.evaluate_scores())
-    t = time.perf_counter()
-    for round_ in range(args.rounds):
-        record = node.run_round(round_)
-        if (round_ + 1) % 100 == 0:
-            print(
-                f"round {round_ + 1}: reward {record['reward_mean']:.3f} ({time.perf_counter() - t:.0f} s)",
-                flush=True,
-            )
-    train_s = time.perf_counter() - t
-    after = np.array(node.evaluate_scores())
-    node.close()
+    with assemble(config) as node:
+        before = np.array(node.evaluate_scores())
+        t = time.perf_counter()
+        for round_ in range(args.rounds):
+            record = node.run_round(round_)
+            if (round_ + 1) % 100 == 0:
+                print(
+                    f"round {round_ + 1}: reward {record.reward_mean:.3f} ({time.perf_counter() - t:.0f} s)",
+                    flush=True,
+                )
+        train_s = time.perf_counter() - t
+        after = np.array(node.evaluate_scores())
     shutil.rmtree(run_dir, ignore_errors=True)
     diff = after - before
     se = diff.std(ddof=1) / math.sqrt(len(diff))

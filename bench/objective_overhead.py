@@ -11,8 +11,8 @@ import time
 
 import torch
 
-from swarmnode.config import load_config
-from swarmnode.loss import ObjectiveConfig, group_advantages
+from swarmnode.config import LossSettings, load_config
+from swarmnode.loss import group_advantages
 from swarmnode.node import Node
 from swarmnode.policy import Policy, TrainSample
 from swarmnode.rollout import make_generator
@@ -39,7 +39,7 @@ def main() -> None:
     for step in range(args.steps + 2):
         for name in times:
             t = time.perf_counter()
-            policy.train_step(samples, ObjectiveConfig(objective=name), 1.0)
+            policy.train_step(samples, LossSettings(objective=name), 1.0)
             if step >= 2:  # warm-up steps excluded
                 times[name].append(time.perf_counter() - t)
     nois, ftis = statistics.median(times["nois"]), statistics.median(times["f-tis"])

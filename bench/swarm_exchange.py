@@ -21,6 +21,12 @@ from pathlib import Path
 import numpy as np
 
 from swarmnode import wire
+from swarmnode.config import load_config
+from swarmnode.records import NodeStatus
+from swarmnode.swarm.hivemind.connect import attach
+from swarmnode.swarm.hivemind.dht import DIGEST_BYTES, Manifest
+from swarmnode.swarm.hivemind.runtime import SwarmRuntime
+from swarmnode.swarm.ledger import PeerLedger
 
 SHAPES = {  # prompts, completions per prompt, tokens per completion
     "tiny": (16, 8, 6),  # the tiny CPU default: short arithmetic answers
@@ -46,25 +52,23 @@ def make_payload(shape: str, peer: str, round_: int) -> tuple[bytes, int]:
 
 
 def node_main(index: int, nodes: int, rounds: int, shape: str, maddrs_queue, results_queue, workdir: str) -> None:
-    from swarmnode.exchange import PeerLedger
-    from swarmnode.swarm.exchange import HivemindExchange
-    from swarmnode.swarm.runtime import SwarmOptions, SwarmRuntime
-
     initial = [] if index == 0 else [maddrs_queue.get()]
-    runtime = SwarmRuntime(SwarmOptions(initial_peers=initial, identity_path=Path(workdir) / f"{index}.key"))
+    config = load_config(None, [
+        "swarm.host_maddrs=[/ip4/127.0.0.1/tcp/0]", "swarm.heartbeat_interval_s=1.0", "swarm.poll_interval_s=0.05",
+        "wire.max_bytes=67108864", "node.staleness=1",
+    ])
+    runtime = SwarmRuntime(config.swarm, Path(workdir) / f"{index}.key", initial)
     runtime.start()
     if index == 0:
         for _ in range(nodes - 1):
             maddrs_queue.put(runtime.visible_maddrs()[0])
-    exchange = HivemindExchange(
-        runtime, RUN, max_payload_bytes=64 << 20, staleness=1, ledger=PeerLedger(), heartbeat_interval_s=1.0,
-        poll_interval_s=0.05,
-    )
-    exchange.update_status({"round": 0})
-    exchange.wait_for_peers(nodes - 1, timeout_s=60)
+    link = attach(runtime, RUN, config, PeerLedger())
+    exchange, membership = link.exchange, link.membership
+    membership.announce(NodeStatus(round=0))
+    membership.wait_for_peers(nodes - 1, timeout_s=60)
     samples = []
     for r in range(rounds):
-        exchange.update_status({"round": r})
+        membership.announce(NodeStatus(round=r))
         payload, tokens = make_payload(shape, runtime.peer_id, r)
         t0 = time.perf_counter()
         exchange.publish(r, payload, tokens)
@@ -73,7 +77,8 @@ def node_main(index: int, nodes: int, rounds: int, shape: str, maddrs_queue, res
         t2 = time.perf_counter()
         samples.append({"publish": t1 - t0, "gather": t2 - t1, "peers": len({g.peer_id for g in got}),
                         "bytes": len(payload), "tokens": tokens})
-    exchange.close()
+    membership.close()
+    runtime.shutdown()
     results_queue.put((index, samples))
 
 
@@ -102,8 +107,6 @@ def run(nodes: int, rounds: int, shape: str) -> dict:
 
 
 def wire_bytes_per_token(shape: str) -> str:
-    from swarmnode.swarm.records import DIGEST_BYTES, Manifest
-
     payload, tokens = make_payload(shape, "Qm" + "x" * 44, 0)
     manifest = len(Manifest("Qm" + "x" * 44, 0, len(payload), b"\0" * DIGEST_BYTES, tokens).to_value())
     signed_manifest = manifest + len(b"[signature:]") + 344  # base64 of a 2048-bit RSA-PSS signature

@@ -15,6 +15,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from swarmnode.config import Config
+from swarmnode.memory import GIB, TYPICAL_PROMPT_TOKENS, estimate
+from swarmnode.policy import Policy, TrainSample
+from swarmnode.shapes import KNOWN_SHAPES
+
 sys.path.insert(0, str(Path(__file__).parent))
 
 
@@ -27,10 +32,6 @@ def main() -> None:
     parser.add_argument("--lora-rank", type=int, default=128)
     parser.add_argument("--checkpointing", action="store_true", help="gradient checkpointing on")
     args = parser.parse_args()
-
-    from swarmnode.config import Config
-    from swarmnode.memory import GIB, KNOWN_SHAPES, TYPICAL_PROMPT_TOKENS, estimate
-    from swarmnode.policy import Policy, TrainSample
 
     shape = KNOWN_SHAPES[args.shape]
     on_gpu = torch.cuda.is_available()
@@ -60,8 +61,8 @@ def main() -> None:
                                 np.full(args.length, -2.0, np.float32), float(rng.choice([-1, 1])), True)
                     for _ in range(args.samples)
                 ]
-                policy.train_step(samples, config.loss.objective_config(), 1.0)
-                policy.train_step(samples, config.loss.objective_config(), 1.0)  # AdamW state now exists
+                policy.train_step(samples, config.loss, 1.0)
+                policy.train_step(samples, config.loss, 1.0)  # AdamW state now exists
                 torch.cuda.synchronize()
                 line += f"   measured peak {torch.cuda.max_memory_allocated() / GIB:6.1f} GiB"
                 del policy

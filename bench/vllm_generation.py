@@ -16,15 +16,18 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from swarmnode.config import Config
+from swarmnode.policy import Policy
+from swarmnode.rollout.hf import HFGenerator
+from swarmnode.rollout.vllm import VLLMGenerator
+from swarmnode.shapes import KNOWN_SHAPES
+from swarmnode.tiny import build_tokenizer
 
 
 def build_random_model(shape_name: str, directory: Path, dtype: torch.dtype) -> None:
     """A model of `shape_name`'s shape with random weights, saved where vLLM can open it."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    from swarmnode.memory import KNOWN_SHAPES
-    from swarmnode.tiny import build_tokenizer
-
     shape = KNOWN_SHAPES[shape_name]
     tokenizer = build_tokenizer()
     config = Qwen2Config(
@@ -47,12 +50,6 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--device", default="auto")
     args = parser.parse_args()
-
-    from swarmnode.config import Config
-    from swarmnode.policy import Policy
-    from swarmnode.rollout.hf import HFGenerator
-    from swarmnode.rollout.vllm import VLLMGenerator
-
     config = Config.model_validate({
         "model": {"name": "tiny", "device": args.device},
         "rollout": {"group_size": args.group, "prompts_per_round": args.prompts, "max_new_tokens": args.new_tokens,

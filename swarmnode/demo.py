@@ -25,7 +25,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from swarmnode.metrics import read_metrics
+from swarmnode.metrics import eval_lines, read_metrics, round_lines
+from swarmnode.tiny import TINY_PRESETS, ensure_tiny
 
 # Node kinds cycled through: two sizes, full fine-tuning and LoRA.
 NODE_KINDS: list[dict[str, Any]] = [
@@ -129,8 +130,6 @@ class Demo:
             shutil.rmtree(self.directory)
         self.directory.mkdir(parents=True)
         (self.directory / "demo.json").write_text(json.dumps({"nodes": len(self.nodes), "rounds": self.rounds}))
-        from swarmnode.tiny import TINY_PRESETS, ensure_tiny
-
         names = {_merge(self.base, NODE_KINDS[n.index % len(NODE_KINDS)])["model"]["name"] for n in self.nodes}
         for name in sorted(names & TINY_PRESETS.keys()):  # build once here, not in three racing processes
             with self.console.status(f"preparing the {name} preset (once, cached afterwards) ..."):
@@ -210,8 +209,8 @@ class Demo:
             table.add_column(column, justify="left" if column in ("node", "kind") else "right")
         for node in self.nodes:
             lines = node.metrics()
-            rounds = [m for m in lines if "loss" in m]
-            evals = [m["eval_acc"] for m in lines if m.get("eval_acc") is not None]
+            rounds = round_lines(lines)
+            evals = [m["eval_acc"] for m in eval_lines(lines)]
             last = rounds[-1] if rounds else {}
             table.add_row(
                 str(node.index),
@@ -228,9 +227,9 @@ class Demo:
         rows = []
         for node in self.nodes:
             lines = node.metrics()
-            before = next((m["eval_acc"] for m in lines if m.get("initial")), None)
-            after = next((m["eval_acc"] for m in reversed(lines) if m.get("final")), None)
-            rounds = [m for m in lines if "loss" in m]
+            before = next((m["eval_acc"] for m in eval_lines(lines, "before")), None)
+            after = next((m["eval_acc"] for m in reversed(eval_lines(lines, "after"))), None)
+            rounds = round_lines(lines)
             rows.append(
                 {
                     "node": node.index,
@@ -254,13 +253,13 @@ class Demo:
         fig, (ax_reward, ax_eval) = plt.subplots(1, 2, figsize=(11, 4))
         for node in self.nodes:
             lines = node.metrics()
-            rounds = [m for m in lines if "loss" in m]
+            rounds = round_lines(lines)
             xs = [m["round"] for m in rounds]
             ys = [m["reward_mean"] for m in rounds]
             window = 10
             smooth = [sum(ys[max(0, i - window + 1) : i + 1]) / len(ys[max(0, i - window + 1) : i + 1]) for i in range(len(ys))]
             ax_reward.plot(xs, smooth, label=f"{node.index}: {node.label}")
-            evals = [(m["round"] + 1, m["eval_acc"]) for m in lines if m.get("eval_acc") is not None]
+            evals = [(m["round"] + 1, m["eval_acc"]) for m in eval_lines(lines)]
             if evals:
                 ax_eval.plot(*zip(*evals), marker="o", label=f"{node.index}: {node.label}")
         ax_reward.set(title="training reward (10-round mean)", xlabel="round", ylabel="reward")

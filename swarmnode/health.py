@@ -6,7 +6,9 @@ the node itself answered and its round loop moved recently, not just that the pr
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -55,3 +57,20 @@ def ask(host: str, port: int, timeout_s: float) -> tuple[bool, str]:
         return False, err.read(4096).decode(errors="replace")
     except (urllib.error.URLError, OSError) as err:
         return False, f"no answer from {host}:{port} ({err})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m swarmnode.health`: the healthcheck without importing torch (Docker's is
+    short on time); the same answer as `swarmnode health`."""
+    parser = argparse.ArgumentParser(prog="python -m swarmnode.health", description=main.__doc__)
+    parser.add_argument("--port", type=int, default=8470)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--timeout", type=float, default=5.0)
+    args = parser.parse_args(argv)
+    healthy, said = ask(args.host, args.port, args.timeout)
+    print(said)
+    return 0 if healthy else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -17,35 +17,13 @@ g: they add nothing to the sum, yet N counts them and they stay in their group's
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 
-Objective = Literal["nois", "vis", "tis", "f-nois", "f-vis", "f-tis"]
-OBJECTIVES: tuple[str, ...] = ("nois", "vis", "tis", "f-nois", "f-vis", "f-tis")
-Divergence = Literal["k3-mean", "k3-sum", "k1-mean"]
-DIVERGENCES: tuple[str, ...] = ("k3-mean", "k3-sum", "k1-mean")
-
-
-@dataclass(frozen=True)
-class ObjectiveConfig:
-    """Settings of the objective; defaults are the paper's (C=2, g=50, eps=0.2)."""
-
-    objective: Objective = "f-tis"
-    trunc_c: float = 2.0
-    filter_g: float = 50.0
-    clip_eps: float = 0.2
-    divergence: Divergence = "k3-mean"
-    log_ratio_clamp: float = 20.0
-
-    @property
-    def weighting(self) -> str:
-        return self.objective.removeprefix("f-")
-
-    @property
-    def filtered(self) -> bool:
-        return self.objective.startswith("f-")
+from swarmnode.config import LossSettings
+from swarmnode.registry import DIVERGENCES, OBJECTIVES
 
 
 def group_advantages(rewards: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
@@ -58,7 +36,7 @@ def sequence_divergence(
     logp_theta: torch.Tensor,
     logp_gen: torch.Tensor,
     mask: torch.Tensor,
-    estimator: Divergence = "k3-mean",
+    estimator: str = "k3-mean",
     clamp: float = 20.0,
 ) -> torch.Tensor:
     """How far our policy has drifted from the generator, per sequence, on its own tokens.
@@ -78,7 +56,31 @@ def sequence_divergence(
         return (k3 * mask).sum(-1) / lengths
     if estimator == "k3-sum":
         return (k3 * mask).sum(-1)
-    raise ValueError(f"unknown divergence estimator {estimator!r}; choose from {DIVERGENCES}")
+    DIVERGENCES.get(estimator)  # raises, naming the valid ones
+    raise NotImplementedError(f"divergence estimator {estimator!r} is registered but not implemented")
+
+
+def _no_weight(log_w: torch.Tensor, settings: LossSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.ones_like(log_w), torch.zeros_like(log_w, dtype=torch.bool)
+
+
+def _vanilla_weight(log_w: torch.Tensor, settings: LossSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    return log_w.exp(), torch.zeros_like(log_w, dtype=torch.bool)
+
+
+def _truncated_weight(log_w: torch.Tensor, settings: LossSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    raw = log_w.exp()
+    return raw.clamp(max=settings.trunc_c), raw > settings.trunc_c
+
+
+# (weight, truncated?) per token from the clamped log-ratio log pi_theta - log pi_gen.
+WEIGHTINGS: dict[str, Callable[[torch.Tensor, LossSettings], tuple[torch.Tensor, torch.Tensor]]] = {
+    "none": _no_weight,
+    "vanilla": _vanilla_weight,
+    "truncated": _truncated_weight,
+}
+if missing := {o.weighting for o in OBJECTIVES} - WEIGHTINGS.keys():
+    raise RuntimeError(f"objectives name weightings without an implementation: {missing}")
 
 
 @dataclass
@@ -99,7 +101,7 @@ def objective_terms(
     logp_gen: torch.Tensor,
     mask: torch.Tensor,
     advantages: torch.Tensor,
-    config: ObjectiveConfig,
+    settings: LossSettings,
     logp_old: torch.Tensor | None = None,
 ) -> ObjectiveTerms:
     """Compute the objective for sequences shaped [B, T] (mask from lengths, 1 = real token).
@@ -107,30 +109,20 @@ def objective_terms(
     `logp_theta` carries the gradient; `logp_gen` is what the generator reported; `logp_old`
     is the policy the PPO ratio is taken against (defaults to `logp_theta` detached).
     """
-    if config.objective not in OBJECTIVES:
-        raise ValueError(f"unknown objective {config.objective!r}; choose from {OBJECTIVES}")
+    choice = OBJECTIVES.get(settings.objective)  # an unknown name is an error, not a fallback
     mask_f = mask.to(logp_theta.dtype)
     current = logp_theta.detach()
     old = current if logp_old is None else logp_old
-    log_w = (current - logp_gen).clamp(-config.log_ratio_clamp, config.log_ratio_clamp)
-    if config.weighting == "nois":
-        weight = torch.ones_like(log_w)
-        truncated = torch.zeros_like(log_w, dtype=torch.bool)
-    elif config.weighting == "vis":
-        weight = log_w.exp()
-        truncated = torch.zeros_like(log_w, dtype=torch.bool)
-    else:
-        raw = log_w.exp()
-        truncated = raw > config.trunc_c
-        weight = raw.clamp(max=config.trunc_c)
-    ratio = (logp_theta - old).clamp(-config.log_ratio_clamp, config.log_ratio_clamp).exp()
+    log_w = (current - logp_gen).clamp(-settings.log_ratio_clamp, settings.log_ratio_clamp)
+    weight, truncated = WEIGHTINGS[choice.weighting](log_w, settings)
+    ratio = (logp_theta - old).clamp(-settings.log_ratio_clamp, settings.log_ratio_clamp).exp()
     adv = advantages.to(logp_theta.dtype).unsqueeze(-1)
-    surrogate = torch.minimum(ratio * adv, ratio.clamp(1.0 - config.clip_eps, 1.0 + config.clip_eps) * adv)
+    surrogate = torch.minimum(ratio * adv, ratio.clamp(1.0 - settings.clip_eps, 1.0 + settings.clip_eps) * adv)
     per_token = weight * surrogate * mask_f
     per_sequence = per_token.sum(-1) / mask_f.sum(-1).clamp_min(1.0)
-    divergence = sequence_divergence(current, logp_gen, mask, config.divergence, config.log_ratio_clamp)
-    if config.filtered:
-        filtered = (advantages < 0) & (divergence > config.filter_g)
+    divergence = sequence_divergence(current, logp_gen, mask, settings.divergence, settings.log_ratio_clamp)
+    if choice.filtered:
+        filtered = (advantages < 0) & (divergence > settings.filter_g)
     else:
         filtered = torch.zeros_like(advantages, dtype=torch.bool)
     per_sequence = torch.where(filtered, torch.zeros_like(per_sequence), per_sequence)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+
+from swarmnode.records import RoundRecord, finite_or_none, is_eval, is_round
 
 
 class MetricsLog:
@@ -19,7 +22,7 @@ class MetricsLog:
         self._file = path.open("a", encoding="utf-8")
 
     def write(self, record: dict[str, Any]) -> None:
-        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+        clean = {k: finite_or_none(v) for k, v in record.items()}
         self._file.write(json.dumps(clean, sort_keys=True) + "\n")
         self._file.flush()
 
@@ -31,6 +34,16 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def round_lines(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The training rounds of a metrics.jsonl (RoundRecord lines)."""
+    return [line for line in lines if is_round(line)]
+
+
+def eval_lines(lines: list[dict[str, Any]], phase: str | None = None) -> list[dict[str, Any]]:
+    """The evaluations of a metrics.jsonl (EvalRecord lines), optionally of one phase."""
+    return [line for line in lines if is_eval(line, phase)]
+
+
 class LiveView:
     """One short line per round; rich keeps it readable in a terminal and plain in a log."""
 
@@ -38,18 +51,27 @@ class LiveView:
         self.console = console or Console(stderr=True)
         self.quiet = quiet
 
-    def round(self, m: dict[str, Any], total_rounds: int) -> None:
+    def round(self, m: RoundRecord, total_rounds: int) -> None:
         if self.quiet:
             return
-        acc = f" [bold]eval {m['eval_acc']:.3f}[/]" if m.get("eval_acc") is not None else ""
         self.console.print(
-            f"[cyan]round {m['round'] + 1}/{total_rounds}[/] reward {m['reward_mean']:.3f} "
-            f"own {m['own_samples']} peer {m['peer_samples']} filtered {m['filtered']} "
-            f"w {m['weight_mean']:.3f}/{m['weight_max']:.2f} "
-            f"{m['round_s']:.2f}s{acc}",
+            f"[cyan]round {m.round + 1}/{total_rounds}[/] reward {m.reward_mean:.3f} "
+            f"own {m.own_samples} peer {m.peer_samples} filtered {m.filtered} "
+            f"w {m.weight_mean:.3f}/{m.weight_max:.2f} "
+            f"{m.timings.get('round_s', 0.0):.2f}s",
             highlight=False,
         )
 
     def note(self, text: str) -> None:
         if not self.quiet:
             self.console.print(text, highlight=False)
+
+    def say(self, text: str) -> None:
+        """Start-up messages (addresses, the join command): shown even when quiet."""
+        self.console.print(text, highlight=False, soft_wrap=True)
+
+    @contextlib.contextmanager
+    def busy(self, text: str) -> Iterator[None]:
+        """A spinner while something slow runs (daemon start, waiting for a file)."""
+        with self.console.status(text):
+            yield

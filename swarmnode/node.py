@@ -1,7 +1,8 @@
 """The round loop: choose prompts, generate, publish, gather, score, train, log, checkpoint.
 
-It knows the other parts only through small interfaces (Task, Generator, Policy, Exchange),
-so the same loop runs alone, with in-memory peers in one process, or over the swarm.
+It knows the other parts only through small interfaces (Task, Generator, Policy, and the
+swarm's RolloutExchange and Membership), so the same loop runs alone, with in-memory peers in
+one process, or over hivemind. swarmnode.assemble builds it; tests may build it by hand.
 """
 
 from __future__ import annotations
@@ -20,32 +21,27 @@ import torch
 from swarmnode import wire
 from swarmnode.checkpoint import load_checkpoint, save_checkpoint
 from swarmnode.config import Config
-from swarmnode.exchange import Exchange, NoExchange, PeerLedger
 from swarmnode.loss import group_advantages
 from swarmnode.metrics import LiveView, MetricsLog
 from swarmnode.policy import Policy, TrainSample
+from swarmnode.records import EvalRecord, NodeStatus, RoundRecord, run_id
 from swarmnode.rollout.base import Completion, Generator
+from swarmnode.swarm.base import Received, SwarmLink
+from swarmnode.swarm.ledger import PeerLedger
+from swarmnode.swarm.local import solo_link
 from swarmnode.tasks.base import Problem, Task, fingerprint_of
 
 log = logging.getLogger(__name__)
 
 
 def run_id_for(config: Config, task: Task, policy: Policy) -> str:
-    """Hash of everything that must match for two nodes' samples to be usable together."""
-    r = config.rollout
-    return fingerprint_of(
-        "swarmnode-run-v1",
-        task.fingerprint,
-        policy.fingerprint,
-        str(policy.use_chat_template),
-        str(r.group_size),
-        str(r.prompts_per_round),
-        str(r.max_new_tokens),
-        repr(r.temperature),
-        str(r.top_k),
-        repr(r.top_p),
-        str(config.node.seed),
-    )
+    """The run id of a node with this config, task and policy (see records.run_id)."""
+    return run_id(config, task.fingerprint, policy.fingerprint, policy.use_chat_template)
+
+
+def solo_peer_id(config: Config) -> str:
+    """A node without a swarm: the configured id, else one derived from its run dir."""
+    return config.node.peer_id or f"local-{fingerprint_of(str(config.node.run_dir))[:8]}"
 
 
 def assigned_prompt_ids(seed: int, peer_id: str, round_: int, count: int, num_train: int) -> list[int]:
@@ -86,42 +82,30 @@ class Node:
         policy: Policy,
         generator: Generator,
         task: Task,
-        exchange: Exchange | None = None,
-        peer_id: str | None = None,
+        link: SwarmLink | None = None,
         view: LiveView | None = None,
         ood_eval: Any = None,
         ledger: PeerLedger | None = None,
+        run_id: str | None = None,
     ) -> None:
+        """`link` None: a node alone. The caller closes the link and the generator. `run_id` is
+        run_id_for(config, task, policy), passed in when the caller already computed it."""
         self.config = config
         self.policy = policy
         self.generator = generator
         self.task = task
-        self.exchange = exchange or NoExchange()
-        self.peer_id = (
-            peer_id
-            or self.exchange.peer_id
-            or config.node.peer_id
-            or f"local-{fingerprint_of(str(config.node.run_dir))[:8]}"
-        )
+        link = link or solo_link(solo_peer_id(config))
+        self.exchange, self.membership = link.exchange, link.membership
+        self.peer_id = self.exchange.peer_id
         self.view = view or LiveView(quiet=True)
-        self.run_id = run_id_for(config, task, policy)
+        self.run_id = run_id or run_id_for(config, task, policy)
         self.run_dir = Path(config.node.run_dir)
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
-        self.objective = config.loss.objective_config()
-        w = config.wire
-        self.limits = wire.WireLimits(
-            max_bytes=w.max_bytes,
-            max_groups=w.max_groups,
-            max_completions_per_group=w.max_completions_per_group,
-            max_tokens_per_completion=w.max_tokens_per_completion,
-            max_total_tokens=w.max_total_tokens,
-            vocab_size=policy.vocab_size,
-        )
         self.ledger = ledger or PeerLedger(config.swarm.max_rejects)
         self.published = 0  # rollouts (completions) this node published
         self.consumed = 0  # peers' rollouts this node trained on
         self.last_eval: float | None = None
-        self.last_record: dict[str, Any] = {}
+        self.last_record: RoundRecord | None = None
         self.started_at = time.time()
         self.last_progress = time.monotonic()  # a round or an eval finished; read by /health
         self.next_round = 0
@@ -166,7 +150,7 @@ class Node:
             state.own_groups.append(self._score("", problem, prompt, completions))
         return state
 
-    def consume(self, round_: int, state: RoundState) -> dict[str, Any]:
+    def consume(self, round_: int, state: RoundState) -> RoundRecord:
         """Gather peers' groups, take one optimiser step on everything, log the round."""
         t = time.perf_counter()
         received = self.exchange.gather(round_, self.config.node.staleness, self.config.node.gather_timeout_s)
@@ -181,47 +165,46 @@ class Node:
             for (tokens, logprobs), advantage in zip(group.completions, advantages.tolist()):
                 samples.append(TrainSample(group.prompt_ids, tokens, logprobs, advantage, group.own))
         t = time.perf_counter()
-        result = self.policy.train_step(samples, self.objective, self.config.rollout.temperature)
+        result = self.policy.train_step(samples, self.config.loss, self.config.rollout.temperature)
         state.timings["train_s"] = time.perf_counter() - t
         state.timings["sync_s"] = self.generator.sync_weights()
         own_rewards = [r for g in state.own_groups for r in g.rewards]
         peer_rewards = [r for g in peer_groups for r in g.rewards]
         self.consumed += len(peer_rewards)
         s = result.stats
-        record: dict[str, Any] = {
-            "round": round_,
-            "peer_id": self.peer_id,
-            "reward_mean": float(np.mean(own_rewards)) if own_rewards else 0.0,
-            "peer_reward_mean": float(np.mean(peer_rewards)) if peer_rewards else None,
-            "own_samples": len(own_rewards),
-            "peer_samples": len(peer_rewards),
-            "peers": len({g.peer_id for g in peer_groups}),
-            "filtered": s.filtered,
-            "filtered_frac": s.filtered_frac,
-            "weight_mean": s.weight_mean,
-            "weight_max": s.weight_max,
-            "truncated_frac": s.truncated_frac,
-            "divergence_mean": s.divergence_mean,
-            "loss": result.loss,
-            "grad_norm": result.grad_norm,
-            "wire_bytes": state.payload_bytes,
-            "wire_tokens": state.payload_tokens,
-            "rejected": self.ledger.total,
-            "tokens_per_s": state.payload_tokens / max(state.timings["generate_s"], 1e-9),
-            **{k: round(v, 4) for k, v in state.timings.items()},
-        }
-        return record
+        return RoundRecord(
+            round=round_,
+            peer_id=self.peer_id,
+            reward_mean=float(np.mean(own_rewards)) if own_rewards else 0.0,
+            peer_reward_mean=float(np.mean(peer_rewards)) if peer_rewards else None,
+            own_samples=len(own_rewards),
+            peer_samples=len(peer_rewards),
+            peers=len({g.peer_id for g in peer_groups}),
+            filtered=s.filtered,
+            filtered_frac=s.filtered_frac,
+            weight_mean=s.weight_mean,
+            weight_max=s.weight_max,
+            truncated_frac=s.truncated_frac,
+            divergence_mean=s.divergence_mean,
+            loss=result.loss,
+            grad_norm=result.grad_norm,
+            wire_bytes=state.payload_bytes,
+            wire_tokens=state.payload_tokens,
+            rejected=self.ledger.total,
+            tokens_per_s=state.payload_tokens / max(state.timings["generate_s"], 1e-9),
+            timings=state.timings,
+        )
 
-    def run_round(self, round_: int) -> dict[str, Any]:
+    def run_round(self, round_: int) -> RoundRecord:
         started = time.perf_counter()
         state = self.produce(round_)
         record = self.consume(round_, state)
-        record["round_s"] = time.perf_counter() - started
+        record.timings["round_s"] = time.perf_counter() - started
         return record
 
     # -- peers' data -----------------------------------------------------------------------
 
-    def _accept(self, received: list, round_: int) -> list[ScoredGroup]:
+    def _accept(self, received: list[Received], round_: int) -> list[ScoredGroup]:
         """Decode strictly, check the batch belongs to this run and round, score it ourselves."""
         accepted: list[ScoredGroup] = []
         budget = self.config.node.max_peer_groups
@@ -229,7 +212,7 @@ class Node:
             if self.ledger.is_banned(item.peer_id):
                 continue
             try:
-                batch = wire.decode(item.payload, self.limits)
+                batch = wire.decode(item.payload, self.config.wire, self.policy.vocab_size)
                 self._check_batch(batch, item)
             except wire.WireError as err:
                 self._reject(item.peer_id, str(err))
@@ -243,7 +226,7 @@ class Node:
                 break
         return accepted
 
-    def _check_batch(self, batch: wire.RolloutBatch, item: Any) -> None:
+    def _check_batch(self, batch: wire.RolloutBatch, item: Received) -> None:
         if batch.run_id != self.run_id:
             raise wire.WireError(f"run id {batch.run_id} is not this run ({self.run_id})")
         if batch.peer_id != item.peer_id:
@@ -336,27 +319,23 @@ class Node:
         cfg = self.config.node
         summary: dict[str, Any] = {"eval_before": None, "eval_after": None}
         if self.next_round == 0:
-            summary["eval_before"] = self.last_eval = self.evaluate()
-            summary["ood_before"] = self._ood()
-            self.metrics.write(
-                {"round": -1, "eval_acc": summary["eval_before"], "ood_acc": summary["ood_before"], "initial": True}
-            )
-            self.view.note(f"eval before training: {summary['eval_before']:.3f}")
+            before = self._evaluate_all(-1, "before")
+            summary["eval_before"], summary["ood_before"] = before.eval_acc, before.ood_acc
+            self.view.note(f"eval before training: {before.eval_acc:.3f}")
         self._wait_for_peers()
         round_ = self._catch_up(self.next_round)
         last_done = self.next_round - 1
         try:
             while round_ < total:
-                self.exchange.update_status(self.status_fields(round_))
+                self.membership.announce(self.status(round_))
                 record = self.run_round(round_)
                 last_done = round_
-                if cfg.eval_every and (round_ + 1) % cfg.eval_every == 0 and round_ + 1 < total:
-                    record["eval_acc"] = self.last_eval = self.evaluate()
-                    record["ood_acc"] = self._ood()
                 self.last_record = record
                 self.last_progress = time.monotonic()
-                self.metrics.write(record)
+                self.metrics.write(record.to_json())
                 self.view.round(record, total)
+                if cfg.eval_every and (round_ + 1) % cfg.eval_every == 0 and round_ + 1 < total:
+                    self.view.note(f"eval after round {round_ + 1}: {self._evaluate_all(round_, 'during').eval_acc:.3f}")
                 if cfg.checkpoint_every and (round_ + 1) % cfg.checkpoint_every == 0:
                     self.save(round_)
                 round_ = self._catch_up(round_ + 1)
@@ -365,30 +344,36 @@ class Node:
             if last_done >= 0:
                 self.save(last_done)
             raise
-        summary["eval_after"] = self.last_eval = self.evaluate()
-        summary["ood_after"] = self._ood()
-        self.metrics.write({"round": last_done, "eval_acc": summary["eval_after"], "final": True})
-        self.exchange.update_status(self.status_fields(last_done + 1))
-        self.view.note(f"eval after training: {summary['eval_after']:.3f}")
+        after = self._evaluate_all(last_done, "after")
+        summary["eval_after"], summary["ood_after"] = after.eval_acc, after.ood_acc
+        self.membership.announce(self.status(last_done + 1))
+        self.view.note(f"eval after training: {after.eval_acc:.3f}")
         if last_done >= 0:
             self.save(last_done)
         return summary
+
+    def _evaluate_all(self, last_round: int, phase: str) -> EvalRecord:
+        """Held-out (and OOD) accuracy, logged as an eval line of metrics.jsonl."""
+        record = EvalRecord(round=last_round, phase=phase, eval_acc=self.evaluate(), ood_acc=self._ood())
+        self.last_eval = record.eval_acc
+        self.metrics.write(record.to_json())
+        return record
 
     def _wait_for_peers(self) -> None:
         wanted = self.config.swarm.min_peers
         if not wanted:
             return
-        self.exchange.update_status(self.status_fields(self.next_round))
+        self.membership.announce(self.status(self.next_round))
         timeout = self.config.swarm.wait_for_peers_s
         self.view.note(f"waiting up to {timeout:.0f} s for {wanted} peer(s) of run {self.run_id}")
-        live = self.exchange.wait_for_peers(wanted, timeout)
+        live = self.membership.wait_for_peers(wanted, timeout)
         if live < wanted:
             log.warning("only %d of %d peers showed up within %.0f s; starting anyway", live, wanted, timeout)
 
     def _catch_up(self, round_: int) -> int:
         """Jump ahead when the swarm is more than `staleness` rounds ahead (e.g. after a restart),
         since peers ignore batches that old."""
-        swarm = self.exchange.swarm_round()
+        swarm = self.membership.swarm_round()
         if swarm is not None and swarm - round_ > self.config.node.staleness:
             self.view.note(f"the swarm is at round {swarm}: catching up from round {round_}")
             return swarm
@@ -400,34 +385,33 @@ class Node:
         return {
             "alive": quiet_s < self.config.node.stall_after_s,
             "peer_id": self.peer_id,
-            "round": self.last_record.get("round"),
+            "round": self.last_record.round if self.last_record else None,
             "since_progress_s": round(quiet_s, 1),
             "uptime_s": round(time.time() - self.started_at, 1),
         }
 
-    def status_fields(self, round_: int) -> dict[str, Any]:
+    def status(self, round_: int) -> NodeStatus:
         """What this node's heartbeat tells `swarmnode status`."""
         last = self.last_record
-        return {
-            "round": round_,
-            "model": self.policy.name,
-            "params": self.policy.num_params,
-            "lora": self.policy.lora_rank or 0,
-            "backend": self.generator.name,
-            "device": str(self.policy.device),
-            "reward": last.get("reward_mean"),
-            "eval_acc": self.last_eval,
-            "tokens_per_s": round(last.get("tokens_per_s", 0.0), 1),
-            "published": self.published,
-            "consumed": self.consumed,
-            "filter_rate": last.get("filtered_frac"),
-            "rejected": self.ledger.total,
-        }
+        return NodeStatus(
+            round=round_,
+            model=self.policy.name,
+            params=self.policy.num_params,
+            lora=self.policy.lora_rank or 0,
+            backend=self.generator.name,
+            device=str(self.policy.device),
+            reward=last.reward_mean if last else None,
+            eval_acc=self.last_eval,
+            tokens_per_s=round(last.tokens_per_s, 1) if last else 0.0,
+            published=self.published,
+            consumed=self.consumed,
+            filtered_frac=last.filtered_frac if last else None,
+            rejected=self.ledger.total,
+        )
 
     def close(self) -> None:
+        """Close what the node opened itself (its metrics file)."""
         self.metrics.close()
-        self.exchange.close()
-        self.generator.close()
 
 
 def _to_wire_group(prompt_id: int, completions: list[Completion]) -> wire.CompletionGroup:

@@ -4,30 +4,21 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
+from peft import LoraConfig, get_peft_model
+from peft.tuners.lora import LoraLayer
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+from transformers.utils import logging as hf_logging
 
-from swarmnode.config import LoraSettings, ModelSettings, TrainSettings
-from swarmnode.loss import ObjectiveConfig, ObjectiveStats, ObjectiveTerms, objective_terms
+from swarmnode.config import LoraSettings, LossSettings, ModelSettings, TrainSettings
+from swarmnode.loss import ObjectiveStats, ObjectiveTerms, objective_terms
+from swarmnode.shapes import TINY_NAMES, resolve_model_name
+from swarmnode.tiny import TINY_PRESETS, load_tiny, tiny_path
 from swarmnode.wire import PolicyInfo
-
-SHORT_NAME_ORGS = {"qwen": "Qwen"}
-
-
-def resolve_model_name(name: str) -> str:
-    """'Qwen2.5-3B' -> 'Qwen/Qwen2.5-3B'; hub ids, local paths and 'tiny' pass through."""
-    if name in ("tiny", "tiny-large") or "/" in name or Path(name).exists():
-        return name
-    for prefix, org in SHORT_NAME_ORGS.items():
-        if name.lower().startswith(prefix):
-            return f"{org}/{name}"
-    return name
 
 
 def pick_device(requested: str) -> torch.device:
@@ -100,8 +91,6 @@ class Policy:
         self.num_params = sum(p.numel() for p in model.parameters())
         self.lora_rank = lora.rank or None
         if lora.rank:
-            from peft import LoraConfig, get_peft_model
-
             model = get_peft_model(
                 model,
                 LoraConfig(
@@ -129,16 +118,12 @@ class Policy:
     @classmethod
     def load(cls, settings: ModelSettings, train: TrainSettings) -> Policy:
         """Load weights and tokenizer for the settings' model name."""
-        from transformers.utils import logging as hf_logging
-
         hf_logging.disable_progress_bar()  # per-round lines are ours; loading bars clutter them
         name = resolve_model_name(settings.name)
         device = pick_device(settings.device)
         dtype = pick_dtype(settings.dtype, device)
         weights_dtype = master_dtype(dtype, bool(settings.lora.rank), train.master_weights)
-        if name in ("tiny", "tiny-large"):
-            from swarmnode.tiny import TINY_PRESETS, load_tiny, tiny_path
-
+        if name in TINY_NAMES:
             model, tokenizer = load_tiny(TINY_PRESETS[name])
             source = str(tiny_path(TINY_PRESETS[name]))  # built by load_tiny
         else:
@@ -164,8 +149,6 @@ class Policy:
         if not self.lora_rank:
             yield from self.model.named_parameters()
             return
-        from peft.tuners.lora import LoraLayer
-
         base = self.model.get_base_model()
         lora_layers = {name: m for name, m in base.named_modules() if isinstance(m, LoraLayer)}
         with torch.no_grad():
@@ -238,7 +221,7 @@ class Policy:
         return logp * mask, mask
 
     def train_step(
-        self, samples: list[TrainSample], objective: ObjectiveConfig, temperature: float
+        self, samples: list[TrainSample], objective: LossSettings, temperature: float
     ) -> StepResult:
         """One optimiser step over all samples, micro-batched so memory stays bounded."""
         self.model.train()
@@ -281,7 +264,3 @@ def master_dtype(compute: torch.dtype, lora: bool, setting: str) -> torch.dtype:
         return compute
     return torch.float32
 
-
-def cache_dir() -> Path:
-    """Where built presets live: $SWARMNODE_CACHE, else ~/.cache/swarmnode."""
-    return Path(os.environ.get("SWARMNODE_CACHE", Path.home() / ".cache" / "swarmnode"))

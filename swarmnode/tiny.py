@@ -8,6 +8,7 @@ reward variance to learn from. The result is cached, keyed by everything that sh
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -57,8 +58,6 @@ TINY_PRESETS: dict[str, dict] = {"tiny": TINY_SPEC, "tiny-large": TINY_LARGE_SPE
 
 
 def _spec_key(spec: dict) -> str:
-    import hashlib
-
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -149,9 +148,12 @@ def supervised_warmup(
     model.eval()
 
 
-def tiny_path(spec: dict = TINY_SPEC) -> Path:
-    from swarmnode.policy import cache_dir
+def cache_dir() -> Path:
+    """Where built presets live: $SWARMNODE_CACHE, else ~/.cache/swarmnode."""
+    return Path(os.environ.get("SWARMNODE_CACHE", Path.home() / ".cache" / "swarmnode"))
 
+
+def tiny_path(spec: dict = TINY_SPEC) -> Path:
     return cache_dir() / f"tiny-{_spec_key(spec)}"
 
 

@@ -8,7 +8,7 @@ A message is::
 
 so each completion token costs exactly 8 bytes and the header is a few hundred bytes.
 Decoding is strict: anything malformed raises `WireError` with a reason, and every size is
-checked against `WireLimits` before anything is allocated.
+checked against the node's `wire` settings before anything is allocated.
 """
 
 from __future__ import annotations
@@ -19,8 +19,12 @@ from dataclasses import dataclass, field
 import msgpack
 import numpy as np
 
+from swarmnode.config import WireSettings
+from swarmnode.records import WIRE_VERSION
+
 MAGIC = b"SNRB"
-VERSION = 1
+MAX_HEADER_BYTES = 64 * 1024
+MAX_STRING_LEN = 256
 _PREFIX = struct.Struct("<4sI")
 _ALIGN = 8
 _TOKEN_DTYPE = np.dtype("<i4")
@@ -30,20 +34,6 @@ BYTES_PER_TOKEN = _TOKEN_DTYPE.itemsize + _LOGPROB_DTYPE.itemsize
 
 class WireError(ValueError):
     """A message that cannot be accepted; `str(err)` says why."""
-
-
-@dataclass(frozen=True)
-class WireLimits:
-    """Upper bounds a receiver enforces before it allocates anything."""
-
-    max_bytes: int = 32 * 1024 * 1024
-    max_header_bytes: int = 64 * 1024
-    max_groups: int = 256
-    max_completions_per_group: int = 64
-    max_tokens_per_completion: int = 8192
-    max_total_tokens: int = 2 * 1024 * 1024
-    max_string_len: int = 256
-    vocab_size: int | None = None  # when set, every token id must be below it
 
 
 @dataclass(frozen=True)
@@ -101,7 +91,7 @@ def encode(batch: RolloutBatch) -> bytes:
         if len(group.tokens) != n or len(group.logprobs) != n:
             raise WireError(f"group {group.prompt_id}: lengths do not match the token arrays")
     header = {
-        "v": VERSION,
+        "v": WIRE_VERSION,
         "run": batch.run_id,
         "peer": batch.peer_id,
         "round": int(batch.round),
@@ -123,9 +113,13 @@ def encode(batch: RolloutBatch) -> bytes:
     return b"".join(parts)
 
 
-def decode(data: bytes | bytearray | memoryview, limits: WireLimits | None = None) -> RolloutBatch:
-    """Parse and validate a message; every failure is a `WireError`."""
-    limits = limits or WireLimits()
+def decode(
+    data: bytes | bytearray | memoryview, limits: WireSettings | None = None, vocab_size: int | None = None
+) -> RolloutBatch:
+    """Parse and validate a message against `limits`; every failure is a `WireError`.
+
+    With `vocab_size`, every token id must be below it."""
+    limits = limits or WireSettings()
     buf = memoryview(data).cast("B")
     if len(buf) > limits.max_bytes:
         raise WireError(f"message of {len(buf)} bytes exceeds the limit of {limits.max_bytes}")
@@ -134,8 +128,8 @@ def decode(data: bytes | bytearray | memoryview, limits: WireLimits | None = Non
     magic, header_len = _PREFIX.unpack_from(buf, 0)
     if magic != MAGIC:
         raise WireError("bad magic: not a swarmnode rollout message")
-    if header_len > limits.max_header_bytes:
-        raise WireError(f"header of {header_len} bytes exceeds {limits.max_header_bytes}")
+    if header_len > MAX_HEADER_BYTES:
+        raise WireError(f"header of {header_len} bytes exceeds {MAX_HEADER_BYTES}")
     body_start = _PREFIX.size + header_len
     if body_start > len(buf):
         raise WireError("truncated header")
@@ -153,7 +147,7 @@ def decode(data: bytes | bytearray | memoryview, limits: WireLimits | None = Non
         raise WireError(f"message is {len(buf)} bytes, header implies {expected}")
     tokens = np.frombuffer(buf, dtype=_TOKEN_DTYPE, count=total, offset=arrays_start)
     logprobs = np.frombuffer(buf, dtype=_LOGPROB_DTYPE, count=total, offset=arrays_start + total * 4)
-    _check_arrays(tokens, logprobs, limits)
+    _check_arrays(tokens, logprobs, vocab_size)
     groups: list[CompletionGroup] = []
     offset = 0
     for prompt_id, lengths in fields["groups"]:
@@ -178,14 +172,14 @@ def decode(data: bytes | bytearray | memoryview, limits: WireLimits | None = Non
     )
 
 
-def _unpack_header(raw: bytes, limits: WireLimits) -> object:
+def _unpack_header(raw: bytes, limits: WireSettings) -> object:
     try:
         return msgpack.unpackb(
             raw,
             raw=False,
             strict_map_key=True,
             use_list=True,
-            max_str_len=limits.max_string_len,
+            max_str_len=MAX_STRING_LEN,
             max_bin_len=0,
             max_array_len=max(limits.max_groups, limits.max_completions_per_group, 4),
             max_map_len=16,
@@ -199,13 +193,13 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _check_header(header: object, limits: WireLimits) -> dict:
+def _check_header(header: object, limits: WireSettings) -> dict:
     if not isinstance(header, dict):
         raise WireError("header is not a map")
     expected_keys = {"v", "run", "peer", "round", "policy", "tok", "groups"}
     if set(header) != expected_keys:
         raise WireError(f"header keys {sorted(map(str, header))} != {sorted(expected_keys)}")
-    if header["v"] != VERSION:
+    if header["v"] != WIRE_VERSION:
         raise WireError(f"unsupported format version {header['v']!r}")
     for key in ("run", "peer", "tok"):
         if not isinstance(header[key], str) or not header[key]:
@@ -245,13 +239,13 @@ def _check_header(header: object, limits: WireLimits) -> dict:
     return header
 
 
-def _check_arrays(tokens: np.ndarray, logprobs: np.ndarray, limits: WireLimits) -> None:
+def _check_arrays(tokens: np.ndarray, logprobs: np.ndarray, vocab_size: int | None) -> None:
     if tokens.size == 0:
         return
     if int(tokens.min()) < 0:
         raise WireError("negative token id")
-    if limits.vocab_size is not None and int(tokens.max()) >= limits.vocab_size:
-        raise WireError(f"token id {int(tokens.max())} outside the vocabulary ({limits.vocab_size})")
+    if vocab_size is not None and int(tokens.max()) >= vocab_size:
+        raise WireError(f"token id {int(tokens.max())} outside the vocabulary ({vocab_size})")
     if not np.all(np.isfinite(logprobs)):
         raise WireError("non-finite log-prob")
     if float(logprobs.max()) > 0.0:

@@ -11,14 +11,14 @@ import time
 import psutil
 import pytest
 
+from swarmnode.config import Config
 from swarmnode.demo import DEMO_BASE, NODE_KINDS, node_config
+from swarmnode.metrics import round_lines
 
 pytestmark = pytest.mark.slow
 
 
 def test_node_configs_are_heterogeneous_and_valid(tmp_path):
-    from swarmnode.config import Config
-
     configs = [Config.model_validate(node_config(DEMO_BASE, i, 3, 10, tmp_path / str(i))) for i in range(3)]
     assert [(c.model.name, c.model.lora.rank) for c in configs] == [("tiny", 0), ("tiny", 16), ("tiny-large", 0)]
     assert all(c.swarm.min_peers == 2 for c in configs)
@@ -37,8 +37,8 @@ def test_demo_runs_a_local_swarm_and_reports_learning(tmp_path):
     assert (out / "curves.png").stat().st_size > 10_000
     for node in ("node-0", "node-1"):
         lines = [json.loads(x) for x in (out / node / "run" / "metrics.jsonl").read_text().splitlines()]
-        assert lines[0]["initial"] and lines[-1]["final"]
-        assert all(m["peer_samples"] > 0 for m in lines if "loss" in m and m["round"] > 0)
+        assert lines[0]["phase"] == "before" and lines[-1]["phase"] == "after"
+        assert all(m["peer_samples"] > 0 for m in round_lines(lines) if m["round"] > 0)
     pids = [json.loads((out / n / "run" / "swarm.json").read_text())["pid"] for n in ("node-0", "node-1")]
     assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
 

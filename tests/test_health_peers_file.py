@@ -14,7 +14,7 @@ import time
 import pytest
 
 from swarmnode.health import HealthServer, ask
-from swarmnode.swarm.peers_file import PeersFileError, read_peers_file
+from swarmnode.swarm.hivemind.swarm_file import PeersFileError, read_peers_file
 
 PEER = "/p2p/QmRZjMbRutJDyUJaU87KixfqRQ3wrGF3hTYEnUxr2jWuru"
 

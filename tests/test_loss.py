@@ -3,7 +3,9 @@ import math
 import pytest
 import torch
 
-from swarmnode.loss import OBJECTIVES, ObjectiveConfig, group_advantages, objective_terms, sequence_divergence
+from swarmnode.config import LossSettings
+from swarmnode.loss import group_advantages, objective_terms, sequence_divergence
+from swarmnode.registry import OBJECTIVES
 
 
 def test_group_advantages_standardise_within_group():
@@ -23,9 +25,9 @@ def _case(gen_offset=0.0):
 
 def test_on_policy_samples_make_all_objectives_agree():
     grads, losses = [], []
-    for name in OBJECTIVES:
+    for name in OBJECTIVES.names:
         theta, gen, mask, adv = _case()
-        terms = objective_terms(theta, gen, mask, adv, ObjectiveConfig(objective=name))
+        terms = objective_terms(theta, gen, mask, adv, LossSettings(objective=name))
         terms.loss_sum.backward()
         losses.append(float(terms.loss_sum))
         grads.append(theta.grad.clone())
@@ -39,7 +41,7 @@ def test_on_policy_samples_make_all_objectives_agree():
 def test_hand_computed_value_and_gradient():
     # Per-sequence token mean of A*R with R = 1: loss = -sum_i A_i; d/dlogp = -A_i * w / |a_i|.
     theta, gen, mask, adv = _case()
-    terms = objective_terms(theta, gen, mask, adv, ObjectiveConfig(objective="nois"))
+    terms = objective_terms(theta, gen, mask, adv, LossSettings(objective="nois"))
     assert float(terms.loss_sum) == pytest.approx(-(1.0 - 0.5 - 0.5))
     terms.loss_sum.backward()
     expected = -(adv[:, None] / mask.sum(-1, keepdim=True)) * mask
@@ -48,8 +50,8 @@ def test_hand_computed_value_and_gradient():
 
 def test_truncation_caps_weight_at_c_and_vis_does_not():
     theta, gen, mask, adv = _case(gen_offset=-2.0)  # pi_theta / pi_gen = e^2 ~ 7.39 everywhere
-    tis = objective_terms(theta, gen, mask, adv, ObjectiveConfig(objective="tis", trunc_c=2.0))
-    vis = objective_terms(theta, gen, mask, adv, ObjectiveConfig(objective="vis"))
+    tis = objective_terms(theta, gen, mask, adv, LossSettings(objective="tis", trunc_c=2.0))
+    vis = objective_terms(theta, gen, mask, adv, LossSettings(objective="vis"))
     assert tis.weight_max == pytest.approx(2.0)
     assert tis.truncated_tokens == tis.tokens == int(mask.sum())
     assert vis.weight_max == pytest.approx(math.exp(2.0), rel=1e-5)
@@ -60,7 +62,7 @@ def test_truncation_caps_weight_at_c_and_vis_does_not():
 
 def test_weights_below_c_are_untouched():
     theta, gen, mask, adv = _case(gen_offset=0.5)  # ratio e^-0.5
-    tis = objective_terms(theta, gen, mask, adv, ObjectiveConfig(objective="tis"))
+    tis = objective_terms(theta, gen, mask, adv, LossSettings(objective="tis"))
     assert tis.weight_max == pytest.approx(math.exp(-0.5), rel=1e-5)
     assert tis.truncated_tokens == 0
 
@@ -70,7 +72,7 @@ def test_filter_removes_exactly_negative_advantage_high_divergence_samples():
     gen = gen.clone()
     gen[1] += 5.0  # sequence 1: A < 0, large divergence -> filtered
     gen[0] += 5.0  # sequence 0: A > 0, large divergence -> kept
-    cfg = ObjectiveConfig(objective="f-tis", filter_g=50.0)
+    cfg = LossSettings(objective="f-tis", filter_g=50.0)
     terms = objective_terms(theta, gen, mask, adv, cfg)
     div = sequence_divergence(theta, gen, mask)
     assert div[1] > 50 and div[0] > 50 and div[2] < 1e-6
@@ -78,7 +80,7 @@ def test_filter_removes_exactly_negative_advantage_high_divergence_samples():
     terms.loss_sum.backward()
     assert torch.all(theta.grad[1] == 0)
     assert torch.all(theta.grad[0] != 0) and torch.all(theta.grad[2][:3] != 0)
-    unfiltered = objective_terms(theta, gen, mask, adv, ObjectiveConfig(objective="tis"))
+    unfiltered = objective_terms(theta, gen, mask, adv, LossSettings(objective="tis"))
     assert unfiltered.filtered.sum() == 0
 
 
@@ -104,8 +106,8 @@ def test_divergence_estimators(estimator):
 
 def test_extreme_log_ratios_do_not_overflow():
     theta, gen, mask, adv = _case()
-    for objective in OBJECTIVES:
-        terms = objective_terms(theta, gen - 1e4, mask, adv, ObjectiveConfig(objective=objective))
+    for objective in OBJECTIVES.names:
+        terms = objective_terms(theta, gen - 1e4, mask, adv, LossSettings(objective=objective))
         assert torch.isfinite(terms.loss_sum)
         assert math.isfinite(terms.weight_max)
 
@@ -113,4 +115,4 @@ def test_extreme_log_ratios_do_not_overflow():
 def test_unknown_objective_is_a_clear_error():
     theta, gen, mask, adv = _case()
     with pytest.raises(ValueError, match="unknown objective"):
-        objective_terms(theta, gen, mask, adv, ObjectiveConfig(objective="ppo"))  # type: ignore[arg-type]
+        objective_terms(theta, gen, mask, adv, LossSettings.model_construct(objective="ppo"))

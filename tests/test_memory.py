@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from swarmnode.config import Config, LoraSettings, TrainSettings, load_config
-from swarmnode.memory import GIB, KNOWN_SHAPES, ModelShape, estimate, suggest_configs
+from swarmnode.memory import GIB, estimate, suggest_configs
 from swarmnode.policy import Policy, TrainSample
+from swarmnode.shapes import KNOWN_SHAPES, ModelShape
 from swarmnode.tiny import build_model
 
 CONFIGS = __import__("pathlib").Path(__file__).resolve().parents[1] / "configs"
@@ -88,7 +89,7 @@ def _one_step(policy: Policy, tokenizer) -> float:
         TrainSample(prompt, rng.integers(5, 200, 8).astype(np.int32), np.full(8, -3.0, np.float32), adv, True)
         for adv in (1.0, -1.0, 0.5, -0.5)
     ]
-    policy.train_step(samples, Config().loss.objective_config(), 1.0)
+    policy.train_step(samples, Config().loss, 1.0)
     moved = [(p.detach().float() != b).float().mean().item() for p, b in zip(policy.model.parameters(), before)]
     return float(np.mean(moved))
 

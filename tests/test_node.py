@@ -4,10 +4,10 @@ import torch
 
 from swarmnode import wire
 from swarmnode.config import load_config
-from swarmnode.exchange import InMemoryHub
-from swarmnode.metrics import read_metrics
+from swarmnode.metrics import eval_lines, read_metrics, round_lines
 from swarmnode.node import Node
 from swarmnode.rollout.hf import HFGenerator
+from swarmnode.swarm.local import InMemoryHub, solo_link
 from swarmnode.tasks import ArithmeticTask
 
 
@@ -32,8 +32,7 @@ def _node(tmp_path, make_policy, name, hub=None, staleness=1, max_rejects=3, **p
         policy,
         HFGenerator(policy, config.rollout),
         ArithmeticTask(),
-        hub.exchange(name) if hub else None,
-        peer_id=name,
+        hub.join(name) if hub else solo_link(name),
     )
 
 
@@ -50,15 +49,15 @@ def test_heterogeneous_nodes_train_on_each_others_samples(tmp_path, make_policy)
     history = [_step_together([small, large], r) for r in range(3)]
     for records in history:
         for rec in records:
-            assert rec["own_samples"] == 12
+            assert rec.own_samples == 12
             # round 0: peers publish in the same round, so samples arrive from round 0 on
-            assert rec["peer_samples"] == 12 and rec["peers"] == 1
-            assert rec["wire_bytes"] > rec["wire_tokens"] * 8
+            assert rec.peer_samples == 12 and rec.peers == 1
+            assert rec.wire_bytes > rec.wire_tokens * 8
     # Different models: the peer's samples are off-policy, so weights differ from 1.
     last = history[-1]
-    assert all(abs(rec["weight_mean"] - 1.0) > 1e-3 for rec in last)
-    assert all(rec["weight_max"] <= 2.0 + 1e-6 for rec in last)
-    assert any(rec["divergence_mean"] > 0.01 for rec in last)
+    assert all(abs(rec.weight_mean - 1.0) > 1e-3 for rec in last)
+    assert all(rec.weight_max <= 2.0 + 1e-6 for rec in last)
+    assert any(rec.divergence_mean > 0.01 for rec in last)
 
 
 def test_each_peer_batch_is_used_once(tmp_path, make_policy):
@@ -76,7 +75,7 @@ def test_rogue_payloads_are_rejected_and_counted(tmp_path, make_policy):
     honest = _node(tmp_path, make_policy, "honest", hub, staleness=3, max_rejects=10)
     rogue = _node(tmp_path, make_policy, "rogue", hub)
     state = rogue.produce(0)
-    good = hub._snapshot()[("rogue", 0)]
+    good = hub.payloads[("", "rogue", 0)]
     batch = wire.decode(good)
     # 1: garbage bytes, 2: claims another peer's identity, 3: prompts it was not assigned,
     # 4: another run id. Published under distinct rounds so each is gathered.
@@ -94,15 +93,15 @@ def test_rogue_payloads_are_rejected_and_counted(tmp_path, make_policy):
     other_run = wire.RolloutBatch(
         "other", "rogue", 3, batch.policy, batch.tokenizer_fingerprint, batch.groups
     )
-    hub._payloads.clear()
+    hub.payloads.clear()
     rogue.exchange.publish(0, b"SNRB\xff\xff\xff\xff garbage")
     rogue.exchange.publish(1, wire.encode(forged))
     rogue.exchange.publish(2, wire.encode(cherry))
     rogue.exchange.publish(3, wire.encode(other_run))
     record = honest.consume(3, honest.produce(3))
-    assert record["peer_samples"] == 0
+    assert record.peer_samples == 0
     assert honest.rejected["rogue"] == 4
-    assert record["own_samples"] == 12 and state.payload_tokens > 0
+    assert record.own_samples == 12 and state.payload_tokens > 0
 
 
 def test_a_peer_is_ignored_after_max_rejects(tmp_path, make_policy):
@@ -114,7 +113,7 @@ def test_a_peer_is_ignored_after_max_rejects(tmp_path, make_policy):
         rogue.exchange.publish(r, b"not a wire message")
     record = honest.consume(4, honest.produce(4))
     assert honest.ledger.is_banned("rogue") and honest.rejected["rogue"] == 2
-    assert record["peer_samples"] == 0, "the valid batch of a banned peer is not used either"
+    assert record.peer_samples == 0, "the valid batch of a banned peer is not used either"
 
 
 def test_checkpoint_resume_continues_where_it_stopped(tmp_path, make_policy):
@@ -128,7 +127,7 @@ def test_checkpoint_resume_continues_where_it_stopped(tmp_path, make_policy):
     assert again.policy.optimizer.state_dict()["state"], "optimizer state restored"
     again.run(rounds=3)
     again.close()
-    rounds = [m["round"] for m in read_metrics(tmp_path / "solo" / "metrics.jsonl") if "loss" in m]
+    rounds = [m["round"] for m in round_lines(read_metrics(tmp_path / "solo" / "metrics.jsonl"))]
     assert rounds == [0, 1, 2]
 
 
@@ -163,9 +162,9 @@ def test_round_metrics_are_logged_as_json_lines(tmp_path, make_policy):
         "train_s",
         "round_s",
     }
-    assert lines[0]["initial"] and lines[0]["eval_acc"] == summary["eval_before"]
-    assert expected <= set(lines[1])
-    assert lines[-1]["final"] and lines[-1]["eval_acc"] == summary["eval_after"]
+    assert eval_lines(lines, "before") == [lines[0]] and lines[0]["eval_acc"] == summary["eval_before"]
+    assert expected <= set(lines[1]) and round_lines(lines) == lines[1:3]
+    assert eval_lines(lines, "after") == [lines[-1]] and lines[-1]["eval_acc"] == summary["eval_after"]
     assert np.isclose(lines[1]["weight_mean"], 1.0, atol=1e-3)  # solo: all on-policy
 
 

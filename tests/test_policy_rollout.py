@@ -2,10 +2,10 @@ import numpy as np
 import pytest
 import torch
 
-from swarmnode.config import RolloutSettings
-from swarmnode.loss import ObjectiveConfig
-from swarmnode.policy import TrainSample, resolve_model_name
+from swarmnode.config import LossSettings, RolloutSettings
+from swarmnode.policy import TrainSample
 from swarmnode.rollout.hf import HFGenerator
+from swarmnode.shapes import resolve_model_name
 
 
 def _prompts(policy, n=3):
@@ -68,7 +68,7 @@ def test_micro_batching_gives_the_same_update(make_policy):
     results = []
     for micro in (64, 2):
         policy = make_policy(micro_batch=micro)
-        policy.train_step(_samples(policy), ObjectiveConfig(objective="f-tis"), 1.0)
+        policy.train_step(_samples(policy), LossSettings(objective="f-tis"), 1.0)
         results.append(torch.cat([p.detach().flatten() for p in policy.model.parameters()]))
     assert torch.allclose(results[0], results[1], atol=1e-6)
 
@@ -79,7 +79,7 @@ def test_lora_trains_only_the_adapter(make_policy):
     trainable = {n: p.detach().clone() for n, p in policy.model.named_parameters() if p.requires_grad}
     assert trainable and all("lora" in n for n in trainable)
     for _ in range(2):
-        policy.train_step(_samples(policy), ObjectiveConfig(), 1.0)
+        policy.train_step(_samples(policy), LossSettings(), 1.0)
     after = dict(policy.model.named_parameters())
     assert all(torch.equal(after[n], v) for n, v in frozen.items())
     assert any(not torch.equal(after[n], v) for n, v in trainable.items())

@@ -11,12 +11,15 @@ import pytest
 from hivemind.p2p import PeerID
 from hivemind.utils.timed_storage import get_dht_time
 
-from swarmnode.exchange import PeerLedger
-from swarmnode.swarm import records
-from swarmnode.swarm.exchange import HivemindExchange
-from swarmnode.swarm.identity import ensure_identity, load_signing_key
-from swarmnode.swarm.records import HEARTBEAT_KEY, Manifest, RecordError, manifest_key, pack, payload_digest
-from swarmnode.swarm.runtime import SwarmOptions, SwarmRuntime
+from swarmnode.config import SwarmSettings, load_config
+from swarmnode.records import NodeStatus, RecordError
+from swarmnode.swarm.base import SwarmLink
+from swarmnode.swarm.hivemind import dht as records
+from swarmnode.swarm.hivemind.connect import attach
+from swarmnode.swarm.hivemind.dht import HEARTBEAT_KEY, Manifest, manifest_key, pack, payload_digest
+from swarmnode.swarm.hivemind.identity import ensure_identity, load_signing_key
+from swarmnode.swarm.hivemind.runtime import SwarmRuntime
+from swarmnode.swarm.ledger import PeerLedger
 
 RUN = "testrun"
 
@@ -26,9 +29,8 @@ def start_runtime(tmp_path):
     started: list[SwarmRuntime] = []
 
     def start(name: str, initial_peers: list[str] | None = None) -> SwarmRuntime:
-        runtime = SwarmRuntime(
-            SwarmOptions(initial_peers=initial_peers or [], identity_path=tmp_path / f"{name}.key")
-        )
+        settings = SwarmSettings(initial_peers=initial_peers or [], host_maddrs=["/ip4/127.0.0.1/tcp/0"])
+        runtime = SwarmRuntime(settings, tmp_path / f"{name}.key")
         runtime.start()
         started.append(runtime)
         return runtime
@@ -38,10 +40,9 @@ def start_runtime(tmp_path):
         runtime.shutdown()
 
 
-def _exchange(runtime: SwarmRuntime, **kwargs) -> HivemindExchange:
-    options = dict(max_payload_bytes=64 << 20, staleness=1, ledger=PeerLedger(3), heartbeat_interval_s=0.5)
-    options.update(kwargs)
-    return HivemindExchange(runtime, RUN, **options)
+def _link(runtime: SwarmRuntime, run: str = RUN, ledger: PeerLedger | None = None) -> SwarmLink:
+    config = load_config(None, ["swarm.heartbeat_interval_s=0.5", "wire.max_bytes=67108864", "node.staleness=1"])
+    return attach(runtime, run, config, ledger or PeerLedger(3))
 
 
 def test_identity_is_private_and_stable(tmp_path):
@@ -54,7 +55,7 @@ def test_identity_is_private_and_stable(tmp_path):
 
 
 def test_identity_file_that_is_not_a_key_is_a_clear_error(tmp_path):
-    from swarmnode.swarm.identity import IdentityError
+    from swarmnode.swarm.hivemind.identity import IdentityError
 
     bad = tmp_path / "bad.key"
     bad.write_bytes(b"not a key")
@@ -132,7 +133,7 @@ def test_a_dictionary_larger_than_16_kib_comes_back_whole(start_runtime):
 def test_payloads_travel_peer_to_peer(start_runtime, size_mb):
     a = start_runtime("a")
     b = start_runtime("b", a.visible_maddrs())
-    ex_a, ex_b = _exchange(a), _exchange(b)
+    ex_a, ex_b = _link(a).exchange, _link(b).exchange
     payload = os.urandom(size_mb << 20)
     ex_a.publish(0, payload, tokens=len(payload) // 8)
     started = time.monotonic()
@@ -140,16 +141,14 @@ def test_payloads_travel_peer_to_peer(start_runtime, size_mb):
     assert [(g.peer_id, g.round) for g in got] == [(a.peer_id, 0)]
     assert got[0].payload == payload and time.monotonic() - started < 30
     assert ex_b.gather(0, staleness=1, timeout_s=0.5) == [], "each batch is handed out once"
-    ex_a.close()
-    ex_b.close()
 
 
 def test_lying_peers_are_counted_and_unreachable_ones_are_not(start_runtime):
     honest = start_runtime("honest")
     rogue = start_runtime("rogue", honest.visible_maddrs())
     ledger = PeerLedger(max_rejects=10)
-    ex = _exchange(honest, ledger=ledger)
-    rogue_ex = _exchange(rogue)
+    ex = _link(honest, ledger=ledger).exchange
+    rogue_ex = _link(rogue).exchange
     # 1: content that does not match the signed digest
     rogue_ex.server.put(0, b"A" * 1000)
     lie = Manifest(rogue.peer_id, 0, 1000, payload_digest(b"B" * 1000), 1)
@@ -163,28 +162,26 @@ def test_lying_peers_are_counted_and_unreachable_ones_are_not(start_runtime):
     good = b"C" * 1000
     rogue_ex.server.put(2, good)
     assert rogue.store_owned(manifest_key(RUN, 2), Manifest(rogue.peer_id, 2, 1000, payload_digest(good), 1).to_value(), 60)
-    rogue_ex.close()
+    rogue.shutdown()
     assert ex.gather(2, staleness=0, timeout_s=3) == []
     assert ledger.counts[rogue.peer_id] == 2
-    ex.close()
 
 
 def test_heartbeats_show_live_peers_of_the_run_only(start_runtime):
     a = start_runtime("a")
     b = start_runtime("b", a.visible_maddrs())
     c = start_runtime("c", a.visible_maddrs())
-    ex_a, ex_b = _exchange(a), _exchange(b)
-    other = HivemindExchange(c, "another-run", max_payload_bytes=1 << 20, staleness=1, ledger=PeerLedger())
-    ex_b.update_status({"round": 7, "model": "tiny"})
-    other.update_status({"round": 9})
+    ex_a, ex_b = _link(a).membership, _link(b).membership
+    other = _link(c, run="another-run").membership
+    ex_b.announce(NodeStatus(round=7, model="tiny"))
+    other.announce(NodeStatus(round=9))
     assert ex_a.wait_for_peers(1, timeout_s=10) == 1
     deadline = time.monotonic() + 10
     while ex_a.swarm_round() != 7 and time.monotonic() < deadline:
         time.sleep(0.2)
         ex_a.wait_for_peers(1, timeout_s=0)
     assert set(ex_a.live_peers()) == {b.peer_id} and ex_a.swarm_round() == 7
+    assert ex_a.live_peers()[b.peer_id].model == "tiny"
     ex_b.close()  # says goodbye: no longer waited for
     ex_a.wait_for_peers(1, timeout_s=0)
     assert ex_a.live_peers() == {}
-    other.close()
-    ex_a.close()

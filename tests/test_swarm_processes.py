@@ -21,10 +21,9 @@ import yaml
 from hivemind.utils.timed_storage import get_dht_time
 
 from swarmnode import wire
-from swarmnode.exchange import PeerLedger
-from swarmnode.metrics import read_metrics
-from swarmnode.swarm.exchange import HivemindExchange
-from swarmnode.swarm.records import (
+from swarmnode.config import SwarmSettings
+from swarmnode.metrics import read_metrics, round_lines
+from swarmnode.swarm.hivemind.dht import (
     HEARTBEAT_KEY,
     Manifest,
     heartbeat_from_record,
@@ -32,7 +31,9 @@ from swarmnode.swarm.records import (
     pack,
     payload_digest,
 )
-from swarmnode.swarm.runtime import SwarmOptions, SwarmRuntime
+from swarmnode.swarm.hivemind.payloads import PayloadServer
+from swarmnode.swarm.hivemind.runtime import SwarmRuntime
+from swarmnode.tiny import TINY_PRESETS, ensure_tiny
 
 pytestmark = pytest.mark.slow
 
@@ -83,7 +84,7 @@ class NodeProcess:
 
     def rounds(self) -> list[dict]:
         path = self.dir / "run" / "metrics.jsonl"
-        return [m for m in read_metrics(path) if "loss" in m] if path.exists() else []
+        return round_lines(read_metrics(path)) if path.exists() else []
 
     def output(self) -> str:
         """The log with whitespace runs collapsed (rich may wrap long lines)."""
@@ -114,8 +115,6 @@ def wait_for(condition, timeout: float, what: str, nodes=()):
 
 @pytest.fixture(scope="module")
 def swarm(tmp_path_factory):
-    from swarmnode.tiny import TINY_PRESETS, ensure_tiny
-
     for spec in TINY_PRESETS.values():  # build once here rather than in three racing processes
         ensure_tiny(spec)
     root = tmp_path_factory.mktemp("swarm")
@@ -179,19 +178,22 @@ def test_status_says_clearly_when_the_swarm_cannot_be_reached(swarm):
 def test_a_rogue_peer_is_refused_counted_and_ignored(swarm, tmp_path):
     nodes, bootstrap = swarm
     honest = [nodes["a"], nodes["b"]]
-    rogue = SwarmRuntime(SwarmOptions(initial_peers=bootstrap, identity_path=tmp_path / "rogue.key"))
+    rogue = SwarmRuntime(
+        SwarmSettings(initial_peers=bootstrap, host_maddrs=["/ip4/127.0.0.1/tcp/0"]), tmp_path / "rogue.key"
+    )
     rogue.start()
     try:
         beats = {}
         for subkey, raw in rogue.get_subkeys(HEARTBEAT_KEY).items():
             hb = heartbeat_from_record(subkey, raw)
-            beats[hb["peer"]] = (subkey, hb)
+            beats[hb.peer] = (subkey, hb.model_dump())
         victim_subkey, victim = beats[nodes["a"].info["peer_id"]]
         run_id = victim["run"]
         # forged write into a's heartbeat: refused by every honest DHT node
         forged = pack({**victim, "model": "evil", "time": get_dht_time()})
         assert not rogue.call(rogue.dht.store(HEARTBEAT_KEY, forged, get_dht_time() + 60, subkey=victim_subkey), 10)
-        ex = HivemindExchange(rogue, run_id, max_payload_bytes=1 << 20, staleness=1, ledger=PeerLedger())
+        server = PayloadServer(run_id, keep_rounds=20)  # serves whatever the rogue announces
+        rogue.call(server.register(rogue.p2p), timeout=10)
         start_round = max(hb["round"] for _, hb in beats.values())
         bad_payloads = [
             b"SNRB" + os.urandom(500),  # malformed wire message
@@ -202,7 +204,7 @@ def test_a_rogue_peer_is_refused_counted_and_ignored(swarm, tmp_path):
         for i in range(12):  # announces junk for the coming rounds, and one lie about its digest
             r = start_round + i
             payload = bad_payloads[i % len(bad_payloads)]
-            ex.server.put(r, payload)
+            rogue.loop.call_soon_threadsafe(server.put, r, payload)
             digest = payload_digest(payload) if i % 4 else payload_digest(b"other")
             rogue.store_owned(manifest_key(run_id, r), Manifest(rogue.peer_id, r, len(payload), digest, 1).to_value(), 60)
             time.sleep(0.5)
@@ -217,7 +219,6 @@ def test_a_rogue_peer_is_refused_counted_and_ignored(swarm, tmp_path):
         wait_for(lambda: all(len(n.rounds()) >= mark[n.name] + 3 for n in honest), 120, "3 more rounds", honest)
         for node in honest:
             assert all(r["peer_samples"] > 0 for r in node.rounds()[mark[node.name]:]), "honest training goes on"
-        ex.close()
     finally:
         rogue.shutdown()
 

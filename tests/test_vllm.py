@@ -134,7 +134,7 @@ def _train_and_compare(lora_rank: int) -> tuple[np.ndarray, np.ndarray]:
         for prompt, group in zip(prompts, groups)
         for i, c in enumerate(group)
     ]
-    policy.train_step(samples, Config().loss.objective_config(), settings.temperature)
+    policy.train_step(samples, Config().loss, settings.temperature)
     generator.sync_weights()
     fresh = generator.generate(prompts, settings.group_size)
     to_new = _logprob_gaps(policy, prompts, fresh, settings.temperature)

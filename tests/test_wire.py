@@ -4,7 +4,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from swarmnode import wire
-from swarmnode.wire import CompletionGroup, PolicyInfo, RolloutBatch, WireError, WireLimits
+from swarmnode.config import WireSettings
+from swarmnode.wire import CompletionGroup, PolicyInfo, RolloutBatch, WireError
 
 
 def make_batch(groups: int = 2, per_group: int = 12, length: int = 256, seed: int = 0) -> RolloutBatch:
@@ -123,18 +124,23 @@ def test_random_bytes_raise_only_wire_error(raw):
         wire.decode(wire.MAGIC + raw)
 
 
+def _limits(**changed) -> WireSettings:
+    """Settings with limits below what validation allows a user, to hit them with small messages."""
+    return WireSettings().model_copy(update=changed)
+
+
 def test_limits_are_enforced_before_allocation():
     data = wire.encode(make_batch(groups=2, per_group=4, length=8))
     with pytest.raises(WireError, match="exceeds the limit"):
-        wire.decode(data, WireLimits(max_bytes=len(data) - 1))
+        wire.decode(data, _limits(max_bytes=len(data) - 1))
     with pytest.raises(WireError, match="completions required"):
-        wire.decode(data, WireLimits(max_completions_per_group=3))
+        wire.decode(data, WireSettings(max_completions_per_group=3))
     with pytest.raises(WireError, match="outside 1..7"):
-        wire.decode(data, WireLimits(max_tokens_per_completion=7))
+        wire.decode(data, WireSettings(max_tokens_per_completion=7))
     with pytest.raises(WireError, match="tokens exceed"):
-        wire.decode(data, WireLimits(max_total_tokens=63))
+        wire.decode(data, WireSettings(max_total_tokens=63))
     with pytest.raises(WireError, match="outside the vocabulary"):
-        wire.decode(data, WireLimits(vocab_size=100))
+        wire.decode(data, WireSettings(), vocab_size=100)
 
 
 GOOD_HEADER = {"v": 1, "run": "r", "peer": "p", "round": 0, "policy": ["m", 1, None, "hf"], "tok": "t"}
@@ -152,7 +158,7 @@ def raw_message(header: dict) -> bytes:
 def test_header_that_claims_huge_sizes_is_rejected_without_allocating():
     raw = raw_message(dict(GOOD_HEADER, groups=[[i, [8192] * 64] for i in range(4)]))
     with pytest.raises(WireError, match="tokens exceed"):
-        wire.decode(raw, WireLimits(max_total_tokens=1000))
+        wire.decode(raw, WireSettings(max_total_tokens=1000))
 
 
 @pytest.mark.parametrize("bad,reason", [(np.nan, "non-finite"), (np.inf, "non-finite"), (0.5, "above 0")])

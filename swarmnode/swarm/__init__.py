@@ -1,1 +1,2 @@
-"""The swarm over hivemind: identity, signed DHT records, peer-to-peer payloads, heartbeats."""
+"""How a node reaches its peers: rollouts (publish, gather) and membership (heartbeats, who is
+live), in memory for tests and local runs, or over hivemind (swarm/hivemind/)."""

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from swarmnode.config import TaskSettings
+from swarmnode.registry import TASKS
 from swarmnode.tasks.arithmetic import ArithmeticTask
 from swarmnode.tasks.base import Problem, Task
 from swarmnode.tasks.gsm8k import GSM8KTask
@@ -11,19 +14,29 @@ from swarmnode.tasks.math500 import Math500Eval
 __all__ = ["ArithmeticTask", "GSM8KTask", "Math500Eval", "Problem", "Task", "make_task"]
 
 
+def _arithmetic(settings: TaskSettings) -> Task:
+    return ArithmeticTask(
+        max_operand=settings.max_operand,
+        operations=settings.operations,
+        answer_format=settings.answer_format,
+        system_prompt=settings.system_prompt,
+    )
+
+
+def _gsm8k(settings: TaskSettings) -> Task:
+    return GSM8KTask(
+        source=settings.data or "hf:openai/gsm8k",
+        answer_format=settings.answer_format,
+        system_prompt=settings.system_prompt,
+    )
+
+
+# One constructor per registered task name.
+_MAKERS: dict[str, Callable[[TaskSettings], Task]] = {"arithmetic": _arithmetic, "gsm8k": _gsm8k}
+if set(_MAKERS) != set(TASKS.names):
+    raise RuntimeError(f"task registry and constructors differ: {set(TASKS.names) ^ set(_MAKERS)}")
+
+
 def make_task(settings: TaskSettings) -> Task:
     """The task the settings name."""
-    if settings.name == "arithmetic":
-        return ArithmeticTask(
-            max_operand=settings.max_operand,
-            operations=settings.operations,
-            answer_format=settings.answer_format,
-            system_prompt=settings.system_prompt,
-        )
-    if settings.name == "gsm8k":
-        return GSM8KTask(
-            source=settings.data or "hf:openai/gsm8k",
-            answer_format=settings.answer_format,
-            system_prompt=settings.system_prompt,
-        )
-    raise ValueError(f"unknown task {settings.name!r}")
+    return _MAKERS[TASKS.get(settings.name).name](settings)

@@ -1,12 +1,17 @@
-"""Initial peers read from another node's swarm.json (Docker Compose, scripts on one host)."""
+"""<run_dir>/swarm.json: a node's peer id and addresses, written at start, read by other nodes
+as their initial peers (Docker Compose, `demo`, scripts on one host)."""
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
 MAX_FILE_BYTES = 64 * 1024
+
+
+FILE_NAME = "swarm.json"
 
 
 class PeersFileError(ValueError):
@@ -34,3 +39,11 @@ def read_peers_file(path: Path, timeout_s: float, poll_s: float = 0.5) -> list[s
     if not chosen:
         raise PeersFileError(f"{path} lists no addresses")
     return chosen
+
+
+def write_swarm_file(run_dir: Path, peer_id: str, maddrs: list[str]) -> Path:
+    """Write this node's address atomically (a reader never sees half a file)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir / (FILE_NAME + ".tmp")
+    tmp.write_text(json.dumps({"peer_id": peer_id, "maddrs": maddrs, "pid": os.getpid()}))
+    return tmp.replace(run_dir / FILE_NAME)

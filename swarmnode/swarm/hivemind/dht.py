@@ -9,7 +9,6 @@ and how big a payload is and what its digest is.
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -19,10 +18,10 @@ from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.dht.validation import DHTRecord, RecordValidatorBase
 from hivemind.utils.timed_storage import get_dht_time
 
-from swarmnode.swarm.identity import peer_id_of_owner
+from swarmnode.records import DHT_NAMESPACE, Heartbeat, RecordError
+from swarmnode.swarm.hivemind.identity import peer_id_of_owner
 
-NAMESPACE = "swarmnode/v1"
-HEARTBEAT_KEY = f"{NAMESPACE}/heartbeats"
+HEARTBEAT_KEY = f"{DHT_NAMESPACE}/heartbeats"
 MAX_RECORD_BYTES = 4096  # far below the 16 KiB line where hivemind's DHT pipe used to break
 MAX_TTL_S = 3600.0
 CLOCK_SLACK_S = 30.0
@@ -30,12 +29,8 @@ DIGEST_BYTES = 32
 _OWNER_RE = re.compile(rb"\[owner:(.+?)\]")
 
 
-class RecordError(ValueError):
-    """A DHT record that does not have the expected shape."""
-
-
 def manifest_key(run_id: str, round_: int) -> str:
-    return f"{NAMESPACE}/{run_id}/round/{round_}"
+    return f"{DHT_NAMESPACE}/{run_id}/round/{round_}"
 
 
 def payload_digest(payload: bytes) -> bytes:
@@ -111,17 +106,13 @@ class Manifest:
         return cls(owner, r, size, digest, tokens)
 
 
-def heartbeat_from_record(subkey: Any, raw: Any) -> dict[str, Any]:
-    """A heartbeat's fields, with 'peer' forced to the peer that signed it."""
+def heartbeat_from_record(subkey: Any, raw: Any) -> Heartbeat:
+    """A peer's heartbeat; the peer it names must be the key that signed it."""
     owner = owner_peer_id(subkey)
-    value = unpack(raw)
-    if value.get("peer") != owner:
-        raise RecordError(f"heartbeat names {value.get('peer')!r} but is signed by {owner}")
-    if not isinstance(value.get("time"), (int, float)) or not math.isfinite(value["time"]):
-        raise RecordError("heartbeat has no time")
-    if not isinstance(value.get("run"), str) or not isinstance(value.get("round"), int):
-        raise RecordError("heartbeat has no run id or round")
-    return value
+    heartbeat = Heartbeat.parse(unpack(raw))
+    if heartbeat.peer != owner:
+        raise RecordError(f"heartbeat names {heartbeat.peer!r} but is signed by {owner}")
+    return heartbeat
 
 
 class SwarmRecordValidator(RecordValidatorBase):

@@ -17,11 +17,12 @@ from collections import OrderedDict
 import msgpack
 from hivemind.p2p import P2P, PeerID
 
-from swarmnode.swarm.records import payload_digest
+from swarmnode.records import PAYLOAD_PROTOCOL
+from swarmnode.swarm.hivemind.dht import payload_digest
 
 log = logging.getLogger(__name__)
 
-PROTOCOL = "/swarmnode/payload/1"
+PROTOCOL = PAYLOAD_PROTOCOL
 MAX_REQUEST_BYTES = 1024
 CHUNK_BYTES = 1 << 20
 OK, NOT_FOUND = 0, 1

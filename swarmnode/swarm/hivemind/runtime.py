@@ -12,7 +12,6 @@ import asyncio
 import logging
 import threading
 from collections.abc import Coroutine
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -22,8 +21,9 @@ from hivemind.dht.validation import CompositeValidator
 from hivemind.p2p import P2P, P2PDaemonError
 from hivemind.utils.timed_storage import get_dht_time
 
-from swarmnode.swarm.identity import ensure_identity, load_signing_key
-from swarmnode.swarm.records import make_validators
+from swarmnode.config import SwarmSettings
+from swarmnode.swarm.hivemind.dht import make_validators
+from swarmnode.swarm.hivemind.identity import ensure_identity, load_signing_key
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -33,21 +33,22 @@ class SwarmError(RuntimeError):
     """The swarm could not be started or reached; the message says what to check."""
 
 
-@dataclass
-class SwarmOptions:
-    initial_peers: list[str] = field(default_factory=list)
-    host_maddrs: list[str] = field(default_factory=lambda: ["/ip4/127.0.0.1/tcp/0"])
-    announce_maddrs: list[str] = field(default_factory=list)
-    identity_path: Path | None = None  # None: a throwaway identity (status, tests)
-    startup_timeout_s: float = 60.0
-    client_mode: bool = False  # status: reads the DHT, stores nothing for others
-
-
 class SwarmRuntime:
     """Owns the event loop thread, the p2p daemon and the DHT node; blocking calls into them."""
 
-    def __init__(self, options: SwarmOptions) -> None:
-        self.options = options
+    def __init__(
+        self,
+        settings: SwarmSettings,
+        identity_path: Path | None = None,
+        initial_peers: list[str] | None = None,
+        client_mode: bool = False,
+    ) -> None:
+        """`identity_path` None: a throwaway identity (status, tests). `initial_peers` None: the
+        settings' own. `client_mode`: read the DHT, store nothing for others (status)."""
+        self.settings = settings
+        self.identity_path = identity_path
+        self.initial_peers = list(settings.initial_peers if initial_peers is None else initial_peers)
+        self.client_mode = client_mode
         self.loop = asyncio.new_event_loop()  # plain asyncio, never uvloop
         self._thread = threading.Thread(target=self._run_loop, name="swarm-loop", daemon=True)
         self.p2p: P2P | None = None
@@ -61,44 +62,44 @@ class SwarmRuntime:
 
     def start(self) -> None:
         """Start the daemon and join (or found) the DHT; raises SwarmError with a hint."""
-        opts = self.options
-        if opts.identity_path is not None:
-            ensure_identity(opts.identity_path)
-            self.signer = RSASignatureValidator(load_signing_key(opts.identity_path))
+        timeout_s = self.settings.startup_timeout_s
+        if self.identity_path is not None:
+            ensure_identity(self.identity_path)
+            self.signer = RSASignatureValidator(load_signing_key(self.identity_path))
         else:
             self.signer = RSASignatureValidator()
         self._thread.start()
         try:
-            self.call(self._start(), timeout=opts.startup_timeout_s + 5)
+            self.call(self._start(), timeout=timeout_s + 5)
         except TimeoutError:
             self.shutdown()
-            raise SwarmError(self._hint(f"no answer within {opts.startup_timeout_s:.0f} s")) from None
+            raise SwarmError(self._hint(f"no answer within {timeout_s:.0f} s")) from None
         except (P2PDaemonError, RuntimeError, OSError, ValueError) as err:
             self.shutdown()
             raise SwarmError(self._hint(str(err))) from None
 
     async def _start(self) -> None:
-        opts = self.options
+        s = self.settings
         self.p2p = await P2P.create(
-            initial_peers=opts.initial_peers or None,
-            host_maddrs=opts.host_maddrs,
-            announce_maddrs=opts.announce_maddrs or None,
-            identity_path=str(opts.identity_path) if opts.identity_path else None,
-            startup_timeout=opts.startup_timeout_s,
-            dht_mode="client" if opts.client_mode else "server",
+            initial_peers=self.initial_peers or None,
+            host_maddrs=s.host_maddrs,
+            announce_maddrs=s.announce_maddrs or None,
+            identity_path=str(self.identity_path) if self.identity_path else None,
+            startup_timeout=s.startup_timeout_s,
+            dht_mode="client" if self.client_mode else "server",
         )
         self.peer_id = self.p2p.peer_id.to_base58()
         self.dht = await DHTNode.create(
             p2p=self.p2p,
-            initial_peers=opts.initial_peers or None,
-            client_mode=opts.client_mode,
+            initial_peers=self.initial_peers or None,
+            client_mode=self.client_mode,
             record_validator=CompositeValidator(make_validators(self.signer)),
-            bootstrap_timeout=min(opts.startup_timeout_s, 10.0),
+            bootstrap_timeout=min(s.startup_timeout_s, 10.0),
             cache_locally=True,
         )
 
     def _hint(self, reason: str) -> str:
-        peers = self.options.initial_peers
+        peers = self.initial_peers
         if peers:
             return (
                 f"could not join the swarm through {', '.join(peers)}: {reason}. Check that a node is "

@@ -1,0 +1,187 @@
+"""The composition root: from a Config to a running node and back down.
+
+`assemble` builds the parts in the order that fails cheapest first (task and data, memory
+estimate, swarm addresses and daemon, then the model), wires them into a Node, and yields it.
+Everything it opened is registered on one ExitStack as soon as it exists, so every way out
+(a failure halfway, Ctrl-C, a normal end) closes exactly what was opened, newest first: the
+/health server, the node's metrics, the generator, the swarm seams (a farewell heartbeat), the
+p2p daemon. The CLI, bench scripts and tests all build nodes here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from swarmnode.config import Config
+from swarmnode.health import HealthServer
+from swarmnode.memory import GIB, check_fits
+from swarmnode.metrics import LiveView
+from swarmnode.node import Node, run_id_for, solo_peer_id
+from swarmnode.policy import Policy
+from swarmnode.rollout import make_generator
+from swarmnode.swarm.base import SwarmLink
+from swarmnode.swarm.hivemind.addresses import AddressError
+from swarmnode.swarm.hivemind.connect import announce_address, attach, initial_peers_of, start_runtime
+from swarmnode.swarm.hivemind.identity import IdentityError
+from swarmnode.swarm.hivemind.runtime import SwarmError, SwarmRuntime
+from swarmnode.swarm.hivemind.swarm_file import PeersFileError
+from swarmnode.swarm.ledger import PeerLedger
+from swarmnode.swarm.local import solo_link
+from swarmnode.tasks import Math500Eval, Task, make_task
+
+# How a caller supplies its own peers (tests, bench/): given the run id, both seams.
+JoinPeers = Callable[[str], SwarmLink]
+
+
+class AssemblyError(RuntimeError):
+    """A node could not be built; the message says what to change. `exit_code` 2 = settings,
+    1 = the network or another process (the CLI exits with it)."""
+
+    def __init__(self, message: str, exit_code: int = 2) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@contextlib.contextmanager
+def assemble(
+    config: Config,
+    view: LiveView | None = None,
+    config_path: Path | None = None,
+    *,
+    join: JoinPeers | None = None,
+    policy: Policy | None = None,
+) -> Iterator[Node]:
+    """A node built from `config`, ready to `run()`; everything is closed when the block ends.
+
+    `join` replaces the swarm (e.g. an InMemoryHub's members); `policy` replaces loading the
+    configured model (tests use small random ones). Failures raise AssemblyError.
+    """
+    view = view or LiveView(quiet=True)
+    with contextlib.ExitStack() as stack:
+        task, ood_eval = _task(config)
+        if config.node.memory_check and policy is None:
+            _check_memory(config, view)
+        runtime = None
+        if join is None and config.swarm.enabled:
+            runtime = _start_swarm(config, view, config_path)
+            stack.callback(runtime.shutdown)
+        policy = policy or _load_policy(config)
+        ledger = PeerLedger(config.swarm.max_rejects)
+        run_id = run_id_for(config, task, policy)
+        link = _link(config, run_id, ledger, runtime, join)
+        stack.callback(link.membership.close)
+        stack.callback(link.exchange.close)
+        generator = _guard(lambda: make_generator(config.rollout.backend, policy, config.rollout, seed=config.node.seed))
+        stack.callback(generator.close)
+        node = Node(config, policy, generator, task, link, view=view, ood_eval=ood_eval, ledger=ledger, run_id=run_id)
+        stack.callback(node.close)
+        if _guard(node.maybe_resume, ValueError, OSError):
+            view.say(f"resumed from {node.checkpoint_dir} at round {node.next_round}")
+        view.say(
+            f"node {node.peer_id} | model {policy.name} ({policy.num_params / 1e6:.2f} M params, "
+            f"{'LoRA r=' + str(policy.lora_rank) if policy.lora_rank else 'full'}) | "
+            f"task {config.task.name} | objective {config.loss.objective} | run {node.run_id} | "
+            f"dir {node.run_dir}"
+        )
+        if config.node.health_port:
+            health = _serve_health(config, node)
+            stack.callback(health.close)
+        yield node
+
+
+def run(config: Config, view: LiveView | None = None, config_path: Path | None = None) -> dict[str, Any]:
+    """Assemble, run every round, take everything down; the run's summary."""
+    with assemble(config, view, config_path) as node:
+        summary = node.run()
+        summary["rounds"] = config.node.rounds
+        summary["rejected"] = node.ledger.total
+        return summary
+
+
+# -- the steps ---------------------------------------------------------------------------------
+
+
+def _guard(build: Callable[[], Any], *errors: type[BaseException]) -> Any:
+    """Run a build step; its expected failures become AssemblyError (exit 2)."""
+    expected = errors or (RuntimeError, ValueError, OSError)
+    try:
+        return build()
+    except expected as err:
+        raise AssemblyError(str(err)) from None
+
+
+def _task(config: Config) -> tuple[Task, Math500Eval | None]:
+    def build() -> tuple[Task, Math500Eval | None]:
+        task = make_task(config.task)
+        ood = None
+        if config.task.eval_data:
+            ood = Math500Eval(config.task.eval_data, answer_format=config.task.answer_format)
+        return task, ood
+
+    return _guard(build, FileNotFoundError, ValueError, OSError)
+
+
+def _check_memory(config: Config, view: LiveView) -> None:
+    """Refuse, with a suggestion, a config whose estimate exceeds the device's memory."""
+    estimate, problem = _guard(lambda: check_fits(config), RuntimeError)
+    if problem:
+        raise AssemblyError(problem)
+    if estimate is not None:
+        view.say(
+            f"memory estimate: {estimate.total / GIB:.1f} GiB of {estimate.capacity / GIB:.1f} GiB ({estimate.device})"
+        )
+
+
+def _start_swarm(config: Config, view: LiveView, config_path: Path | None) -> SwarmRuntime:
+    """Daemon and DHT first, so a bad address fails before a model loads."""
+    try:
+        with view.busy("reading initial peers ..."):
+            initial_peers = initial_peers_of(config)
+    except AddressError as err:
+        raise AssemblyError(f"invalid configuration: {err}") from None
+    except PeersFileError as err:
+        raise AssemblyError(str(err), 1) from None
+    try:
+        with view.busy("starting the p2p daemon and joining the swarm ..."):
+            runtime = start_runtime(config, initial_peers)
+    except (SwarmError, IdentityError) as err:
+        raise AssemblyError(str(err), 1) from None
+    try:
+        maddrs = announce_address(config, runtime)
+    except BaseException:
+        runtime.shutdown()
+        raise
+    verb = "joined the swarm" if initial_peers else "started a new swarm"
+    view.say(f"{verb} as {runtime.peer_id}; reachable at:")
+    for maddr in maddrs:
+        view.say(f"  {maddr}")
+    if not initial_peers and maddrs:
+        public = [m for m in maddrs if "/127.0.0.1/" not in m] or maddrs
+        config_flag = f"--config {config_path} " if config_path else ""
+        view.say(f"others join with:\n  swarmnode join {config_flag}--initial-peers {public[0]}")
+    return runtime
+
+
+def _load_policy(config: Config) -> Policy:
+    return _guard(lambda: Policy.load(config.model, config.train), FileNotFoundError, ValueError, RuntimeError, OSError)
+
+
+def _link(
+    config: Config, run_id: str, ledger: PeerLedger, runtime: SwarmRuntime | None, join: JoinPeers | None
+) -> SwarmLink:
+    if join is not None:
+        return join(run_id)
+    if runtime is not None:
+        return attach(runtime, run_id, config, ledger)
+    return solo_link(solo_peer_id(config))
+
+
+def _serve_health(config: Config, node: Node) -> HealthServer:
+    host, port = config.node.health_host, config.node.health_port
+    try:
+        return HealthServer(host, port, node.health)
+    except OSError as err:
+        raise AssemblyError(f"cannot serve /health on {host}:{port}: {err}") from None

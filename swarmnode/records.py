@@ -1,0 +1,170 @@
+"""The records nodes write and read, typed in one place, and every version tag.
+
+- version tags: the wire format, the run-id scheme, the DHT namespace, the payload protocol and
+  the checkpoint format. All but the checkpoint's go into the run id, so nodes that cannot read
+  each other's data are simply in different runs: they ignore each other, nobody is banned.
+- `NodeStatus` is what a node says about itself; `Heartbeat` is that plus what the swarm layer
+  adds, as stored in the DHT and shown by `swarmnode status`. Heartbeats come from peers, so
+  parsing one is strict about types and ignores fields a newer version may add.
+- `RoundRecord` and `EvalRecord` are the two kinds of line in metrics.jsonl.
+
+Each metric has one name from the node through metrics.jsonl to `status`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from swarmnode.config import Config
+from swarmnode.tasks.base import fingerprint_of
+
+WIRE_VERSION = 1  # the rollout message layout (swarmnode.wire)
+RUN_ID_SCHEME = "swarmnode-run-v1"  # what the run id hashes
+DHT_NAMESPACE = "swarmnode/v1"  # prefix of every DHT key
+PAYLOAD_PROTOCOL = "/swarmnode/payload/1"  # libp2p stream protocol for payloads
+CHECKPOINT_FORMAT = 1  # checkpoint directory layout (local only, not in the run id)
+
+
+def run_id(config: Config, task_fingerprint: str, tokenizer_fingerprint: str, chat_template: bool) -> str:
+    """Hash of everything that must match for two nodes' samples to be usable together:
+    the protocol versions, task and data, tokenizer, prompt template, sampling and seed."""
+    r = config.rollout
+    return fingerprint_of(
+        RUN_ID_SCHEME,
+        f"wire={WIRE_VERSION}",
+        f"dht={DHT_NAMESPACE}",
+        f"payload={PAYLOAD_PROTOCOL}",
+        task_fingerprint,
+        tokenizer_fingerprint,
+        str(chat_template),
+        str(r.group_size),
+        str(r.prompts_per_round),
+        str(r.max_new_tokens),
+        repr(r.temperature),
+        str(r.top_k),
+        repr(r.top_p),
+        str(config.node.seed),
+    )
+
+
+class RecordError(ValueError):
+    """A record from a peer that does not have the expected shape."""
+
+
+class _PeerRecord(BaseModel):
+    """Strict types, finite floats, bounded strings; unknown fields (newer peers) are dropped."""
+
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True, allow_inf_nan=False)
+
+
+class NodeStatus(_PeerRecord):
+    """What a node says about itself in its heartbeat (claims: for display only)."""
+
+    round: int = -1
+    model: str | None = Field(None, max_length=256)
+    params: int | None = None
+    lora: int = 0
+    backend: str | None = Field(None, max_length=32)
+    device: str | None = Field(None, max_length=32)
+    reward: float | None = None
+    eval_acc: float | None = None
+    tokens_per_s: float = 0.0
+    published: int = 0
+    consumed: int = 0
+    filtered_frac: float | None = None
+    rejected: int = 0
+
+
+HeartbeatState = Literal["training", "left"]
+
+
+class Heartbeat(NodeStatus):
+    """A node's status as stored in the swarm: who, which run, when, and how long it has been up."""
+
+    peer: str = Field(max_length=128)
+    run: str = Field(max_length=64)
+    time: float
+    state: HeartbeatState = "training"
+    version: str | None = Field(None, max_length=32)
+    uptime_s: float = 0.0
+    served: int = 0
+
+    @classmethod
+    def parse(cls, fields: Any) -> Heartbeat:
+        """Validate a peer's heartbeat fields; RecordError says what is wrong."""
+        if not isinstance(fields, dict):
+            raise RecordError("heartbeat is not a map")
+        try:
+            return cls.model_validate(fields)
+        except ValidationError as err:
+            first = err.errors()[0]
+            raise RecordError(f"heartbeat field {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+
+
+# -- metrics.jsonl --------------------------------------------------------------------------
+
+
+@dataclass
+class RoundRecord:
+    """One training round of one node, as written to metrics.jsonl."""
+
+    round: int
+    peer_id: str
+    reward_mean: float
+    peer_reward_mean: float | None
+    own_samples: int
+    peer_samples: int
+    peers: int
+    filtered: int
+    filtered_frac: float
+    weight_mean: float
+    weight_max: float
+    truncated_frac: float
+    divergence_mean: float
+    loss: float
+    grad_norm: float
+    wire_bytes: int
+    wire_tokens: int
+    rejected: int
+    tokens_per_s: float
+    timings: dict[str, float] = field(default_factory=dict)  # generate_s, train_s, ... round_s
+
+    kind: Literal["round"] = "round"
+
+    def to_json(self) -> dict[str, Any]:
+        """The flat line: timings become top-level keys (generate_s, round_s ...)."""
+        line = asdict(self)
+        line.update({k: round(v, 4) for k, v in line.pop("timings").items()})
+        return line
+
+
+@dataclass
+class EvalRecord:
+    """Held-out accuracy at one point of the run: before training, on schedule, or after."""
+
+    round: int  # the last round finished (-1 before training)
+    phase: Literal["before", "during", "after"]
+    eval_acc: float
+    ood_acc: float | None = None
+
+    kind: Literal["eval"] = "eval"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def is_round(line: dict[str, Any]) -> bool:
+    return line.get("kind") == "round"
+
+
+def is_eval(line: dict[str, Any], phase: str | None = None) -> bool:
+    return line.get("kind") == "eval" and (phase is None or line.get("phase") == phase)
+
+
+def finite_or_none(value: Any) -> Any:
+    """JSON has no NaN or infinity: such values are written as null."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value

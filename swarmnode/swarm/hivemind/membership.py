@@ -1,0 +1,160 @@
+"""Membership over hivemind: every node keeps a signed heartbeat in its own subkey of one DHT
+key and reads everyone else's. A heartbeat is a claim; it decides only who is shown and who is
+waited for, never what is trained on."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from hivemind.utils.timed_storage import get_dht_time
+
+from swarmnode import __version__
+from swarmnode.config import SwarmSettings
+from swarmnode.records import Heartbeat, NodeStatus, RecordError
+from swarmnode.swarm.hivemind.dht import HEARTBEAT_KEY, heartbeat_from_record, owner_peer_id, pack
+from swarmnode.swarm.hivemind.runtime import SwarmRuntime
+
+log = logging.getLogger(__name__)
+
+
+class HivemindMembership:
+    """Beats every `heartbeat_interval_s` and keeps the live peers of this run."""
+
+    def __init__(
+        self,
+        runtime: SwarmRuntime,
+        run_id: str,
+        settings: SwarmSettings,
+        served: Callable[[], int] = lambda: 0,
+    ) -> None:
+        self.runtime = runtime
+        self.peer_id = runtime.peer_id
+        self.run_id = run_id
+        self.settings = settings
+        self.served = served  # payloads served to peers, shown in the heartbeat
+        self.peers: dict[str, Heartbeat] = {}  # heartbeats of this run, replaced whole
+        self.read_at = 0.0  # monotonic time of the last read
+        self._status = NodeStatus()
+        self._state = "training"
+        self._other_runs: set[str] = set()
+        self._bad_heartbeats: set[str] = set()
+        self._started = time.time()
+        self._task = runtime.call(_spawn(self._loop()), timeout=5)
+
+    def announce(self, status: NodeStatus) -> None:
+        """Set what the heartbeat says and send it now, so peers see our round promptly."""
+        self._status = status
+        asyncio.run_coroutine_threadsafe(self._beat(), self.runtime.loop)
+
+    def live_peers(self) -> dict[str, Heartbeat]:
+        now = get_dht_time()
+        return {
+            peer: hb
+            for peer, hb in self.peers.items()
+            if now - hb.time <= self.settings.stale_after_s and hb.state != "left"
+        }
+
+    def swarm_round(self) -> int | None:
+        rounds = [hb.round for hb in self.live_peers().values()]
+        return statistics.median_low(rounds) if rounds else None
+
+    def wait_for_peers(self, count: int, timeout_s: float) -> int:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.runtime.call(self.read(), timeout=30)
+            live = len(self.live_peers())
+            if live >= count or time.monotonic() >= deadline:
+                return live
+            time.sleep(min(1.0, self.settings.heartbeat_interval_s))
+
+    def close(self) -> None:
+        """Say goodbye in the heartbeat, so peers stop waiting for us."""
+        self.runtime.loop.call_soon_threadsafe(self._task.cancel)
+        self._state = "left"
+        try:
+            self.runtime.call(self._beat(), timeout=5)
+        except Exception as err:  # leaving anyway
+            log.debug("farewell heartbeat failed: %s", err)
+
+    # -- inside the swarm loop ---------------------------------------------------------------
+
+    async def read(self) -> None:
+        """Refresh the peers of this run from their heartbeats; note other runs once."""
+        self.read_at = time.monotonic()
+        try:
+            entry = await self.runtime.dht.get(HEARTBEAT_KEY, latest=True)
+        except Exception as err:
+            log.debug("heartbeat lookup failed: %s", err)
+            return
+        peers: dict[str, Heartbeat] = {}
+        items = entry.value.items() if entry is not None and hasattr(entry.value, "items") else []
+        for subkey, item in items:
+            try:
+                heartbeat = heartbeat_from_record(subkey, item.value)
+            except RecordError as err:
+                self._note_malformed(subkey, err)
+                continue
+            if heartbeat.peer == self.peer_id:
+                continue
+            if heartbeat.run != self.run_id:
+                self._note_other_run(heartbeat)
+                continue
+            peers[heartbeat.peer] = heartbeat
+        self.peers = peers
+
+    def _note_malformed(self, subkey: Any, err: RecordError) -> None:
+        try:
+            owner = owner_peer_id(subkey)
+        except RecordError:
+            return
+        if owner not in self._bad_heartbeats:
+            self._bad_heartbeats.add(owner)
+            log.warning("ignoring a malformed heartbeat from %s: %s", owner, err)
+
+    def _note_other_run(self, heartbeat: Heartbeat) -> None:
+        if heartbeat.peer in self._other_runs:
+            return
+        self._other_runs.add(heartbeat.peer)
+        log.warning(
+            "peer %s (model %s, version %s) is in run %s, not ours (%s): its rollouts are ignored. "
+            "Runs differ when swarmnode's protocol versions, task, data, group size, max new tokens, "
+            "sampling, prompt template, tokenizer or seed differ.",
+            heartbeat.peer, heartbeat.model, heartbeat.version, heartbeat.run, self.run_id,
+        )
+
+    async def _beat(self) -> None:
+        heartbeat = Heartbeat(
+            **self._status.model_dump(),
+            peer=self.peer_id,
+            run=self.run_id,
+            time=get_dht_time(),
+            state=self._state,
+            version=__version__,
+            uptime_s=round(time.time() - self._started, 1),
+            served=self.served(),
+        )
+        ttl = max(60.0, 6 * self.settings.heartbeat_interval_s)
+        try:
+            await self.runtime.dht.store(
+                HEARTBEAT_KEY,
+                pack(heartbeat.model_dump()),
+                get_dht_time() + ttl,
+                subkey=self.runtime.signer.local_public_key,
+            )
+        except Exception as err:  # keep beating through transient DHT trouble
+            log.debug("heartbeat failed: %s", err)
+
+    async def _loop(self) -> None:
+        while True:
+            await self._beat()
+            await self.read()
+            await asyncio.sleep(self.settings.heartbeat_interval_s)
+
+
+async def _spawn(coro: Any) -> asyncio.Task:
+    return asyncio.create_task(coro)
