@@ -121,6 +121,9 @@ class NodeSettings(_Section):
     peer_id: str | None = Field(None, description="None = derived from the run dir")
     run_dir: Path = Path("runs/default")
     staleness: int = Field(1, ge=0, description="peer rollouts from rounds r-s..r are used")
+    max_catch_up: int = Field(
+        1000, ge=1, description="most rounds one catch-up jump may skip (jumps need peers' valid batches)"
+    )
     peer_quota: int = Field(64, ge=0, description="max peer groups from one peer per round")
     max_peer_groups: int = Field(256, ge=0, description="max peer groups in one step")
     gather_timeout_s: float = Field(
@@ -166,6 +169,13 @@ class SwarmSettings(_Section):
     poll_interval_s: float = Field(0.25, gt=0, description="how often gather looks for new manifests")
     fetch_timeout_s: float = Field(60.0, gt=0, description="one payload download")
     max_rejects: int = Field(3, ge=1, description="bad batches after which a peer is ignored")
+    max_missed: int = Field(
+        2, ge=1, description="rounds in a row a peer may fail to deliver before it is no longer waited for"
+    )
+    deadline_slack: float = Field(
+        2.0, ge=1.0, description="a round waits this many times the slowest recent delivery (capped)"
+    )
+    min_deadline_s: float = Field(2.0, ge=0, description="the adaptive round deadline is never shorter")
     max_peers_per_round: int = Field(64, ge=1, description="manifests considered per round")
 
 

@@ -20,6 +20,7 @@ import torch
 
 from swarmnode import wire
 from swarmnode.checkpoint import load_checkpoint, save_checkpoint
+from swarmnode.clock import RoundClock
 from swarmnode.config import Config
 from swarmnode.loss import group_advantages
 from swarmnode.metrics import LiveView, MetricsLog
@@ -101,7 +102,9 @@ class Node:
         self.run_id = run_id or run_id_for(config, task, policy)
         self.run_dir = Path(config.node.run_dir)
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
-        self.ledger = ledger or PeerLedger(config.swarm.max_rejects)
+        self.ledger = ledger or PeerLedger(config.swarm)
+        self._vain_bootstrap = 0  # rounds in a row spent waiting for a first delivery in vain
+        self.clock = RoundClock(config, self.membership, self.exchange, self.ledger, self._verify, self.view.note)
         self.published = 0  # rollouts (completions) this node published
         self.consumed = 0  # peers' rollouts this node trained on
         self.last_eval: float | None = None
@@ -153,10 +156,26 @@ class Node:
     def consume(self, round_: int, state: RoundState) -> RoundRecord:
         """Gather peers' groups, take one optimiser step on everything, log the round."""
         t = time.perf_counter()
-        received = self.exchange.gather(round_, self.config.node.staleness, self.config.node.gather_timeout_s)
+        live = set(self.membership.live_peers())
+        expected = self.ledger.expected(live)
+        # A node nobody has delivered to yet (it just started) waits for the first valid batch
+        # from anyone, so nodes that start together fall into step; at most `swarm.max_missed`
+        # rounds in a row, so identities that never deliver cost little.
+        bootstrap = (
+            bool(live) and not self.ledger.peers and self._vain_bootstrap < self.config.swarm.max_missed
+        )
+        deadline_s = self.ledger.deadline_s(self.config.node.gather_timeout_s)
+        received = self.exchange.gather(round_, self.config.node.staleness, deadline_s, expected, bootstrap)
         state.timings["gather_s"] = time.perf_counter() - t
         t = time.perf_counter()
-        peer_groups = self._accept(received, round_)
+        peer_groups, delivered = self._accept(received)
+        for peer in expected - delivered.keys():
+            self.ledger.missed(peer)
+        if delivered:
+            self._vain_bootstrap = 0
+        elif bootstrap:
+            self._vain_bootstrap += 1
+        self.clock.check_claims(delivered)
         state.timings["decode_score_s"] = time.perf_counter() - t
         groups = state.own_groups + peer_groups
         samples = []
@@ -204,27 +223,36 @@ class Node:
 
     # -- peers' data -----------------------------------------------------------------------
 
-    def _accept(self, received: list[Received], round_: int) -> list[ScoredGroup]:
-        """Decode strictly, check the batch belongs to this run and round, score it ourselves."""
+    def _accept(self, received: list[Received]) -> tuple[list[ScoredGroup], dict[str, int]]:
+        """Decode strictly, check each batch belongs to this run and round, score it ourselves.
+        Also returns the round each peer proved with a valid batch (recorded in the ledger)."""
         accepted: list[ScoredGroup] = []
+        delivered: dict[str, int] = {}
         budget = self.config.node.max_peer_groups
         for item in received:
             if self.ledger.is_banned(item.peer_id):
                 continue
             try:
-                batch = wire.decode(item.payload, self.config.wire, self.policy.vocab_size)
-                self._check_batch(batch, item)
+                batch = self._verify(item)
             except wire.WireError as err:
                 self._reject(item.peer_id, str(err))
+                continue
+            self.ledger.delivered(item.peer_id, batch.round, item.after_s)
+            delivered[item.peer_id] = max(batch.round, delivered.get(item.peer_id, batch.round))
+            if budget <= 0:
                 continue
             for group in batch.groups[: min(self.config.node.peer_quota, budget)]:
                 problem = self.task.train_problem(group.prompt_id)
                 prompt = self.policy.encode_prompt(self.task.system_prompt, problem.question)
                 accepted.append(self._score(item.peer_id, problem, prompt, group.completions()))
                 budget -= 1
-            if budget <= 0:
-                break
-        return accepted
+        return accepted, delivered
+
+    def _verify(self, item: Received) -> wire.RolloutBatch:
+        """The batch, decoded and checked as one this node may train on; WireError if not."""
+        batch = wire.decode(item.payload, self.config.wire, self.policy.vocab_size)
+        self._check_batch(batch, item)
+        return batch
 
     def _check_batch(self, batch: wire.RolloutBatch, item: Received) -> None:
         if batch.run_id != self.run_id:
@@ -323,7 +351,7 @@ class Node:
             summary["eval_before"], summary["ood_before"] = before.eval_acc, before.ood_acc
             self.view.note(f"eval before training: {before.eval_acc:.3f}")
         self._wait_for_peers()
-        round_ = self._catch_up(self.next_round)
+        round_ = self.clock.next_round(self.next_round)
         last_done = self.next_round - 1
         try:
             while round_ < total:
@@ -338,7 +366,7 @@ class Node:
                     self.view.note(f"eval after round {round_ + 1}: {self._evaluate_all(round_, 'during').eval_acc:.3f}")
                 if cfg.checkpoint_every and (round_ + 1) % cfg.checkpoint_every == 0:
                     self.save(round_)
-                round_ = self._catch_up(round_ + 1)
+                round_ = self.clock.next_round(round_ + 1)
         except KeyboardInterrupt:
             self.view.note("interrupted: writing a checkpoint before exiting")
             if last_done >= 0:
@@ -369,15 +397,6 @@ class Node:
         live = self.membership.wait_for_peers(wanted, timeout)
         if live < wanted:
             log.warning("only %d of %d peers showed up within %.0f s; starting anyway", live, wanted, timeout)
-
-    def _catch_up(self, round_: int) -> int:
-        """Jump ahead when the swarm is more than `staleness` rounds ahead (e.g. after a restart),
-        since peers ignore batches that old."""
-        swarm = self.membership.swarm_round()
-        if swarm is not None and swarm - round_ > self.config.node.staleness:
-            self.view.note(f"the swarm is at round {swarm}: catching up from round {round_}")
-            return swarm
-        return round_
 
     def health(self) -> dict[str, Any]:
         """What /health reports: alive while rounds keep finishing."""

@@ -185,5 +185,9 @@ def test_nodes_of_the_same_version_do_exchange(tmp_path, make_policy, nothing_le
             for node in (a, b):
                 node.membership.announce(node.status(0))
             assert a.membership.wait_for_peers(1, 10) == 1 and b.membership.wait_for_peers(1, 10) == 1
-            states = [n.produce(0) for n in (a, b)]
-            assert all(n.consume(0, s).peer_samples == 12 for n, s in zip((a, b), states))
+            samples = []
+            for round_ in range(3):  # a peer is waited for once it delivered: round 0 need not wait
+                states = [n.produce(round_) for n in (a, b)]
+                samples.append([n.consume(round_, s).peer_samples for n, s in zip((a, b), states)])
+            assert samples[1:] == [[12, 12], [12, 12]], samples
+            assert a.ledger.earned(b.peer_id) and b.ledger.earned(a.peer_id)

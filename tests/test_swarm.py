@@ -42,7 +42,7 @@ def start_runtime(tmp_path):
 
 def _link(runtime: SwarmRuntime, run: str = RUN, ledger: PeerLedger | None = None) -> SwarmLink:
     config = load_config(None, ["swarm.heartbeat_interval_s=0.5", "wire.max_bytes=67108864", "node.staleness=1"])
-    return attach(runtime, run, config, ledger or PeerLedger(3))
+    return attach(runtime, run, config, ledger or PeerLedger())
 
 
 def test_identity_is_private_and_stable(tmp_path):
@@ -137,7 +137,7 @@ def test_payloads_travel_peer_to_peer(start_runtime, size_mb):
     payload = os.urandom(size_mb << 20)
     ex_a.publish(0, payload, tokens=len(payload) // 8)
     started = time.monotonic()
-    got = ex_b.gather(0, staleness=1, timeout_s=30)
+    got = ex_b.gather(0, staleness=1, timeout_s=30, wait_for={a.peer_id})
     assert [(g.peer_id, g.round) for g in got] == [(a.peer_id, 0)]
     assert got[0].payload == payload and time.monotonic() - started < 30
     assert ex_b.gather(0, staleness=1, timeout_s=0.5) == [], "each batch is handed out once"
@@ -146,7 +146,7 @@ def test_payloads_travel_peer_to_peer(start_runtime, size_mb):
 def test_lying_peers_are_counted_and_unreachable_ones_are_not(start_runtime):
     honest = start_runtime("honest")
     rogue = start_runtime("rogue", honest.visible_maddrs())
-    ledger = PeerLedger(max_rejects=10)
+    ledger = PeerLedger(SwarmSettings(max_rejects=10))
     ex = _link(honest, ledger=ledger).exchange
     rogue_ex = _link(rogue).exchange
     # 1: content that does not match the signed digest
@@ -156,14 +156,14 @@ def test_lying_peers_are_counted_and_unreachable_ones_are_not(start_runtime):
     # 2: a manifest announcing more than this node accepts
     big = Manifest(rogue.peer_id, 1, 1 << 40, payload_digest(b""), 1)
     assert rogue.store_owned(manifest_key(RUN, 1), big.to_value(), 60)
-    assert ex.gather(1, staleness=1, timeout_s=3) == []
+    assert ex.gather(1, staleness=1, timeout_s=3, wait_for={rogue.peer_id}) == []
     assert ledger.counts[rogue.peer_id] == 2
     # 3: announced, then gone: not the peer's fault, nothing counted
     good = b"C" * 1000
     rogue_ex.server.put(2, good)
     assert rogue.store_owned(manifest_key(RUN, 2), Manifest(rogue.peer_id, 2, 1000, payload_digest(good), 1).to_value(), 60)
     rogue.shutdown()
-    assert ex.gather(2, staleness=0, timeout_s=3) == []
+    assert ex.gather(2, staleness=0, timeout_s=3, wait_for={rogue.peer_id}) == []
     assert ledger.counts[rogue.peer_id] == 2
 
 
@@ -177,11 +177,11 @@ def test_heartbeats_show_live_peers_of_the_run_only(start_runtime):
     other.announce(NodeStatus(round=9))
     assert ex_a.wait_for_peers(1, timeout_s=10) == 1
     deadline = time.monotonic() + 10
-    while ex_a.swarm_round() != 7 and time.monotonic() < deadline:
+    while ex_a.live_peers().get(b.peer_id, NodeStatus()).round != 7 and time.monotonic() < deadline:
         time.sleep(0.2)
         ex_a.wait_for_peers(1, timeout_s=0)
-    assert set(ex_a.live_peers()) == {b.peer_id} and ex_a.swarm_round() == 7
-    assert ex_a.live_peers()[b.peer_id].model == "tiny"
+    assert set(ex_a.live_peers()) == {b.peer_id}
+    assert (ex_a.live_peers()[b.peer_id].round, ex_a.live_peers()[b.peer_id].model) == (7, "tiny")
     ex_b.close()  # says goodbye: no longer waited for
     ex_a.wait_for_peers(1, timeout_s=0)
     assert ex_a.live_peers() == {}

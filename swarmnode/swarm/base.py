@@ -7,6 +7,7 @@ these, so it runs the same alone, with in-memory peers, or over hivemind.
 
 from __future__ import annotations
 
+import concurrent.futures
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -20,6 +21,11 @@ class Received:
     peer_id: str
     round: int
     payload: bytes
+    after_s: float | None = None  # seconds into the gather it arrived (0: already there)
+
+
+# A probe's answer: (peer, round, its payload, or None when it has none to show).
+ProbeResult = tuple[str, int, bytes | None]
 
 
 class RolloutExchange(Protocol):
@@ -29,8 +35,22 @@ class RolloutExchange(Protocol):
         """Make this node's batch for `round_` (of `tokens` completion tokens) available to peers."""
         ...
 
-    def gather(self, round_: int, staleness: int, timeout_s: float) -> list[Received]:
-        """Peers' batches of rounds round_-staleness..round_ not returned before."""
+    def gather(
+        self,
+        round_: int,
+        staleness: int,
+        timeout_s: float,
+        wait_for: set[str] | frozenset[str] = frozenset(),
+        wait_for_any: bool = False,
+    ) -> list[Received]:
+        """Peers' batches of rounds round_-staleness..round_ not returned before; waits until
+        every peer in `wait_for` delivered one (and, with `wait_for_any`, at least one peer
+        did), or `timeout_s`."""
+        ...
+
+    def probe(self, wanted: dict[str, int], timeout_s: float) -> concurrent.futures.Future:
+        """Fetch each peer's batch of the given round, without blocking; the future's result
+        is a list of ProbeResult."""
         ...
 
     def close(self) -> None: ...
@@ -44,11 +64,8 @@ class Membership(Protocol):
         ...
 
     def live_peers(self) -> dict[str, Heartbeat]:
-        """Peers of this run whose heartbeat is recent and who have not left."""
-        ...
-
-    def swarm_round(self) -> int | None:
-        """The round the live peers of this run claim to be at (lower median); None when alone."""
+        """Peers of this run whose heartbeat is recent and who have not left. Their fields
+        are claims: shown by `status`, never trusted for what the node trains."""
         ...
 
     def wait_for_peers(self, count: int, timeout_s: float) -> int:

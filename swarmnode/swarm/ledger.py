@@ -1,25 +1,52 @@
-"""PeerLedger: one verdict per peer from every check that can catch it sending bad data."""
+"""PeerLedger: what this node has verified about each peer, and the verdicts that follow.
+
+Identities are free and heartbeats are claims, so a peer weighs only by what it delivered: a
+batch this node fetched, decoded and checked itself. The ledger keeps, per peer, its bad data
+(from the exchange's transport checks and the node's content checks, adding up to one ban
+after `max_rejects`), the last round it proved with a valid batch, how many rounds in a row it
+failed to deliver while waited for, and how long its deliveries took. From that:
+
+- who is waited for (`expected`): peers that delivered before and have not missed
+  `max_missed` rounds in a row; a peer that never delivered costs no waiting at all;
+- how long to wait (`deadline_s`): a margin over recent delivery times, capped by the
+  configured timeout, so a slow or silent peer costs a bounded, adaptive amount.
+"""
 
 from __future__ import annotations
 
 import logging
+import statistics
 import threading
-from collections import Counter
+from collections import Counter, deque
+from dataclasses import dataclass
+
+from swarmnode.config import SwarmSettings
 
 log = logging.getLogger(__name__)
 
+DELIVERY_HISTORY = 32  # recent delivery times kept for the adaptive deadline
+
+
+@dataclass
+class PeerRecord:
+    """What one peer has shown this node."""
+
+    proven_round: int | None = None  # highest round of a verified batch
+    delivered: int = 0  # verified batches
+    missed: int = 0  # rounds in a row waited for in vain
+
 
 class PeerLedger:
-    """Counts bad batches per peer, logs the first one, and ignores a peer after `max_rejects`.
-
-    Shared by the exchange (transport faults: wrong digest, bad manifest) and the node (wire
-    and consistency faults), so both kinds add up to one verdict per peer.
-    """
-
-    def __init__(self, max_rejects: int = 3) -> None:
-        self.max_rejects = max_rejects
+    def __init__(self, settings: SwarmSettings | None = None) -> None:
+        self.settings = settings or SwarmSettings()
+        self.max_rejects = self.settings.max_rejects
+        self.max_missed = self.settings.max_missed
         self.counts: Counter[str] = Counter()
+        self.peers: dict[str, PeerRecord] = {}
+        self._delivery_s: deque[float] = deque(maxlen=DELIVERY_HISTORY)
         self._lock = threading.Lock()
+
+    # -- bad data ------------------------------------------------------------------------------
 
     def reject(self, peer_id: str, reason: str) -> None:
         with self._lock:
@@ -36,3 +63,53 @@ class PeerLedger:
     @property
     def total(self) -> int:
         return sum(self.counts.values())
+
+    # -- deliveries --------------------------------------------------------------------------
+
+    def delivered(self, peer_id: str, round_: int, after_s: float | None = None) -> None:
+        """A batch of `round_` from the peer passed every check; `after_s`: how long after the
+        gather began it arrived (None when it was already there)."""
+        with self._lock:
+            record = self.peers.setdefault(peer_id, PeerRecord())
+            record.delivered += 1
+            record.missed = 0
+            record.proven_round = max(round_, record.proven_round if record.proven_round is not None else round_)
+            if after_s is not None:
+                self._delivery_s.append(after_s)
+
+    def missed(self, peer_id: str) -> None:
+        """The peer was waited for this round and delivered nothing valid."""
+        with self._lock:
+            record = self.peers.setdefault(peer_id, PeerRecord())
+            record.missed += 1
+            if record.missed == self.max_missed:
+                log.info("not waiting for %s until it delivers again (%d rounds missed)", peer_id, record.missed)
+
+    def earned(self, peer_id: str) -> bool:
+        """Delivered a valid batch before, has not missed `max_missed` rounds since, not banned."""
+        record = self.peers.get(peer_id)
+        return (
+            record is not None and record.delivered > 0 and record.missed < self.max_missed
+            and not self.is_banned(peer_id)
+        )
+
+    def expected(self, live: set[str] | None = None) -> set[str]:
+        """The peers a gather waits for: earned ones, among `live` when given."""
+        with self._lock:
+            peers = [p for p in self.peers if self.earned(p)]
+        return {p for p in peers if live is None or p in live}
+
+    def deadline_s(self, cap_s: float) -> float:
+        """How long to wait for expected peers this round: `deadline_slack` x the slowest
+        recent delivery (90th percentile), at least `min_deadline_s`, at most `cap_s`."""
+        with self._lock:
+            recent = list(self._delivery_s)
+        if not recent:
+            return cap_s
+        slowest = statistics.quantiles(recent, n=10)[-1] if len(recent) >= 4 else max(recent)
+        return min(cap_s, max(self.settings.min_deadline_s, self.settings.deadline_slack * slowest))
+
+    def proven_round(self, peer_id: str) -> int | None:
+        record = self.peers.get(peer_id)
+        return None if record is None else record.proven_round
+

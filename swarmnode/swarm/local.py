@@ -1,18 +1,19 @@
 """Peers in one process: an in-memory hub that implements both seams, and a node alone.
 
-Every exchange made from a hub is a member of its run until closed. `gather` returns what the
-other members published for the window and stops waiting once each of them has delivered, so
-nodes stepped in turn (tests, bench/) and threads both behave as over hivemind, minus the network.
+Every exchange made from a hub is a member of its run until its membership closes. `gather`
+returns what the other members published for the window and stops waiting once each peer it
+was told to wait for has delivered, so nodes stepped in turn (tests, bench/) and threads both
+behave as over hivemind, minus the network.
 """
 
 from __future__ import annotations
 
-import statistics
+import concurrent.futures
 import threading
 import time
 
 from swarmnode.records import Heartbeat, NodeStatus
-from swarmnode.swarm.base import Received, SwarmLink
+from swarmnode.swarm.base import ProbeResult, Received, SwarmLink
 
 
 class InMemoryHub:
@@ -66,22 +67,44 @@ class InMemoryExchange:
     def publish(self, round_: int, payload: bytes, tokens: int = 0) -> None:
         self.hub.publish(self.run_id, self.peer_id, round_, payload)
 
-    def gather(self, round_: int, staleness: int, timeout_s: float = 0.0) -> list[Received]:
+    def gather(
+        self,
+        round_: int,
+        staleness: int,
+        timeout_s: float = 0.0,
+        wait_for: set[str] | frozenset[str] = frozenset(),
+        wait_for_any: bool = False,
+    ) -> list[Received]:
+        started = time.monotonic()
+
+        def done() -> bool:
+            delivered = self._delivered(round_, staleness)
+            return set(wait_for) <= delivered and (bool(delivered) or not wait_for_any)
+
         with self.hub.lock:
-            self.hub.lock.wait_for(lambda: self._everyone_delivered(round_, staleness), timeout=timeout_s)
+            self.hub.lock.wait_for(done, timeout=timeout_s)
             found = [
-                Received(peer, r, payload)
+                Received(peer, r, payload, after_s=time.monotonic() - started)
                 for (run, peer, r), payload in sorted(self.hub.payloads.items())
                 if run == self.run_id and self._fresh(peer, r, round_, staleness)
             ]
         self._seen.update((item.peer_id, item.round) for item in found)
         return found
 
-    def _everyone_delivered(self, round_: int, staleness: int) -> bool:
-        delivered = {
+    def probe(self, wanted: dict[str, int], timeout_s: float = 0.0) -> concurrent.futures.Future:
+        """Answered at once: the hub holds every payload it still keeps."""
+        with self.hub.lock:
+            results: list[ProbeResult] = [
+                (peer, r, self.hub.payloads.get((self.run_id, peer, r))) for peer, r in wanted.items()
+            ]
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        future.set_result(results)
+        return future
+
+    def _delivered(self, round_: int, staleness: int) -> set[str]:
+        return {
             peer for (run, peer, r) in self.hub.payloads if run == self.run_id and self._fresh(peer, r, round_, staleness)
         }
-        return self.hub.members(self.run_id) - {self.peer_id} <= delivered
 
     def _fresh(self, peer: str, r: int, round_: int, staleness: int) -> bool:
         return peer != self.peer_id and round_ - staleness <= r <= round_ and (peer, r) not in self._seen
@@ -107,10 +130,6 @@ class InMemoryMembership:
                 peer: self.hub.status[(self.run_id, peer)]
                 for peer in self.hub.members(self.run_id) - {self.peer_id}
             }
-
-    def swarm_round(self) -> int | None:
-        rounds = [hb.round for hb in self.live_peers().values()]
-        return statistics.median_low(rounds) if rounds else None
 
     def wait_for_peers(self, count: int, timeout_s: float) -> int:
         with self.hub.lock:

@@ -51,8 +51,7 @@ def attach(runtime: SwarmRuntime, run_id: str, config: Config, ledger: PeerLedge
     membership = HivemindMembership(runtime, run_id, config.swarm, served=lambda: server.served)
     try:
         exchange = HivemindExchange(
-            runtime, run_id, config.swarm,
-            server=server, membership=membership, ledger=ledger, max_payload_bytes=config.wire.max_bytes,
+            runtime, run_id, config.swarm, server=server, ledger=ledger, max_payload_bytes=config.wire.max_bytes
         )
     except BaseException:
         membership.close()

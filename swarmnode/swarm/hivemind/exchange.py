@@ -2,15 +2,21 @@
 
 publish(r): keep the payload in memory for a few rounds, announce it with a manifest (size,
 digest, tokens) in our own subkey of the round's DHT key.
-gather(r): until the round deadline, poll the manifests of rounds r-s..r, pull every new one
-from its producer, check it against the manifest, and stop early once every live peer of the
-run (as membership sees it) has delivered something. A slow or vanished peer costs at most the
-deadline.
+gather(r): poll the manifests of rounds r-s..r and pull each new one from its producer,
+checked against the manifest, until every peer the node waits for has delivered or the
+deadline passes. Downloads run as tasks of their own: a round never waits for a peer it was
+not told to wait for, and a download still running at the deadline goes on in the background
+(up to `swarm.fetch_timeout_s`) and is handed out by a later gather. Peers the ledger has seen
+deliver are fetched first; at most `swarm.max_peers_per_round` downloads of others run at once,
+so a thousand junk manifests cost a bounded number of doomed downloads, not a round.
+probe(): fetch given peers' batches of given rounds in the background, for the node's round
+clock (a claim is believed only once the batch behind it has been checked).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import time
 from collections import Counter
@@ -19,7 +25,6 @@ from swarmnode.config import SwarmSettings
 from swarmnode.records import RecordError
 from swarmnode.swarm.base import Received
 from swarmnode.swarm.hivemind.dht import Manifest, manifest_key, owner_peer_id, payload_digest
-from swarmnode.swarm.hivemind.membership import HivemindMembership
 from swarmnode.swarm.hivemind.payloads import FetchError, PayloadServer, fetch_payload
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 from swarmnode.swarm.ledger import PeerLedger
@@ -28,10 +33,13 @@ log = logging.getLogger(__name__)
 
 MANIFEST_TTL_S = 600.0
 MAX_FETCH_ATTEMPTS = 3
+FORGET_AFTER_ROUNDS = 8
+
+Key = tuple[str, int]  # (peer, round)
 
 
 class HivemindExchange:
-    """One node's data seam to the swarm; what it waits for comes from `membership`."""
+    """One node's data seam to the swarm; whom to wait for and how long is the node's call."""
 
     def __init__(
         self,
@@ -40,7 +48,6 @@ class HivemindExchange:
         settings: SwarmSettings,
         *,
         server: PayloadServer,
-        membership: HivemindMembership,
         ledger: PeerLedger,
         max_payload_bytes: int,
     ) -> None:
@@ -49,11 +56,12 @@ class HivemindExchange:
         self.run_id = run_id
         self.settings = settings
         self.server = server
-        self.membership = membership
         self.ledger = ledger
         self.max_payload_bytes = max_payload_bytes
-        self._seen: set[tuple[str, int]] = set()
-        self._attempts: Counter[tuple[str, int]] = Counter()
+        self._seen: set[Key] = set()  # handed out, or given up on
+        self._attempts: Counter[Key] = Counter()
+        self._inflight: dict[Key, asyncio.Task] = {}
+        self._ready: dict[Key, bytes] = {}  # downloaded, not yet handed out
         runtime.call(self.server.register(runtime.p2p), timeout=10)
 
     def publish(self, round_: int, payload: bytes, tokens: int = 0) -> None:
@@ -70,86 +78,171 @@ class HivemindExchange:
         if not ok:
             log.warning("could not announce round %d in the DHT; peers may miss it", round_)
 
-    def gather(self, round_: int, staleness: int, timeout_s: float) -> list[Received]:
+    def gather(
+        self,
+        round_: int,
+        staleness: int,
+        timeout_s: float,
+        wait_for: set[str] | frozenset[str] = frozenset(),
+        wait_for_any: bool = False,
+    ) -> list[Received]:
         deadline = time.monotonic() + timeout_s
-        return self.runtime.call(self._gather(round_, staleness, deadline), timeout=timeout_s + 30)
+        return self.runtime.call(
+            self._gather(round_, staleness, deadline, set(wait_for), wait_for_any), timeout=timeout_s + 30
+        )
+
+    def probe(self, wanted: dict[str, int], timeout_s: float) -> concurrent.futures.Future:
+        """Start fetching each peer's batch of the given round; the future's result is a list of
+        (peer, round, payload or None). Runs on the swarm loop, so the caller does not wait."""
+        return asyncio.run_coroutine_threadsafe(self._probe(wanted, timeout_s), self.runtime.loop)
 
     def close(self) -> None:
-        """Nothing of its own to stop: the runtime owns the daemon and the handler."""
+        """Stop downloads in flight; the runtime owns the daemon and the handler."""
+        try:
+            self.runtime.call(self._cancel_all(), timeout=5)
+        except Exception as err:  # closing anyway
+            log.debug("cancelling downloads: %s", err)
 
     # -- inside the swarm loop ---------------------------------------------------------------
 
-    async def _gather(self, round_: int, staleness: int, deadline: float) -> list[Received]:
-        found: list[Received] = []
-        delivered: set[str] = set()
-        rounds = list(range(max(0, round_ - staleness), round_ + 1))
+    async def _gather(
+        self, round_: int, staleness: int, deadline: float, wait_for: set[str], wait_for_any: bool
+    ) -> list[Received]:
+        started = time.monotonic()
+        window = set(range(max(0, round_ - staleness), round_ + 1))
+        arrived_at = {key: 0.0 for key in self._ready}  # already here when the gather began
         while True:
-            if time.monotonic() - self.membership.read_at > 1.0:
-                await self.membership.read()
-            manifests = await self._new_manifests(rounds)
-            remaining = deadline - time.monotonic()
-            if manifests and remaining > 0:
-                found += await self._fetch_all(manifests, min(self.settings.fetch_timeout_s, remaining))
-                delivered |= {item.peer_id for item in found}
-            # Every live peer is waited for (up to the deadline), whatever round its last heartbeat
-            # showed: that keeps nodes within `staleness` rounds of each other instead of racing.
-            expected = {peer for peer in self.membership.live_peers() if not self.ledger.is_banned(peer)}
-            if expected <= delivered or time.monotonic() >= deadline:
-                return found
-            await asyncio.sleep(min(self.settings.poll_interval_s, max(0.0, deadline - time.monotonic())))
+            for manifest in await self._new_manifests(sorted(window)):
+                self._start_fetch(manifest)
+            for key in list(self._ready):
+                arrived_at.setdefault(key, time.monotonic() - started)
+            delivered = {peer for peer, r in self._ready if r in window}
+            in_window = {(peer, r): t for (peer, r), t in self._inflight.items() if r in window}
+            busy = [t for (peer, _), t in in_window.items() if wait_for_any or peer in wait_for]
+            if time.monotonic() >= deadline or (wait_for <= delivered and (delivered or not wait_for_any)):
+                break
+            pause = min(self.settings.poll_interval_s, max(0.0, deadline - time.monotonic()))
+            if busy:
+                await asyncio.wait(busy, timeout=pause, return_when=asyncio.FIRST_COMPLETED)
+            else:
+                await asyncio.sleep(pause)
+        found = [
+            Received(peer, r, payload, after_s=arrived_at.get((peer, r)))
+            for (peer, r), payload in sorted(self._ready.items())
+            if r in window
+        ]
+        for item in found:
+            del self._ready[(item.peer_id, item.round)]
+            self._seen.add((item.peer_id, item.round))
+        self._forget_old(round_ - staleness - FORGET_AFTER_ROUNDS)
+        return found
+
+    def _start_fetch(self, manifest: Manifest) -> None:
+        key = (manifest.peer_id, manifest.round)
+        if key in self._inflight or key in self._ready:
+            return
+        if not self.ledger.earned(manifest.peer_id):
+            others = sum(1 for (peer, _) in self._inflight if not self.ledger.earned(peer))
+            if others >= self.settings.max_peers_per_round:
+                return  # enough doomed or unknown downloads at once; retried next poll
+        task = asyncio.create_task(
+            fetch_payload(
+                self.runtime.p2p, manifest.peer_id, self.run_id, manifest.round, manifest.size, manifest.digest,
+                self.settings.fetch_timeout_s,
+            )
+        )
+        self._inflight[key] = task
+        task.add_done_callback(lambda done, key=key: self._settle(key, done))
+
+    def _settle(self, key: Key, task: asyncio.Task) -> None:
+        """A download ended: keep the payload, blame the peer, or count a failed attempt."""
+        self._inflight.pop(key, None)
+        if task.cancelled():
+            return
+        result = task.exception() or task.result()
+        if isinstance(result, bytes):
+            self._ready[key] = result
+        elif isinstance(result, FetchError) and result.misbehaved:
+            self._seen.add(key)
+            self.ledger.reject(key[0], str(result))
+        else:
+            self._attempts[key] += 1
+            log.debug("fetch %s round %d: %s", key[0], key[1], result)
+            if self._attempts[key] >= MAX_FETCH_ATTEMPTS:
+                self._seen.add(key)  # unreachable: stop asking, without blaming it
 
     async def _new_manifests(self, rounds: list[int]) -> list[Manifest]:
+        """Manifests of the rounds not yet fetched: peers with deliveries first, then others."""
         keys = [manifest_key(self.run_id, r) for r in rounds]
         try:
             results = await self.runtime.dht.get_many(keys, sufficient_expiration_time=float("inf"))
         except Exception as err:  # a flaky DHT lookup must not end the round
             log.debug("manifest lookup failed: %s", err)
             return []
-        manifests: list[Manifest] = []
+        earned, others = [], []
         for r, key in zip(rounds, keys):
             entry = results.get(key)
             if entry is None or not hasattr(entry.value, "items"):
                 continue
-            for subkey, item in list(entry.value.items())[: self.settings.max_peers_per_round * 2]:
-                try:
-                    owner = owner_peer_id(subkey)
-                except RecordError:
-                    continue  # unowned records never pass validation; nothing to blame
-                if owner == self.peer_id or (owner, r) in self._seen or self.ledger.is_banned(owner):
-                    continue
-                try:
-                    manifests.append(Manifest.from_record(subkey, item.value, r, self.max_payload_bytes))
-                except RecordError as err:
-                    self._seen.add((owner, r))
-                    self.ledger.reject(owner, f"bad manifest for round {r}: {err}")
-        return manifests[: self.settings.max_peers_per_round]
+            for subkey, item in entry.value.items():
+                manifest = self._parse(subkey, item.value, r)
+                if manifest is not None:
+                    (earned if self.ledger.earned(manifest.peer_id) else others).append(manifest)
+        return earned + others
 
-    async def _fetch_all(self, manifests: list[Manifest], timeout_s: float) -> list[Received]:
-        p2p = self.runtime.p2p
-        results = await asyncio.gather(
-            *(
-                fetch_payload(p2p, m.peer_id, self.run_id, m.round, m.size, m.digest, timeout_s)
-                for m in manifests
-            ),
+    def _parse(self, subkey: object, raw: object, round_: int) -> Manifest | None:
+        try:
+            owner = owner_peer_id(subkey)
+        except RecordError:
+            return None  # unowned records never pass validation; nothing to blame
+        key = (owner, round_)
+        if owner == self.peer_id or key in self._seen or key in self._inflight or key in self._ready:
+            return None
+        if self.ledger.is_banned(owner):
+            return None
+        try:
+            return Manifest.from_record(subkey, raw, round_, self.max_payload_bytes)
+        except RecordError as err:
+            self._seen.add(key)
+            self.ledger.reject(owner, f"bad manifest for round {round_}: {err}")
+            return None
+
+    async def _probe(self, wanted: dict[str, int], timeout_s: float) -> list[tuple[str, int, bytes | None]]:
+        """Each wanted (peer, round): the verified-against-manifest payload, or None."""
+        rounds = sorted(set(wanted.values()))
+        keys = [manifest_key(self.run_id, r) for r in rounds]
+        try:
+            found = await asyncio.wait_for(
+                self.runtime.dht.get_many(keys, sufficient_expiration_time=float("inf")), timeout_s
+            )
+        except Exception as err:  # no answer counts as no batch
+            log.debug("probe lookup failed: %s", err)
+            found = {}
+        manifests: dict[str, Manifest] = {}
+        for r, key in zip(rounds, keys):
+            entry = found.get(key)
+            for subkey, item in (entry.value.items() if entry is not None and hasattr(entry.value, "items") else []):
+                try:
+                    manifest = Manifest.from_record(subkey, item.value, r, self.max_payload_bytes)
+                except RecordError:
+                    continue
+                if wanted.get(manifest.peer_id) == r:
+                    manifests[manifest.peer_id] = manifest
+        fetched = await asyncio.gather(
+            *(fetch_payload(self.runtime.p2p, m.peer_id, self.run_id, m.round, m.size, m.digest, timeout_s)
+              for m in manifests.values()),
             return_exceptions=True,
         )
-        received = []
-        for manifest, result in zip(manifests, results):
-            key = (manifest.peer_id, manifest.round)
-            if isinstance(result, bytes):
-                self._seen.add(key)
-                received.append(Received(manifest.peer_id, manifest.round, result))
-            elif isinstance(result, FetchError) and result.misbehaved:
-                self._seen.add(key)
-                self.ledger.reject(manifest.peer_id, str(result))
-            else:
-                self._attempts[key] += 1
-                log.debug("fetch %s round %d: %s", manifest.peer_id, manifest.round, result)
-                if self._attempts[key] >= MAX_FETCH_ATTEMPTS:
-                    self._seen.add(key)  # unreachable: stop asking, without blaming it
-        self._forget_old(min(m.round for m in manifests) - 8)
-        return received
+        payloads = {m.peer_id: p for m, p in zip(manifests.values(), fetched) if isinstance(p, bytes)}
+        return [(peer, r, payloads.get(peer)) for peer, r in wanted.items()]
 
     def _forget_old(self, before_round: int) -> None:
         self._seen = {k for k in self._seen if k[1] >= before_round}
         self._attempts = Counter({k: v for k, v in self._attempts.items() if k[1] >= before_round})
+        for key in [k for k in self._ready if k[1] < before_round]:
+            del self._ready[key]
+
+    async def _cancel_all(self) -> None:
+        for task in list(self._inflight.values()):
+            task.cancel()
+        self._inflight.clear()

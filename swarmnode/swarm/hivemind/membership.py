@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -58,10 +57,6 @@ class HivemindMembership:
             for peer, hb in self.peers.items()
             if now - hb.time <= self.settings.stale_after_s and hb.state != "left"
         }
-
-    def swarm_round(self) -> int | None:
-        rounds = [hb.round for hb in self.live_peers().values()]
-        return statistics.median_low(rounds) if rounds else None
 
     def wait_for_peers(self, count: int, timeout_s: float) -> int:
         deadline = time.monotonic() + timeout_s

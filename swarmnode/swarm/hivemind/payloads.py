@@ -26,6 +26,7 @@ PROTOCOL = PAYLOAD_PROTOCOL
 MAX_REQUEST_BYTES = 1024
 CHUNK_BYTES = 1 << 20
 OK, NOT_FOUND = 0, 1
+SERVE_TIMEOUT_S = 120.0  # one request, answer included; a stalled reader loses its slot
 
 
 class FetchError(RuntimeError):
@@ -57,25 +58,29 @@ class PayloadServer:
 
     async def _handle(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            async with self._slots:
-                request = await asyncio.wait_for(_read_request(reader), timeout=10)
-                payload = None
-                if request.get("run") == self.run_id and isinstance(request.get("round"), int):
-                    payload = self._payloads.get(request["round"])
-                if payload is None:
-                    writer.write(struct.pack(">BQ", NOT_FOUND, 0))
-                else:
-                    writer.write(struct.pack(">BQ", OK, len(payload)))
-                    view = memoryview(payload)
-                    for offset in range(0, len(view), CHUNK_BYTES):
-                        writer.write(view[offset : offset + CHUNK_BYTES])
-                        await writer.drain()
-                    self.served += 1
-                await writer.drain()
+            async with self._slots:  # a requester that stops reading holds a slot SERVE_TIMEOUT_S at most
+                await asyncio.wait_for(self._serve(reader, writer), timeout=SERVE_TIMEOUT_S)
         except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ValueError) as err:
             log.debug("payload request from %s failed: %s", getattr(info, "peer_id", "?"), err)
         finally:
             writer.close()
+
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        request = await asyncio.wait_for(_read_request(reader), timeout=10)
+        payload = None
+        if request.get("run") == self.run_id and isinstance(request.get("round"), int):
+            payload = self._payloads.get(request["round"])
+        if payload is None:
+            writer.write(struct.pack(">BQ", NOT_FOUND, 0))
+        else:
+            writer.write(struct.pack(">BQ", OK, len(payload)))
+            view = memoryview(payload)
+            for offset in range(0, len(view), CHUNK_BYTES):
+                writer.write(view[offset : offset + CHUNK_BYTES])
+                await writer.drain()
+            self.served += 1
+        await writer.drain()
 
 
 async def _read_request(reader: asyncio.StreamReader) -> dict:
