@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import tempfile
 import threading
 from collections.abc import Coroutine
 from pathlib import Path
@@ -43,7 +44,7 @@ class SwarmRuntime:
         initial_peers: list[str] | None = None,
         client_mode: bool = False,
     ) -> None:
-        """`identity_path` None: a throwaway identity (status, tests). `initial_peers` None: the
+        """`identity_path` None: a throwaway identity in a temporary directory (status, tests). `initial_peers` None: the
         settings' own. `client_mode`: read the DHT, store nothing for others (status)."""
         self.settings = settings
         self.identity_path = identity_path
@@ -63,11 +64,13 @@ class SwarmRuntime:
     def start(self) -> None:
         """Start the daemon and join (or found) the DHT; raises SwarmError with a hint."""
         timeout_s = self.settings.startup_timeout_s
-        if self.identity_path is not None:
-            ensure_identity(self.identity_path)
-            self.signer = RSASignatureValidator(load_signing_key(self.identity_path))
-        else:
-            self.signer = RSASignatureValidator()
+        if self.identity_path is None:
+            # A throwaway identity is still one RSA key for both the peer id and the DHT signer,
+            # so what it writes names the peer that signed it.
+            self._scratch = tempfile.TemporaryDirectory(prefix="swarmnode-identity-")
+            self.identity_path = Path(self._scratch.name) / "identity.key"
+        ensure_identity(self.identity_path)
+        self.signer = RSASignatureValidator(load_signing_key(self.identity_path))
         self._thread.start()
         try:
             self.call(self._start(), timeout=timeout_s + 5)

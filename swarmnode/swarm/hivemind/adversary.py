@@ -1,0 +1,110 @@
+"""Peers that lie about liveness, for tests and bench/attacks.py: each is a real hivemind
+identity that heartbeats under an honest run id and misbehaves in one way.
+
+- `far`: claims a round far ahead and delivers nothing (tries to make nodes skip rounds);
+- `silent`: claims the honest round and never publishes (tries to make nodes wait);
+- `mute`: publishes manifests, then accepts the download and never answers;
+- `drip`: publishes manifests and serves its payload a few bytes a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import struct
+import time
+
+from hivemind.utils.timed_storage import get_dht_time
+
+from swarmnode.config import SwarmSettings
+from swarmnode.records import Heartbeat
+from swarmnode.swarm.hivemind.dht import HEARTBEAT_KEY, Manifest, heartbeat_from_record, manifest_key, pack
+from swarmnode.swarm.hivemind.payloads import OK, PROTOCOL
+from swarmnode.swarm.hivemind.runtime import SwarmRuntime
+
+log = logging.getLogger(__name__)
+
+ATTACKS = ("far", "silent", "mute", "drip")
+LOOPBACK = ["/ip4/127.0.0.1/tcp/0"]
+FAKE_PAYLOAD_BYTES = 4096
+
+
+class LivenessAttacker:
+    """One lying identity; `start()` joins and begins, `stop()` leaves."""
+
+    def __init__(self, attack: str, initial_peers: list[str], run_id: str | None = None, beat_s: float = 1.0) -> None:
+        if attack not in ATTACKS:
+            raise ValueError(f"unknown attack {attack!r}; choose from {', '.join(ATTACKS)}")
+        self.attack = attack
+        self.run_id = run_id
+        self.beat_s = beat_s
+        self.runtime = SwarmRuntime(SwarmSettings(initial_peers=initial_peers, host_maddrs=LOOPBACK))
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self.runtime.start()
+        if self.attack in ("mute", "drip"):
+            self.runtime.call(self.runtime.p2p.add_binary_stream_handler(PROTOCOL, self._serve_badly), timeout=10)
+        self._task = self.runtime.call(_spawn(self._loop()), timeout=5)
+
+    def stop(self) -> None:
+        self.runtime.shutdown()
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                await self._act()
+            except Exception as err:  # keep lying through DHT hiccups
+                log.debug("attacker %s: %s", self.attack, err)
+            await asyncio.sleep(self.beat_s)
+
+    async def _act(self) -> None:
+        honest = await self._honest_heartbeats()
+        if self.run_id is None and honest:
+            self.run_id = honest[0].run
+        if self.run_id is None:
+            return
+        current = max((hb.round for hb in honest), default=0)
+        claimed = 1_000_000 if self.attack == "far" else current
+        beat = Heartbeat(peer=self.runtime.peer_id, run=self.run_id, time=get_dht_time(), round=claimed, model="evil")
+        await self.runtime.dht.store(
+            HEARTBEAT_KEY, pack(beat.model_dump()), get_dht_time() + 60, subkey=self.runtime.signer.local_public_key
+        )
+        if self.attack in ("mute", "drip"):
+            for r in (current, current + 1):  # announce a batch for the rounds nodes gather now
+                manifest = Manifest(self.runtime.peer_id, r, FAKE_PAYLOAD_BYTES, os.urandom(32), 100)
+                await self.runtime.dht.store(
+                    manifest_key(self.run_id, r), manifest.to_value(), get_dht_time() + 120,
+                    subkey=self.runtime.signer.local_public_key,
+                )
+
+    async def _honest_heartbeats(self) -> list[Heartbeat]:
+        entry = await self.runtime.dht.get(HEARTBEAT_KEY, latest=True)
+        beats = []
+        for subkey, item in (entry.value.items() if entry is not None and hasattr(entry.value, "items") else []):
+            try:
+                beat = heartbeat_from_record(subkey, item.value)
+            except ValueError:
+                continue
+            if beat.peer != self.runtime.peer_id and beat.model != "evil" and beat.state != "left":
+                beats.append(beat)
+        return beats
+
+    async def _serve_badly(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.read(1024)
+            if self.attack == "mute":
+                await asyncio.sleep(3600)
+            writer.write(struct.pack(">BQ", OK, FAKE_PAYLOAD_BYTES))
+            started = time.monotonic()
+            while time.monotonic() - started < 3600:
+                writer.write(b"x" * 8)
+                await writer.drain()
+                await asyncio.sleep(1.0)
+        finally:
+            writer.close()
+
+
+async def _spawn(coro) -> asyncio.Task:  # noqa: ANN001
+    return asyncio.create_task(coro)
