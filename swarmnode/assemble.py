@@ -69,7 +69,7 @@ def assemble(
             runtime = _start_swarm(config, view, config_path)
             stack.callback(runtime.shutdown)
         policy = policy or _load_policy(config)
-        ledger = PeerLedger(config.swarm.max_rejects)
+        ledger = PeerLedger(config.swarm)
         run_id = run_id_for(config, task, policy)
         link = _link(config, run_id, ledger, runtime, join)
         stack.callback(link.membership.close)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ from hivemind.utils.timed_storage import get_dht_time
 from swarmnode import wire
 from swarmnode.config import SwarmSettings
 from swarmnode.metrics import read_metrics, round_lines
+from swarmnode.swarm.hivemind.adversary import LivenessAttacker
 from swarmnode.swarm.hivemind.dht import (
     HEARTBEAT_KEY,
     Manifest,
@@ -221,6 +223,29 @@ def test_a_rogue_peer_is_refused_counted_and_ignored(swarm, tmp_path):
             assert all(r["peer_samples"] > 0 for r in node.rounds()[mark[node.name]:]), "honest training goes on"
     finally:
         rogue.shutdown()
+
+
+def test_liars_about_liveness_neither_stop_nor_slow_the_swarm(swarm):
+    """Two identities claim round 1,000,000, a third announces batches it never serves."""
+    nodes, bootstrap = swarm
+    honest = list(nodes.values())
+    mark = {n.name: len(n.rounds()) for n in honest}
+    base = {n.name: statistics.median(r["round_s"] for r in n.rounds()[-6:]) for n in honest}
+    attackers = [LivenessAttacker(kind, bootstrap) for kind in ("far", "far", "mute")]
+    try:
+        for attacker in attackers:
+            attacker.start()
+        wait_for(lambda: all(len(n.rounds()) >= mark[n.name] + 14 for n in honest), 240, "14 rounds under attack", honest)
+        wait_for(lambda: all("shows no valid batch" in n.output() for n in honest), 120, "liars counted", honest)
+    finally:
+        for attacker in attackers:
+            attacker.stop()
+    for node in honest:
+        attacked = node.rounds()[mark[node.name]:]
+        numbers = [r["round"] for r in attacked]
+        assert numbers == list(range(numbers[0], numbers[0] + len(numbers))), (node.name, numbers)
+        assert statistics.median(r["round_s"] for r in attacked) <= 1.5 * base[node.name] + 0.5, node.name
+        assert all(r["peer_samples"] > 0 for r in attacked), "honest peers go on training together"
 
 
 def test_kills_restart_and_clean_shutdown(swarm):
