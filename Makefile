@@ -67,6 +67,8 @@ bench: setup
 	$(PY) bench/learning.py
 	$(PY) bench/swarm_exchange.py
 	$(PY) bench/config_memory.py
+	$(PY) bench/attacks.py liveness
+	$(PY) bench/attacks.py sybil
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(TOOLS_VENV) runs .pytest_cache .ruff_cache

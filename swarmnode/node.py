@@ -237,6 +237,9 @@ class Node:
             except wire.WireError as err:
                 self._reject(item.peer_id, str(err))
                 continue
+            if item.stale:
+                self.ledger.delivered(item.peer_id, batch.round)
+                continue
             self.ledger.delivered(item.peer_id, batch.round, item.after_s)
             delivered[item.peer_id] = max(batch.round, delivered.get(item.peer_id, batch.round))
             if budget <= 0:

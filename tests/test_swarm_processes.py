@@ -139,7 +139,7 @@ def _trained_with_peers(node: NodeProcess, since: int = 1) -> bool:
 def test_three_heterogeneous_nodes_train_on_each_others_samples(swarm):
     nodes, _ = swarm
     live = list(nodes.values())
-    wait_for(lambda: all(len(n.rounds()) >= 4 for n in live), 240, "4 rounds on every node", live)
+    wait_for(lambda: all(len(n.rounds()) >= 6 for n in live), 240, "6 rounds on every node", live)
     for node in live:
         rounds = node.rounds()
         assert all(r["peer_samples"] > 0 for r in rounds[1:]), (node.name, [r["peer_samples"] for r in rounds])

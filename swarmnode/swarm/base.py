@@ -22,6 +22,7 @@ class Received:
     round: int
     payload: bytes
     after_s: float | None = None  # seconds into the gather it arrived (0: already there)
+    stale: bool = False  # arrived after its round left the window: to check, not to train on
 
 
 # A probe's answer: (peer, round, its payload, or None when it has none to show).

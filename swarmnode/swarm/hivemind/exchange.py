@@ -126,10 +126,13 @@ class HivemindExchange:
                 await asyncio.wait(busy, timeout=pause, return_when=asyncio.FIRST_COMPLETED)
             else:
                 await asyncio.sleep(pause)
+        # Batches that arrived after their round left the window are handed out as stale: the
+        # node checks them (bad data is counted, a late peer still proves it delivers) but does
+        # not train on them.
         found = [
-            Received(peer, r, payload, after_s=arrived_at.get((peer, r)))
+            Received(peer, r, payload, after_s=arrived_at.get((peer, r)), stale=r not in window)
             for (peer, r), payload in sorted(self._ready.items())
-            if r in window
+            if r <= round_
         ]
         for item in found:
             del self._ready[(item.peer_id, item.round)]
