@@ -54,6 +54,9 @@ class TaskSettings(_Section):
         None, description="gsm8k: a directory or .jsonl file, or hf:openai/gsm8k; ignored by arithmetic"
     )
     answer_format: Literal["answer_tag", "boxed"] = "answer_tag"
+    strict_format: bool = Field(
+        True, description="reward 0 when text follows the answer block (nothing rides on a correct answer)"
+    )
     system_prompt: str | None = Field(None, description="None = the task's default")
     max_operand: int = Field(99, ge=1, le=10**6, description="arithmetic only")
     operations: str = Field("+-", pattern=r"^[+\-*]+$", description="arithmetic only")

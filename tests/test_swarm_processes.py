@@ -203,8 +203,10 @@ def test_a_rogue_peer_is_refused_counted_and_ignored(swarm, tmp_path):
             msgpack.packb({"flood": "x" * 200_000}),  # big junk
         ]
         before = {n.name: (n.rounds()[-1]["rejected"] if n.rounds() else 0) for n in honest}
-        for i in range(12):  # announces junk for the coming rounds, and one lie about its digest
-            r = start_round + i
+        r = start_round - 1
+        for i in range(12):  # junk for a new round the nodes are at now, and one lie about its digest
+            now = [heartbeat_from_record(k, v).round for k, v in rogue.get_subkeys(HEARTBEAT_KEY).items()]
+            r = max([r + 1, *now])
             payload = bad_payloads[i % len(bad_payloads)]
             rogue.loop.call_soon_threadsafe(server.put, r, payload)
             digest = payload_digest(payload) if i % 4 else payload_digest(b"other")

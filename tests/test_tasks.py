@@ -114,3 +114,17 @@ def test_arithmetic_rejects_bad_settings_and_impossible_eval_sizes():
         ArithmeticTask(operations="/")
     with pytest.raises(ValueError, match="held-out"):
         ArithmeticTask(max_operand=3).eval_problems(500)
+
+
+def test_strict_format_gives_nothing_to_text_after_the_answer():
+    task = ArithmeticTask()
+    problem = task.train_problem(0)
+    right = f"<answer>{problem.answer}</answer>"
+    assert task.reward(right + "\n", problem) == 1.0
+    assert task.reward("2+2=5 " + right, problem) == 1.0, "text before the answer is the likelihood gate's job"
+    assert task.reward(right + " 2+2=5", problem) == 0.0
+    lenient = ArithmeticTask(strict_format=False)
+    assert lenient.reward(right + " 2+2=5", problem) == 1.0 and lenient.fingerprint != task.fingerprint
+    assert extract_answer("so \\boxed{5}.", "boxed", strict=True) == "5"
+    assert extract_answer("\\[\\boxed{\\frac{1}{2}}\\]", "boxed", strict=True) == "\\frac{1}{2}"
+    assert extract_answer("\\boxed{5} and also import os", "boxed", strict=True) is None

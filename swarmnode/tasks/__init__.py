@@ -19,6 +19,7 @@ def _arithmetic(settings: TaskSettings) -> Task:
         max_operand=settings.max_operand,
         operations=settings.operations,
         answer_format=settings.answer_format,
+        strict_format=settings.strict_format,
         system_prompt=settings.system_prompt,
     )
 
@@ -27,6 +28,7 @@ def _gsm8k(settings: TaskSettings) -> Task:
     return GSM8KTask(
         source=settings.data or "hf:openai/gsm8k",
         answer_format=settings.answer_format,
+        strict_format=settings.strict_format,
         system_prompt=settings.system_prompt,
     )
 

@@ -10,24 +10,32 @@ from swarmnode.tasks.base import AnswerFormat
 MAX_ANSWER_CHARS = 64
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _NUMBER_NOISE = re.compile(r"[\s,$]|\\\$|\\,|\\!")
+_BOXED_TAIL = re.compile(r"[\s.$]*(\\\][\s.]*)?")  # what may follow \boxed{} when strict: "$.", "\]"
 
 
-def extract_answer(completion: str, answer_format: AnswerFormat) -> str | None:
+def extract_answer(completion: str, answer_format: AnswerFormat, strict: bool = False) -> str | None:
     """The single final answer, or None when the completion is not well formed.
 
     Well formed means exactly one answer block (tag or \\boxed{}), closed, and not empty.
     Two answers are ambiguous, so they count as malformed rather than "take the last".
+    `strict`: the answer block also ends the completion (whitespace after it, and for
+    \\boxed{} closing punctuation), so no text can ride on a correct answer's reward.
     """
     if answer_format == "answer_tag":
         if completion.count("<answer>") != 1 or completion.count("</answer>") != 1:
             return None
         match = _ANSWER_TAG.search(completion)
         content = match.group(1).strip() if match else ""
+        if strict and match and completion[match.end() :].strip():
+            return None
     elif answer_format == "boxed":
         contents = _boxed_contents(completion)
         if len(contents) != 1:
             return None
         content = contents[0].strip()
+        end = completion.find("\\boxed{") + len("\\boxed{") + len(contents[0]) + 1
+        if strict and not _BOXED_TAIL.fullmatch(completion[end:]):
+            return None
     else:
         raise ValueError(f"unknown answer format {answer_format!r}")
     if not content or len(content) > MAX_ANSWER_CHARS:
@@ -65,9 +73,9 @@ def parse_number(text: str) -> Decimal | None:
         return None
 
 
-def numeric_reward(completion: str, reference: str, answer_format: AnswerFormat) -> float:
+def numeric_reward(completion: str, reference: str, answer_format: AnswerFormat, strict: bool = False) -> float:
     """1.0 iff the completion is well formed and its number equals the reference number."""
-    answer = extract_answer(completion, answer_format)
+    answer = extract_answer(completion, answer_format, strict)
     if answer is None:
         return 0.0
     got, want = parse_number(answer), parse_number(reference)

@@ -37,6 +37,7 @@ class ArithmeticTask:
         max_operand: int = 99,
         operations: str = "+-",
         answer_format: AnswerFormat = "answer_tag",
+        strict_format: bool = True,
         system_prompt: str | None = None,
     ) -> None:
         if not operations or set(operations) - set("+-*"):
@@ -45,6 +46,7 @@ class ArithmeticTask:
         self.max_operand = max_operand
         self.operations = operations
         self.answer_format = answer_format
+        self.strict_format = strict_format
         self.system_prompt = "" if system_prompt is None else system_prompt
 
     @property
@@ -55,6 +57,7 @@ class ArithmeticTask:
             str(self.max_operand),
             self.operations,
             self.answer_format,
+            "strict" if self.strict_format else "lenient",
             self.system_prompt,
             str(EVAL_PERMILLE),
         )
@@ -104,4 +107,4 @@ class ArithmeticTask:
         return f"<answer>{problem.answer}</answer>"
 
     def reward(self, completion: str, problem: Problem) -> float:
-        return numeric_reward(completion, problem.answer, self.answer_format)
+        return numeric_reward(completion, problem.answer, self.answer_format, self.strict_format)

@@ -67,11 +67,13 @@ class GSM8KTask:
         self,
         source: str = "hf:openai/gsm8k",
         answer_format: AnswerFormat = "answer_tag",
+        strict_format: bool = True,
         system_prompt: str | None = None,
         splits: tuple[str, str] = ("train", "test"),
     ) -> None:
         self.source = source
         self.answer_format = answer_format
+        self.strict_format = strict_format
         self.system_prompt = (
             DEFAULT_SYSTEM + FORMAT_INSTRUCTIONS[answer_format] if system_prompt is None else system_prompt
         )
@@ -81,7 +83,10 @@ class GSM8KTask:
 
     @property
     def fingerprint(self) -> str:
-        return fingerprint_of(self.name, *self._hashes, self.answer_format, self.system_prompt)
+        return fingerprint_of(
+            self.name, *self._hashes, self.answer_format, "strict" if self.strict_format else "lenient",
+            self.system_prompt,
+        )
 
     @property
     def num_train(self) -> int:
@@ -104,4 +109,4 @@ class GSM8KTask:
         return [self._problem(self._test, i) for i in indices]
 
     def reward(self, completion: str, problem: Problem) -> float:
-        return numeric_reward(completion, problem.answer, self.answer_format)
+        return numeric_reward(completion, problem.answer, self.answer_format, self.strict_format)
