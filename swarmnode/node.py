@@ -34,6 +34,8 @@ from swarmnode.tasks.base import Problem, Task, fingerprint_of
 
 log = logging.getLogger(__name__)
 
+LINGER_S = 10.0  # the longest a finishing node keeps serving its last batch to peers
+
 
 def run_id_for(config: Config, task: Task, policy: Policy) -> str:
     """The run id of a node with this config, task and policy (see records.run_id)."""
@@ -375,6 +377,9 @@ class Node:
             if last_done >= 0:
                 self.save(last_done)
             raise
+        if last_done >= 0:  # peers still gathering our last batch get it before we go
+            live = set(self.membership.live_peers())
+            self.exchange.linger(last_done, self.ledger.expected(live), min(cfg.gather_timeout_s, LINGER_S))
         after = self._evaluate_all(last_done, "after")
         summary["eval_after"], summary["ood_after"] = after.eval_acc, after.ood_acc
         self.membership.announce(self.status(last_done + 1))

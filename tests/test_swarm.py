@@ -141,6 +141,11 @@ def test_payloads_travel_peer_to_peer(start_runtime, size_mb):
     assert [(g.peer_id, g.round) for g in got] == [(a.peer_id, 0)]
     assert got[0].payload == payload and time.monotonic() - started < 30
     assert ex_b.gather(0, staleness=1, timeout_s=0.5) == [], "each batch is handed out once"
+    started = time.monotonic()
+    ex_a.linger(0, {b.peer_id}, timeout_s=10)
+    assert time.monotonic() - started < 2, "b fetched it: a finishing node need not wait"
+    ex_a.linger(0, {b.peer_id, "QmNobody"}, timeout_s=0.5)
+    assert time.monotonic() - started >= 0.5
 
 
 def test_lying_peers_are_counted_and_unreachable_ones_are_not(start_runtime):

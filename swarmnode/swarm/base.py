@@ -49,6 +49,10 @@ class RolloutExchange(Protocol):
         did), or `timeout_s`."""
         ...
 
+    def linger(self, round_: int, peers: set[str], timeout_s: float) -> None:
+        """Before leaving: keep serving until `peers` fetched our batch of `round_`, or the timeout."""
+        ...
+
     def probe(self, wanted: dict[str, int], timeout_s: float) -> concurrent.futures.Future:
         """Fetch each peer's batch of the given round, without blocking; the future's result
         is a list of ProbeResult."""

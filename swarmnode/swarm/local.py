@@ -91,6 +91,9 @@ class InMemoryExchange:
         self._seen.update((item.peer_id, item.round) for item in found)
         return found
 
+    def linger(self, round_: int, peers: set[str], timeout_s: float) -> None:
+        """Nothing to wait for: the hub keeps what was published after a member leaves."""
+
     def probe(self, wanted: dict[str, int], timeout_s: float = 0.0) -> concurrent.futures.Future:
         """Answered at once: the hub holds every payload it still keeps."""
         with self.hub.lock:

@@ -96,6 +96,15 @@ class HivemindExchange:
         (peer, round, payload or None). Runs on the swarm loop, so the caller does not wait."""
         return asyncio.run_coroutine_threadsafe(self._probe(wanted, timeout_s), self.runtime.loop)
 
+    def linger(self, round_: int, peers: set[str], timeout_s: float) -> None:
+        """Keep serving until each of `peers` downloaded our batch of `round_`, or `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            served = self.runtime.call(_copy_set(self.server.served_to.get(round_, set())), timeout=5)
+            if peers <= served:
+                return
+            time.sleep(self.settings.poll_interval_s)
+
     def close(self) -> None:
         """Stop downloads in flight; the runtime owns the daemon and the handler."""
         try:
@@ -249,3 +258,8 @@ class HivemindExchange:
         for task in list(self._inflight.values()):
             task.cancel()
         self._inflight.clear()
+
+
+async def _copy_set(items: set[str]) -> set[str]:
+    """A copy made on the swarm loop, which is the one that changes the set."""
+    return set(items)

@@ -47,11 +47,13 @@ class PayloadServer:
         self._payloads: OrderedDict[int, bytes] = OrderedDict()
         self._slots = asyncio.Semaphore(max_concurrent)
         self.served = 0
+        self.served_to: dict[int, set[str]] = {}  # round -> peers that downloaded it
 
     def put(self, round_: int, payload: bytes) -> None:
         self._payloads[round_] = payload
         while len(self._payloads) > self.keep_rounds:
-            self._payloads.popitem(last=False)
+            dropped, _ = self._payloads.popitem(last=False)
+            self.served_to.pop(dropped, None)
 
     async def register(self, p2p: P2P) -> None:
         await p2p.add_binary_stream_handler(PROTOCOL, self._handle)
@@ -59,14 +61,14 @@ class PayloadServer:
     async def _handle(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             async with self._slots:  # a requester that stops reading holds a slot SERVE_TIMEOUT_S at most
-                await asyncio.wait_for(self._serve(reader, writer), timeout=SERVE_TIMEOUT_S)
+                await asyncio.wait_for(self._serve(info, reader, writer), timeout=SERVE_TIMEOUT_S)
         except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ValueError) as err:
             log.debug("payload request from %s failed: %s", getattr(info, "peer_id", "?"), err)
         finally:
             writer.close()
 
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:  # noqa: ANN001
         request = await asyncio.wait_for(_read_request(reader), timeout=10)
         payload = None
         if request.get("run") == self.run_id and isinstance(request.get("round"), int):
@@ -80,6 +82,9 @@ class PayloadServer:
                 writer.write(view[offset : offset + CHUNK_BYTES])
                 await writer.drain()
             self.served += 1
+            requester = getattr(info, "peer_id", None)
+            if requester is not None:
+                self.served_to.setdefault(request["round"], set()).add(requester.to_base58())
         await writer.drain()
 
 
