@@ -19,7 +19,14 @@ from hivemind.utils.timed_storage import get_dht_time
 
 from swarmnode.config import SwarmSettings
 from swarmnode.records import Heartbeat
-from swarmnode.swarm.hivemind.dht import HEARTBEAT_KEY, Manifest, heartbeat_from_record, manifest_key, pack
+from swarmnode.swarm.hivemind.dht import (
+    HEARTBEAT_KEY,
+    Manifest,
+    heartbeat_from_record,
+    manifest_key,
+    pack,
+    subkey_items,
+)
 from swarmnode.swarm.hivemind.payloads import OK, PROTOCOL
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 
@@ -80,11 +87,10 @@ class LivenessAttacker:
                 )
 
     async def _honest_heartbeats(self) -> list[Heartbeat]:
-        entry = await self.runtime.dht.get(HEARTBEAT_KEY, latest=True)
         beats = []
-        for subkey, item in (entry.value.items() if entry is not None and hasattr(entry.value, "items") else []):
+        for subkey, raw in subkey_items(await self.runtime.dht.get(HEARTBEAT_KEY, latest=True)):
             try:
-                beat = heartbeat_from_record(subkey, item.value)
+                beat = heartbeat_from_record(subkey, raw)
             except ValueError:
                 continue
             if beat.peer != self.runtime.peer_id and beat.model != "evil" and beat.state != "left":

@@ -33,6 +33,14 @@ def manifest_key(run_id: str, round_: int) -> str:
     return f"{DHT_NAMESPACE}/{run_id}/round/{round_}"
 
 
+def subkey_items(entry: Any) -> list[tuple[Any, Any]]:
+    """(subkey, value) pairs of a dictionary entry as DHTNode.get returns it; none when the
+    key is missing or holds a plain value."""
+    if entry is None or not hasattr(entry.value, "items"):
+        return []
+    return [(subkey, item.value) for subkey, item in entry.value.items()]
+
+
 def payload_digest(payload: bytes) -> bytes:
     return hashlib.blake2b(payload, digest_size=DIGEST_BYTES).digest()
 

@@ -24,7 +24,7 @@ from collections import Counter
 from swarmnode.config import SwarmSettings
 from swarmnode.records import RecordError
 from swarmnode.swarm.base import Received
-from swarmnode.swarm.hivemind.dht import Manifest, manifest_key, owner_peer_id, payload_digest
+from swarmnode.swarm.hivemind.dht import Manifest, manifest_key, owner_peer_id, payload_digest, subkey_items
 from swarmnode.swarm.hivemind.payloads import FetchError, PayloadServer, fetch_payload
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 from swarmnode.swarm.ledger import PeerLedger
@@ -121,8 +121,7 @@ class HivemindExchange:
         window = set(range(max(0, round_ - staleness), round_ + 1))
         arrived_at = {key: 0.0 for key in self._ready}  # already here when the gather began
         while True:
-            for manifest in await self._new_manifests(sorted(window)):
-                self._start_fetch(manifest)
+            self._start_fetches(await self._new_manifests(sorted(window)))
             for key in list(self._ready):
                 arrived_at.setdefault(key, time.monotonic() - started)
             delivered = {peer for peer, r in self._ready if r in window}
@@ -149,14 +148,19 @@ class HivemindExchange:
         self._forget_old(round_ - staleness - FORGET_AFTER_ROUNDS)
         return found
 
+    def _start_fetches(self, manifests: list[Manifest]) -> None:
+        """Download each new manifest's payload: peers that delivered before always, others up
+        to `max_peers_per_round` downloads at once (the rest are retried at the next poll)."""
+        others = sum(1 for (peer, _) in self._inflight if not self.ledger.earned(peer))
+        for manifest in manifests:
+            if not self.ledger.earned(manifest.peer_id):
+                if others >= self.settings.max_peers_per_round:
+                    continue
+                others += 1
+            self._start_fetch(manifest)
+
     def _start_fetch(self, manifest: Manifest) -> None:
-        key = (manifest.peer_id, manifest.round)
-        if key in self._inflight or key in self._ready:
-            return
-        if not self.ledger.earned(manifest.peer_id):
-            others = sum(1 for (peer, _) in self._inflight if not self.ledger.earned(peer))
-            if others >= self.settings.max_peers_per_round:
-                return  # enough doomed or unknown downloads at once; retried next poll
+        key = (manifest.peer_id, manifest.round)  # _parse left out keys seen, in flight or ready
         task = asyncio.create_task(
             fetch_payload(
                 self.runtime.p2p, manifest.peer_id, self.run_id, manifest.round, manifest.size, manifest.digest,
@@ -193,11 +197,8 @@ class HivemindExchange:
             return []
         earned, others = [], []
         for r, key in zip(rounds, keys):
-            entry = results.get(key)
-            if entry is None or not hasattr(entry.value, "items"):
-                continue
-            for subkey, item in entry.value.items():
-                manifest = self._parse(subkey, item.value, r)
+            for subkey, raw in subkey_items(results.get(key)):
+                manifest = self._parse(subkey, raw, r)
                 if manifest is not None:
                     (earned if self.ledger.earned(manifest.peer_id) else others).append(manifest)
         return earned + others
@@ -232,10 +233,9 @@ class HivemindExchange:
             found = {}
         manifests: dict[str, Manifest] = {}
         for r, key in zip(rounds, keys):
-            entry = found.get(key)
-            for subkey, item in (entry.value.items() if entry is not None and hasattr(entry.value, "items") else []):
+            for subkey, raw in subkey_items(found.get(key)):
                 try:
-                    manifest = Manifest.from_record(subkey, item.value, r, self.max_payload_bytes)
+                    manifest = Manifest.from_record(subkey, raw, r, self.max_payload_bytes)
                 except RecordError:
                     continue
                 if wanted.get(manifest.peer_id) == r:

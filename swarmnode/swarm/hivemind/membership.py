@@ -15,7 +15,13 @@ from hivemind.utils.timed_storage import get_dht_time
 from swarmnode import __version__
 from swarmnode.config import SwarmSettings
 from swarmnode.records import Heartbeat, NodeStatus, RecordError
-from swarmnode.swarm.hivemind.dht import HEARTBEAT_KEY, heartbeat_from_record, owner_peer_id, pack
+from swarmnode.swarm.hivemind.dht import (
+    HEARTBEAT_KEY,
+    heartbeat_from_record,
+    owner_peer_id,
+    pack,
+    subkey_items,
+)
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 
 log = logging.getLogger(__name__)
@@ -87,10 +93,9 @@ class HivemindMembership:
             log.debug("heartbeat lookup failed: %s", err)
             return
         peers: dict[str, Heartbeat] = {}
-        items = entry.value.items() if entry is not None and hasattr(entry.value, "items") else []
-        for subkey, item in items:
+        for subkey, raw in subkey_items(entry):
             try:
-                heartbeat = heartbeat_from_record(subkey, item.value)
+                heartbeat = heartbeat_from_record(subkey, raw)
             except RecordError as err:
                 self._note_malformed(subkey, err)
                 continue

@@ -23,7 +23,7 @@ from hivemind.p2p import P2P, P2PDaemonError
 from hivemind.utils.timed_storage import get_dht_time
 
 from swarmnode.config import SwarmSettings
-from swarmnode.swarm.hivemind.dht import make_validators
+from swarmnode.swarm.hivemind.dht import make_validators, subkey_items
 from swarmnode.swarm.hivemind.identity import ensure_identity, load_signing_key
 
 log = logging.getLogger(__name__)
@@ -140,10 +140,7 @@ class SwarmRuntime:
         """All live subkey -> value pairs of a dictionary key (empty when none)."""
 
         async def fetch() -> dict[Any, Any]:
-            found = await self.dht.get(key, latest=True)
-            if found is None or not hasattr(found.value, "items"):
-                return {}
-            return {subkey: item.value for subkey, item in found.value.items()}
+            return dict(subkey_items(await self.dht.get(key, latest=True)))
 
         return self.call(fetch(), timeout)
 
