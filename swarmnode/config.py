@@ -182,6 +182,30 @@ class SwarmSettings(_Section):
     max_peers_per_round: int = Field(64, ge=1, description="manifests considered per round")
 
 
+class TrustSettings(_Section):
+    """What a peer's samples may do to this node, judged by what the node computes itself."""
+
+    likelihood_gate: bool = Field(
+        True, description="drop peers' samples this node's model finds far less likely than its own samples"
+    )
+    gate_window: int = Field(
+        8, ge=1, description="tokens per window: a sample is judged by its least likely window (mean log-prob)"
+    )
+    gate_quantile: float = Field(
+        0.05, ge=0, le=0.5, description="the bar is this quantile of own samples' least likely windows ..."
+    )
+    gate_margin: float = Field(1.0, ge=0, description="... minus this many nats per token")
+    weight_budget: bool = Field(
+        True, description="a peer's batch weighs at most what on-policy samples would (mean weight <= 1)"
+    )
+    max_weight_mean: float = Field(
+        1.5, gt=1, description="a batch whose mean capped weight exceeds this reported false log-probs: a strike"
+    )
+    max_gated_share: float = Field(
+        0.25, gt=0, le=1, description="a strike when more than this share of a peer's recent samples was gated"
+    )
+
+
 class WireSettings(_Section):
     max_bytes: int = Field(32 * 1024 * 1024, ge=1024)
     max_groups: int = Field(256, ge=1)
@@ -199,6 +223,7 @@ class Config(_Section):
     node: NodeSettings = Field(default_factory=NodeSettings)
     wire: WireSettings = Field(default_factory=WireSettings)
     swarm: SwarmSettings = Field(default_factory=SwarmSettings)
+    trust: TrustSettings = Field(default_factory=TrustSettings)
 
 
 def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:

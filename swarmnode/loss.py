@@ -13,6 +13,8 @@ detached per-token importance weight:
 
 The ``f-`` variants also drop samples with A_i < 0 whose divergence from the generator exceeds
 g: they add nothing to the sum, yet N counts them and they stay in their group's mean and std.
+A peer's samples may carry a weight scale below 1 (swarmnode.trust's weight budget), which
+multiplies w.
 """
 
 from __future__ import annotations
@@ -103,11 +105,13 @@ def objective_terms(
     advantages: torch.Tensor,
     settings: LossSettings,
     logp_old: torch.Tensor | None = None,
+    weight_scale: torch.Tensor | None = None,
 ) -> ObjectiveTerms:
     """Compute the objective for sequences shaped [B, T] (mask from lengths, 1 = real token).
 
     `logp_theta` carries the gradient; `logp_gen` is what the generator reported; `logp_old`
-    is the policy the PPO ratio is taken against (defaults to `logp_theta` detached).
+    is the policy the PPO ratio is taken against (defaults to `logp_theta` detached);
+    `weight_scale` [B] multiplies each sequence's weights (swarmnode.trust's weight budget).
     """
     choice = OBJECTIVES.get(settings.objective)  # an unknown name is an error, not a fallback
     mask_f = mask.to(logp_theta.dtype)
@@ -115,6 +119,8 @@ def objective_terms(
     old = current if logp_old is None else logp_old
     log_w = (current - logp_gen).clamp(-settings.log_ratio_clamp, settings.log_ratio_clamp)
     weight, truncated = WEIGHTINGS[choice.weighting](log_w, settings)
+    if weight_scale is not None:
+        weight = weight * weight_scale.to(weight.dtype).unsqueeze(-1)
     ratio = (logp_theta - old).clamp(-settings.log_ratio_clamp, settings.log_ratio_clamp).exp()
     adv = advantages.to(logp_theta.dtype).unsqueeze(-1)
     surrogate = torch.minimum(ratio * adv, ratio.clamp(1.0 - settings.clip_eps, 1.0 + settings.clip_eps) * adv)

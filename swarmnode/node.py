@@ -31,6 +31,7 @@ from swarmnode.swarm.base import Received, SwarmLink
 from swarmnode.swarm.ledger import PeerLedger
 from swarmnode.swarm.local import solo_link
 from swarmnode.tasks.base import Problem, Task, fingerprint_of
+from swarmnode.trust import Screening, gated_strike, screen
 
 log = logging.getLogger(__name__)
 
@@ -179,18 +180,19 @@ class Node:
             self._vain_bootstrap += 1
         self.clock.check_claims(delivered)
         state.timings["decode_score_s"] = time.perf_counter() - t
-        groups = state.own_groups + peer_groups
-        samples = []
-        for group in groups:
-            advantages = group_advantages(torch.tensor(group.rewards))
-            for (tokens, logprobs), advantage in zip(group.completions, advantages.tolist()):
-                samples.append(TrainSample(group.prompt_ids, tokens, logprobs, advantage, group.own))
+        own = _train_samples(state.own_groups)
+        peers = _train_samples(peer_groups)
+        t = time.perf_counter()
+        screening = self._screen(own, peers)
+        state.timings["screen_s"] = time.perf_counter() - t
+        kept = [(sample, reward) for (sample, reward, _), keep in zip(peers, screening.keep) if keep]
+        samples = [sample for sample, _, _ in own] + [sample for sample, _ in kept]
         t = time.perf_counter()
         result = self.policy.train_step(samples, self.config.loss, self.config.rollout.temperature)
         state.timings["train_s"] = time.perf_counter() - t
         state.timings["sync_s"] = self.generator.sync_weights()
-        own_rewards = [r for g in state.own_groups for r in g.rewards]
-        peer_rewards = [r for g in peer_groups for r in g.rewards]
+        own_rewards = [reward for _, reward, _ in own]
+        peer_rewards = [reward for _, reward in kept]
         self.consumed += len(peer_rewards)
         s = result.stats
         return RoundRecord(
@@ -201,6 +203,8 @@ class Node:
             own_samples=len(own_rewards),
             peer_samples=len(peer_rewards),
             peers=len({g.peer_id for g in peer_groups}),
+            gated=screening.gated,
+            peer_weight_scale=min((v.weight_scale for v in screening.verdicts.values()), default=None),
             filtered=s.filtered,
             filtered_frac=s.filtered_frac,
             weight_mean=s.weight_mean,
@@ -224,6 +228,34 @@ class Node:
         return record
 
     # -- peers' data -----------------------------------------------------------------------
+
+    def _screen(self, own: list[SourcedSample], peers: list[SourcedSample]) -> Screening:
+        """Judge peers' samples by our own model (swarmnode.trust): which to keep, how much
+        their weights count; a peer whose samples fail gets a strike in the ledger."""
+        trust = self.config.trust
+        if not peers or not (trust.likelihood_gate or trust.weight_budget):
+            return Screening(keep=[True] * len(peers), weight_scale=[1.0] * len(peers), bar=None, verdicts={})
+        theta = self.policy.token_logprobs(
+            [sample.prompt_ids for sample, _, _ in peers],
+            [sample.completion_ids for sample, _, _ in peers],
+            self.config.rollout.temperature,
+        )
+        screening = screen(
+            [peer for _, _, peer in peers],
+            [sample.gen_logprobs for sample, _, _ in peers],
+            theta,
+            [sample.gen_logprobs for sample, _, _ in own],
+            trust,
+            self.config.loss,
+        )
+        for (sample, _, _), scale in zip(peers, screening.weight_scale):
+            sample.weight_scale = scale
+        for peer, verdict in screening.verdicts.items():
+            history = self.ledger.screened(peer, verdict.samples, verdict.gated)
+            gated = gated_strike(*history, trust) if screening.bar is not None else None
+            for strike in verdict.strikes + ([gated] if gated else []):
+                self._reject(peer, strike)
+        return screening
 
     def _accept(self, received: list[Received]) -> tuple[list[ScoredGroup], dict[str, int]]:
         """Decode strictly, check each batch belongs to this run and round, score it ourselves.
@@ -279,6 +311,11 @@ class Node:
             raise wire.WireError("prompt ids differ from the peer's assignment for that round")
         if any(len(g.lengths) != self.config.rollout.group_size for g in batch.groups):
             raise wire.WireError("group size differs from this run's")
+        longest = max((int(g.lengths.max()) for g in batch.groups if len(g.lengths)), default=0)
+        if longest > self.config.rollout.max_new_tokens:
+            raise wire.WireError(
+                f"a completion of {longest} tokens; this run generates at most {self.config.rollout.max_new_tokens}"
+            )
 
     @property
     def rejected(self) -> Counter[str]:
@@ -439,6 +476,19 @@ class Node:
     def close(self) -> None:
         """Close what the node opened itself (its metrics file)."""
         self.metrics.close()
+
+
+SourcedSample = tuple[TrainSample, float, str]  # a sample, its reward, who generated it ("" = us)
+
+
+def _train_samples(groups: list[ScoredGroup]) -> list[SourcedSample]:
+    """Every completion of the groups with its group-relative advantage."""
+    samples: list[SourcedSample] = []
+    for group in groups:
+        advantages = group_advantages(torch.tensor(group.rewards))
+        for (tokens, logprobs), advantage, reward in zip(group.completions, advantages.tolist(), group.rewards):
+            samples.append((TrainSample(group.prompt_ids, tokens, logprobs, advantage, group.own), reward, group.peer_id))
+    return samples
 
 
 def _to_wire_group(prompt_id: int, completions: list[Completion]) -> wire.CompletionGroup:

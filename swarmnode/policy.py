@@ -53,6 +53,7 @@ class TrainSample:
     gen_logprobs: np.ndarray
     advantage: float
     own: bool
+    weight_scale: float = 1.0  # multiplies its importance weights (a peer's weight budget)
 
 
 @dataclass
@@ -220,6 +221,20 @@ class Policy:
         mask = steps[None, :] < torch.tensor(lengths, device=self.device)[:, None]
         return logp * mask, mask
 
+    @torch.no_grad()
+    def token_logprobs(
+        self, prompts: list[list[int]], completions: list[np.ndarray], temperature: float
+    ) -> list[np.ndarray]:
+        """log pi_theta of each completion's tokens, no gradient, micro-batched (for screening)."""
+        out: list[np.ndarray] = []
+        size = self.train_settings.micro_batch_size
+        for start in range(0, len(completions), size):
+            chunk = completions[start : start + size]
+            logp, _ = self.completion_logprobs(prompts[start : start + size], chunk, temperature)
+            rows = logp.float().cpu().numpy()
+            out += [rows[i, : len(c)].copy() for i, c in enumerate(chunk)]
+        return out
+
     def train_step(
         self, samples: list[TrainSample], objective: LossSettings, temperature: float
     ) -> StepResult:
@@ -241,7 +256,8 @@ class Policy:
                     np.array(sample.gen_logprobs, dtype=np.float32)
                 )
             advantages = torch.tensor([s.advantage for s in chunk], device=self.device)
-            terms = objective_terms(logp, gen, mask, advantages, objective)
+            scales = torch.tensor([s.weight_scale for s in chunk], device=self.device)
+            terms = objective_terms(logp, gen, mask, advantages, objective, weight_scale=scales)
             (terms.loss_sum / total).backward()
             loss_value += float(terms.loss_sum.detach()) / total
             parts.append(terms)

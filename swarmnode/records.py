@@ -119,6 +119,8 @@ class RoundRecord:
     own_samples: int
     peer_samples: int
     peers: int
+    gated: int  # peers' samples dropped by the likelihood gate (swarmnode.trust)
+    peer_weight_scale: float | None  # smallest weight-budget factor given to a peer this round
     filtered: int
     filtered_frac: float
     weight_mean: float

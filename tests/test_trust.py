@@ -1,0 +1,117 @@
+"""Screening peers' samples: the likelihood gate, the weight budget, and the strikes they give."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from swarmnode.config import LossSettings, TrustSettings
+from swarmnode.loss import objective_terms
+from swarmnode.swarm.ledger import PeerLedger
+from swarmnode.trust import GATE_MIN_OWN, gate_bar, gated_strike, least_likely_window, screen
+
+LOSS = LossSettings()
+TRUST = TrustSettings()
+
+
+def _own(count: int = 16, level: float = -0.5, length: int = 12, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [level + 0.1 * rng.standard_normal(length) for _ in range(count)]
+
+
+def test_a_short_unlikely_phrase_is_not_averaged_away():
+    likely = np.full(200, -0.3)
+    injected = likely.copy()
+    injected[100:108] = -12.0  # 8 unlikely tokens in 200
+    assert injected.mean() > -1.0  # the whole-completion mean barely moves ...
+    assert least_likely_window(injected, 8) == pytest.approx(-12.0)  # ... the worst window does
+    assert least_likely_window(likely, 8) == pytest.approx(-0.3)
+    assert least_likely_window(np.array([-1.0, -3.0]), 8) == pytest.approx(-2.0)  # shorter than a window
+    assert least_likely_window(np.array([]), 8) == 0.0
+
+
+def test_the_bar_comes_from_our_own_samples():
+    own = _own()
+    scores = [least_likely_window(lp, TRUST.gate_window) for lp in own]
+    assert gate_bar(own, TRUST) == pytest.approx(np.quantile(scores, TRUST.gate_quantile) - TRUST.gate_margin)
+    assert gate_bar(own[: GATE_MIN_OWN - 1], TRUST) is None  # too few to set a bar: no gate
+
+
+def test_samples_our_model_finds_implausible_are_gated():
+    own = _own()
+    honest = _own(8, seed=1)
+    poisoned = [lp.copy() for lp in _own(8, seed=2)]
+    for lp in poisoned[:4]:
+        lp[:6] = -10.0  # half of its samples carry text our model would never write
+    peers = ["honest"] * 8 + ["evil"] * 8
+    theta = honest + poisoned
+    result = screen(peers, theta, theta, own, TRUST, LOSS)  # log-probs reported truthfully
+    assert result.keep == [True] * 8 + [False] * 4 + [True] * 4
+    assert result.gated == 4
+    assert (result.verdicts["evil"].samples, result.verdicts["evil"].gated) == (8, 4)
+    assert result.verdicts["honest"].gated == 0
+
+
+def test_a_peer_whose_samples_keep_failing_the_gate_is_struck_an_unlucky_batch_is_not():
+    ledger = PeerLedger()
+    assert gated_strike(*ledger.screened("honest", 64, 20), TRUST) is None  # one bad batch: no verdict
+    for _ in range(7):
+        assert gated_strike(*ledger.screened("honest", 64, 3), TRUST) is None  # 43 of 512 over 8
+    strikes = [gated_strike(*ledger.screened("evil", 64, 32), TRUST) for _ in range(4)]
+    assert strikes[:2] == [None, None] and "96 of its last 192 samples" in strikes[2] and strikes[3]
+
+
+def test_the_gate_can_be_turned_off():
+    own = _own()
+    theta = [np.full(12, -10.0)]
+    off = TrustSettings(likelihood_gate=False)
+    assert screen(["p"], theta, theta, own, off, LOSS).keep == [True]
+    assert screen(["p"], theta, theta, own, TRUST, LOSS).keep == [False]
+
+
+def test_a_falsified_low_log_prob_buys_no_weight():
+    """Reporting log pi_gen = -20 would give every token the cap C; the budget scales it back
+    to a mean of 1, and the claim is a strike."""
+    own = _own()
+    theta = _own(8, seed=3)
+    liar = screen(["liar"] * 8, [np.full(12, -20.0)] * 8, theta, own, TRUST, LOSS)
+    verdict = liar.verdicts["liar"]
+    assert verdict.weight_mean == pytest.approx(LOSS.trunc_c)
+    assert verdict.weight_scale == pytest.approx(1 / LOSS.trunc_c)
+    assert liar.weight_scale == [pytest.approx(1 / LOSS.trunc_c)] * 8
+    assert "mean importance weight of 2.00" in verdict.strikes[0]
+    truthful = screen(["peer"] * 8, theta, theta, own, TRUST, LOSS)
+    assert truthful.weight_scale == [1.0] * 8 and truthful.verdicts["peer"].strikes == []
+    unbudgeted = screen(["liar"] * 8, [np.full(12, -20.0)] * 8, theta, own, TrustSettings(weight_budget=False), LOSS)
+    assert unbudgeted.weight_scale == [1.0] * 8  # off: the weights stand (the strike still counts)
+    assert unbudgeted.verdicts["liar"].strikes
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    reported=st.lists(st.floats(-30, 0, allow_nan=False), min_size=1, max_size=40),
+    objective=st.sampled_from(["tis", "f-tis", "vis", "f-vis", "nois"]),
+)
+def test_whatever_a_peer_reports_its_mean_weight_is_at_most_one(reported, objective):
+    loss = LossSettings(objective=objective)
+    theta = np.linspace(-3.0, -0.1, len(reported))
+    gen = np.array(reported)
+    result = screen(["p"], [gen], [theta], _own(), TrustSettings(likelihood_gate=False), loss)
+    log_w = torch.tensor(theta - gen, dtype=torch.float32).clamp(-loss.log_ratio_clamp, loss.log_ratio_clamp)
+    raw = {"nois": torch.ones_like(log_w), "vis": log_w.exp(), "f-vis": log_w.exp()}.get(
+        objective, log_w.exp().clamp(max=loss.trunc_c)
+    )
+    assert float((raw * result.weight_scale[0]).mean()) <= 1.0 + 1e-5
+
+
+def test_the_weight_scale_multiplies_a_sequence_s_weights():
+    logp = torch.full((2, 3), -1.0, requires_grad=True)
+    gen = torch.full((2, 3), -1.5)
+    mask = torch.ones(2, 3, dtype=torch.bool)
+    advantages = torch.tensor([1.0, 1.0])
+    full = objective_terms(logp, gen, mask, advantages, LOSS)
+    halved = objective_terms(logp, gen, mask, advantages, LOSS, weight_scale=torch.tensor([1.0, 0.5]))
+    assert float(halved.loss_sum.detach()) == pytest.approx(0.75 * float(full.loss_sum.detach()))
