@@ -2,6 +2,8 @@
 
     python bench/attacks.py liveness [--rounds 24] [--deadline 8] [--attacks far silent mute drip]
     python bench/attacks.py sybil [--identities 1000] [--rounds 8]
+    python bench/attacks.py content [--rounds 40] [--attacks before after low-lp high-lp wrong long]
+    python bench/attacks.py honest [--rounds 40] [--seeds 5] [--models tiny tiny-large tiny]
 
 Liveness: two honest `swarmnode join` processes (the tiny default, on 127.0.0.1) train
 `--rounds` rounds together while a lying identity joins their run (see
@@ -16,12 +18,26 @@ run, the honest round) and a junk manifest for every round into the DHT of two h
 (in this process, over loopback). Printed: an honest node's heartbeat read and gather times,
 median over `--rounds` rounds, without and with the junk, and whether the honest peer's batch
 still arrived every round.
+
+Content: three honest tiny nodes and one poisoning peer (swarmnode/poison.py) train `--rounds`
+rounds through the in-memory exchange, in one process, with swarmnode's content defences off
+(task.strict_format, trust.likelihood_gate, trust.weight_budget all false) and on (the
+defaults). Printed per attack: the share of the honest nodes' own completions that carry the
+injected text after the last round (sampled: 8 per prompt on 32 held-out prompts; greedy: on
+`--eval-size` held-out prompts), their greedy accuracy, how many of the attacker's samples
+they trained on, and the round at which they stopped listening to it.
+
+Honest: the same three honest nodes with no attacker, defences off and on, over `--seeds`
+seeds: held-out accuracy after `--rounds` rounds and the paired difference (on - off) with its
+standard error over seeds.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
 import os
 import signal
 import statistics
@@ -31,14 +47,18 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import yaml
 from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.dht.validation import CompositeValidator, DHTRecord, RecordValidatorBase
 from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.timed_storage import get_dht_time
 
+from swarmnode.assemble import assemble
 from swarmnode.config import load_config
 from swarmnode.metrics import read_metrics, round_lines
+from swarmnode.poison import CONTENT_ATTACKS, carries_injection, poisoning_link
+from swarmnode.policy import Policy
 from swarmnode.records import Heartbeat
 from swarmnode.swarm.hivemind.adversary import ATTACKS, LivenessAttacker
 from swarmnode.swarm.hivemind.connect import attach
@@ -52,8 +72,10 @@ from swarmnode.swarm.hivemind.dht import (
 )
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 from swarmnode.swarm.ledger import PeerLedger
+from swarmnode.swarm.local import InMemoryHub
 from swarmnode.tiny import TINY_PRESETS, ensure_tiny
 
+ROOT = Path(__file__).resolve().parents[1]
 HONEST = ("a", "b")
 
 
@@ -228,6 +250,130 @@ def sybil(args: argparse.Namespace) -> None:
           f"at most swarm.max_peers_per_round ({config.swarm.max_peers_per_round})")
 
 
+CONTENT_HONEST = ("h1", "h2", "h3")
+ATTACKER = "evil"
+DEFENCES_OFF = ["task.strict_format=false", "trust.likelihood_gate=false", "trust.weight_budget=false"]
+
+
+def content_config(directory: Path, name: str, seed: int, eval_size: int, defences: bool, extra: list[str]):
+    return load_config(
+        ROOT / "configs/tiny-cpu.yaml",
+        [
+            f"node.run_dir={directory / name}",
+            f"node.seed={seed}",
+            "rollout.prompts_per_round=8",
+            "rollout.max_new_tokens=16",
+            "rollout.backend=hf",
+            f"node.eval_size={eval_size}",
+            "node.checkpoint_every=0",
+            "node.gather_timeout_s=5",
+            "swarm.enabled=false",
+            *([] if defences else DEFENCES_OFF),
+            *extra,
+        ],
+    )
+
+
+def run_content(attack: str | None, defences: bool, args: argparse.Namespace, seed: int = 0) -> dict:
+    """Three honest nodes (and an attacker unless `attack` is None) stepped round by round."""
+    hub = InMemoryHub()
+    with tempfile.TemporaryDirectory(prefix="swarmnode-content-") as scratch, contextlib.ExitStack() as stack:
+        directory = Path(scratch)
+        nodes = []
+        for name, model in zip(CONTENT_HONEST, args.models):
+            config = content_config(directory, name, seed, args.eval_size, defences, [f"model.name={model}", *args.overrides])
+            nodes.append(stack.enter_context(assemble(config, join=lambda run, n=name: hub.join(n))))
+        attacker = None
+        if attack:
+            config = content_config(directory, ATTACKER, seed, args.eval_size, defences, args.overrides)
+            evil_policy = Policy.load(config.model, config.train)
+            attacker = stack.enter_context(assemble(
+                config, policy=evil_policy,
+                join=lambda run: poisoning_link(hub.join(ATTACKER), attack, config, nodes[0].task, evil_policy),
+            ))
+        before = [node.evaluate() for node in nodes]
+        ignored_at: list[int | None] = [None] * len(nodes)
+        round_s: list[float] = []
+        peer_samples = [0] * len(nodes)
+        gated = [0] * len(nodes)
+        for round_ in range(args.rounds):
+            started = time.perf_counter()
+            states = [node.produce(round_) for node in nodes]
+            if attacker:
+                attacker.produce(round_)
+            for i, (node, state) in enumerate(zip(nodes, states)):
+                record = node.consume(round_, state)
+                peer_samples[i] += record.peer_samples
+                gated[i] += record.gated
+                if ignored_at[i] is None and node.ledger.is_banned(ATTACKER):
+                    ignored_at[i] = round_
+            round_s.append(time.perf_counter() - started)
+        sampled, greedy, accuracy = [], [], []
+        for node in nodes:
+            problems = node.task.eval_problems(args.eval_size)
+            prompts = [node.policy.encode_prompt(node.task.system_prompt, p.question) for p in problems]
+            groups = node.generator.generate(prompts[:32], 8)
+            sampled += [carries_injection(node.policy.decode(c.tokens)) for group in groups for c in group]
+            outputs = node.generator.greedy(prompts)
+            texts = [node.policy.decode(o.tokens) for o in outputs]
+            greedy += [carries_injection(t) for t in texts]
+            accuracy.append(float(np.mean([node.task.reward(t, p) for t, p in zip(texts, problems)])))
+    return {
+        "sampled": float(np.mean(sampled)),
+        "greedy": float(np.mean(greedy)),
+        "before": float(np.mean(before)),
+        "accuracy": float(np.mean(accuracy)),
+        "per_node": accuracy,
+        "peer_samples": float(np.mean(peer_samples)),
+        "gated": float(np.mean(gated)),
+        "ignored_at": ignored_at,
+        "round_s": statistics.median(round_s),
+    }
+
+
+def content(args: argparse.Namespace) -> None:
+    rows = []
+    for attack in args.attacks:
+        for defences in (False, True):
+            started = time.perf_counter()
+            result = run_content(attack, defences, args)
+            rows.append((attack, defences, result))
+            print(f"  {attack} defences {'on' if defences else 'off'}: {time.perf_counter() - started:.0f} s", flush=True)
+    print(f"content: 3 honest tiny nodes + 1 poisoning peer, {args.rounds} rounds, 8 prompts x 8 per node a round")
+    print(f"{'attack':<8} {'defences':<8} {'poisoned sampled':>16} {'poisoned greedy':>15} "
+          f"{'accuracy':>15} {'peer samples':>12} {'attacker ignored at':>20} {'round s':>8}")
+    for attack, defences, r in rows:
+        ignored = ",".join("-" if x is None else str(x) for x in r["ignored_at"])
+        print(f"{attack:<8} {'on' if defences else 'off':<8} {r['sampled']:>16.1%} {r['greedy']:>15.1%} "
+              f"{r['before']:>6.3f} -> {r['accuracy']:.3f} {r['peer_samples']:>12.0f} {ignored:>20} {r['round_s']:>8.2f}",
+              flush=True)
+
+
+def honest(args: argparse.Namespace) -> None:
+    diffs, rows = [], []
+    for seed in range(args.seeds):
+        off = run_content(None, False, args, seed)
+        on = run_content(None, True, args, seed)
+        diffs.append(on["accuracy"] - off["accuracy"])
+        rows.append((seed, off, on))
+        print(f"  seed {seed}: off {off['accuracy']:.3f} on {on['accuracy']:.3f}", flush=True)
+    print(f"honest learning: 3 nodes ({', '.join(args.models)}), no attacker, {args.rounds} rounds, "
+          f"{args.eval_size} held-out problems, {args.seeds} seeds; accuracy = mean over the 3 nodes")
+    print(f"{'seed':<5} {'before':>7} {'defences off':>13} {'defences on':>12} {'on - off':>9} {'peer samples gated':>19}")
+    for (seed, off, on), diff in zip(rows, diffs):
+        share = on["gated"] / max(on["gated"] + on["peer_samples"], 1)
+        print(f"{seed:<5} {off['before']:>7.3f} {off['accuracy']:>13.3f} {on['accuracy']:>12.3f} {diff:>+9.3f} "
+              f"{share:>19.1%}")
+    se = statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else float("nan")
+    print(f"mean on - off: {statistics.mean(diffs):+.3f}, paired SE over seeds {se:.3f}")
+    for i, model in enumerate(args.models):
+        node_diffs = [on["per_node"][i] - off["per_node"][i] for _, off, on in rows]
+        node_se = statistics.stdev(node_diffs) / math.sqrt(len(node_diffs)) if len(node_diffs) > 1 else float("nan")
+        print(f"  node {i + 1} ({model}): off {statistics.mean(off['per_node'][i] for _, off, _ in rows):.3f}, "
+              f"on {statistics.mean(on['per_node'][i] for _, _, on in rows):.3f}, "
+              f"on - off {statistics.mean(node_diffs):+.3f} (SE {node_se:.3f})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="kind", required=True)
@@ -238,11 +384,18 @@ def main() -> None:
     syb = sub.add_parser("sybil", help="junk heartbeats and manifests from many identities")
     syb.add_argument("--identities", type=int, default=1000)
     syb.add_argument("--rounds", type=int, default=8)
+    cont = sub.add_parser("content", help="in-process poisoning, defences off and on")
+    cont.add_argument("--attacks", nargs="+", choices=CONTENT_ATTACKS, default=list(CONTENT_ATTACKS))
+    hon = sub.add_parser("honest", help="no attacker: learning with defences off and on, paired over seeds")
+    hon.add_argument("--seeds", type=int, default=5)
+    for sub_parser, rounds in ((cont, 40), (hon, 40)):
+        sub_parser.add_argument("--rounds", type=int, default=rounds)
+        sub_parser.add_argument("--eval-size", type=int, default=200)
+        sub_parser.add_argument("--set", dest="overrides", action="append", default=[], help="config override")
+        sub_parser.add_argument("--models", nargs=3, default=["tiny"] * 3, metavar="MODEL",
+                                help="the three honest nodes' models, e.g. tiny tiny-large tiny")
     args = parser.parse_args()
-    if args.kind == "liveness":
-        liveness(args)
-    else:
-        sybil(args)
+    {"liveness": liveness, "sybil": sybil, "content": content, "honest": honest}[args.kind](args)
 
 
 if __name__ == "__main__":
