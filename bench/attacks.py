@@ -24,7 +24,7 @@ rounds through the in-memory exchange, in one process, with swarmnode's content 
 (task.strict_format, trust.likelihood_gate, trust.weight_budget all false) and on (the
 defaults). Printed per attack: the share of the honest nodes' own completions that carry the
 injected text after the last round (sampled: 8 per prompt on 32 held-out prompts; greedy: on
-`--eval-size` held-out prompts), their greedy accuracy, how many of the attacker's samples
+`--eval-size` held-out prompts), their greedy accuracy (always scored with the strict format), how many of the attacker's samples
 they trained on, and the round at which they stopped listening to it.
 
 Honest: the same three honest nodes with no attacker, defences off and on, over `--seeds`
@@ -73,6 +73,7 @@ from swarmnode.swarm.hivemind.dht import (
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 from swarmnode.swarm.ledger import PeerLedger
 from swarmnode.swarm.local import InMemoryHub
+from swarmnode.tasks.answers import numeric_reward
 from swarmnode.tiny import TINY_PRESETS, ensure_tiny
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -274,6 +275,16 @@ def content_config(directory: Path, name: str, seed: int, eval_size: int, defenc
     )
 
 
+def strict_accuracy(node, eval_size: int) -> tuple[float, list[str]]:
+    """Greedy pass@1 scored with the strict answer format whatever the node's own setting, so
+    runs with task.strict_format on and off are compared on one scale; and the completions."""
+    problems = node.task.eval_problems(eval_size)
+    prompts = [node.policy.encode_prompt(node.task.system_prompt, p.question) for p in problems]
+    texts = [node.policy.decode(o.tokens) for o in node.generator.greedy(prompts)]
+    rewards = [numeric_reward(t, p.answer, node.config.task.answer_format, strict=True) for t, p in zip(texts, problems)]
+    return float(np.mean(rewards)), texts
+
+
 def run_content(attack: str | None, defences: bool, args: argparse.Namespace, seed: int = 0) -> dict:
     """Three honest nodes (and an attacker unless `attack` is None) stepped round by round."""
     hub = InMemoryHub()
@@ -291,7 +302,7 @@ def run_content(attack: str | None, defences: bool, args: argparse.Namespace, se
                 config, policy=evil_policy,
                 join=lambda run: poisoning_link(hub.join(ATTACKER), attack, config, nodes[0].task, evil_policy),
             ))
-        before = [node.evaluate() for node in nodes]
+        before = [strict_accuracy(node, args.eval_size)[0] for node in nodes]
         ignored_at: list[int | None] = [None] * len(nodes)
         round_s: list[float] = []
         peer_samples = [0] * len(nodes)
@@ -314,10 +325,9 @@ def run_content(attack: str | None, defences: bool, args: argparse.Namespace, se
             prompts = [node.policy.encode_prompt(node.task.system_prompt, p.question) for p in problems]
             groups = node.generator.generate(prompts[:32], 8)
             sampled += [carries_injection(node.policy.decode(c.tokens)) for group in groups for c in group]
-            outputs = node.generator.greedy(prompts)
-            texts = [node.policy.decode(o.tokens) for o in outputs]
+            score, texts = strict_accuracy(node, args.eval_size)
             greedy += [carries_injection(t) for t in texts]
-            accuracy.append(float(np.mean([node.task.reward(t, p) for t, p in zip(texts, problems)])))
+            accuracy.append(score)
     return {
         "sampled": float(np.mean(sampled)),
         "greedy": float(np.mean(greedy)),
