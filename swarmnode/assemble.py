@@ -20,6 +20,7 @@ from swarmnode.health import HealthServer
 from swarmnode.memory import GIB, check_fits
 from swarmnode.metrics import LiveView
 from swarmnode.node import Node, run_id_for, solo_peer_id
+from swarmnode.plan import plan_for_device
 from swarmnode.policy import Policy
 from swarmnode.rollout import make_generator
 from swarmnode.swarm.base import SwarmLink
@@ -61,9 +62,9 @@ def assemble(
     """
     view = view or LiveView(quiet=True)
     with contextlib.ExitStack() as stack:
-        task, ood_eval = _task(config)
         if config.node.memory_check and policy is None:
-            _check_memory(config, view)
+            config = _plan_memory(config, view)
+        task, ood_eval = _task(config)
         runtime = None
         if join is None and config.swarm.enabled:
             runtime = _start_swarm(config, view, config_path)
@@ -121,7 +122,18 @@ def _task(config: Config) -> tuple[Task, Math500Eval | None]:
             ood = Math500Eval(config.task.eval_data, answer_format=config.task.answer_format)
         return task, ood
 
-    return _guard(build, FileNotFoundError, ValueError, OSError)
+    return _guard(build, FileNotFoundError, ValueError, OSError, RuntimeError)  # e.g. hub data without `datasets`
+
+
+def _plan_memory(config: Config, view: LiveView) -> Config:
+    """On a GPU: the planner's config (settings the user gave kept), or a refusal showing the
+    nearest plan that fits. On CPU: refuse, with a suggestion, what exceeds the RAM."""
+    planned, text = _guard(lambda: plan_for_device(config), RuntimeError)  # NoPlanFits included
+    if text is not None:
+        view.say(text)
+        return planned
+    _check_memory(config, view)
+    return config
 
 
 def _check_memory(config: Config, view: LiveView) -> None:

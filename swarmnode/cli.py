@@ -26,6 +26,7 @@ from swarmnode.config import ConfigError, load_config
 from swarmnode.demo import DEMO_BASE, Demo, DemoError
 from swarmnode.health import ask
 from swarmnode.metrics import LiveView
+from swarmnode.plan import PlanError, plan_report
 from swarmnode.registry import BACKENDS, OBJECTIVES, TASKS
 from swarmnode.status import render_table, to_json
 from swarmnode.swarm.hivemind.addresses import AddressError, check_multiaddr
@@ -190,6 +191,34 @@ def join(
             key, "-" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
         )
     Console().print(table)
+
+
+@app.command()
+def plan(
+    model: Annotated[str, typer.Option(help="a short name (Qwen2.5-3B), a hub id or a local directory")],
+    gpu_gib: Annotated[
+        list[float] | None,
+        typer.Option("--gpu-gib", help="GPU memory in GiB (repeatable); default: this GPU, else 24, 48 and 80"),
+    ] = None,
+    backend: Annotated[str, typer.Option(help="generation: hf or vllm (auto: vllm when it imports)")] = "auto",
+    config_path: Annotated[
+        Path | None, typer.Option("--config", "-c", help="YAML config whose settings the plan keeps")
+    ] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Option("--set", help="a setting the plan keeps, e.g. --set model.lora.rank=64")
+    ] = None,
+) -> None:
+    """Show what `join` would run on a GPU of this size: full or LoRA, checkpointing,
+    micro-batch, generation batch or vLLM share, and the memory estimate. Needs no GPU and
+    downloads nothing for the built-in Qwen2.5 shapes."""
+    try:
+        config = load_config(config_path, overrides, {"model.name": model})
+        shown = plan_report(config, gpu_gib, backend)
+    except (ConfigError, PlanError) as err:
+        raise _fail(str(err)) from None
+    typer.echo(shown.text)
+    if not shown.all_fit:
+        raise typer.Exit(1)
 
 
 @app.command()

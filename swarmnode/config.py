@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
+from swarmnode.defaults import defaults_for
 from swarmnode.registry import BACKENDS, DIVERGENCES, OBJECTIVES, TASKS
 
 VLLM_GPU_FRACTION = 0.3  # colocated with the trainer, which gets the rest
@@ -84,6 +85,11 @@ class RolloutSettings(_Section):
     vllm_max_model_len: int | None = Field(
         None, ge=16, description="None = max_prompt_tokens + max_new_tokens, capped by the model"
     )
+    hf_inference_copy: bool = Field(
+        True,
+        description="hf, full fine-tuning with fp32 master weights: generate from a bf16 copy refreshed "
+        "after each step (about 3x faster than autocast over fp32 weights; costs 2 bytes a parameter)",
+    )
 
     def vllm_fraction(self, on_gpu: bool) -> float:
         """vLLM's memory share: the setting, else the default for the device."""
@@ -109,6 +115,10 @@ class TrainSettings(_Section):
     adam_betas: tuple[float, float] = (0.9, 0.99)
     gradient_checkpointing: bool = Field(
         False, description="recompute activations in backward: far less memory, one more forward per step"
+    )
+    logprob_chunk_tokens: int = Field(
+        128, ge=0, description="log-probs for the step in chunks of this many tokens (no full fp32 "
+        "[tokens x vocabulary] tensor); 0 = whole sequences at once",
     )
     master_weights: Literal["auto", "float32", "model"] = Field(
         "auto",
@@ -224,6 +234,16 @@ class Config(_Section):
     wire: WireSettings = Field(default_factory=WireSettings)
     swarm: SwarmSettings = Field(default_factory=SwarmSettings)
     trust: TrustSettings = Field(default_factory=TrustSettings)
+    _given: frozenset[str] = PrivateAttr(default_factory=frozenset)
+
+    @property
+    def given(self) -> frozenset[str]:
+        """Dotted keys the user set (file, --set, flags); defaults and plans do not count."""
+        return self._given
+
+    @given.setter
+    def given(self, keys: frozenset[str]) -> None:
+        self._given = frozenset(keys)
 
 
 def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
@@ -252,7 +272,12 @@ def load_config(
     overrides: list[str] | None = None,
     flags: dict[str, Any] | None = None,
 ) -> Config:
-    """Build the config: file < --set overrides < explicit flags (None flags are ignored)."""
+    """Build the config: file < --set overrides < explicit flags (None flags are ignored).
+
+    Without a file, a real model (not tiny) starts from the paper's setup
+    (swarmnode.defaults). `config.given` holds the dotted keys the user set, so later
+    choices (the memory planner) leave them alone.
+    """
     tree: dict[str, Any] = {}
     if path is not None:
         if not path.is_file():
@@ -269,8 +294,36 @@ def load_config(
     for dotted, value in (flags or {}).items():
         if value is not None:
             _set_path(tree, dotted, value)
+    given = frozenset(_dotted_keys(tree))
+    if path is None:
+        model = tree.get("model", {}).get("name", "tiny") if isinstance(tree.get("model"), dict) else "tiny"
+        tree = _merged(defaults_for(str(model)), tree)
     try:
-        return Config.model_validate(tree)
+        config = Config.model_validate(tree)
     except ValidationError as err:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors())
         raise ConfigError(f"invalid configuration: {problems}") from None
+    config.given = given
+    return config
+
+
+def _dotted_keys(tree: dict[str, Any], prefix: str = "") -> list[str]:
+    """'model.lora.rank' for every leaf of a settings tree (every mapping is a section)."""
+    keys = []
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            keys += _dotted_keys(value, f"{prefix}{key}.")
+        else:
+            keys.append(f"{prefix}{key}")
+    return keys
+
+
+def _merged(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """`top` over `base`, section by section."""
+    merged = {key: dict(value) if isinstance(value, dict) else value for key, value in base.items()}
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merged(merged[key], value)
+        else:
+            merged[key] = value
+    return merged

@@ -88,12 +88,22 @@ def test_an_unreachable_swarm_fails_with_exit_1(tmp_path, make_policy, nothing_l
 def test_a_model_that_fails_to_load_takes_the_started_daemon_down(tmp_path, nothing_left_running):
     empty = tmp_path / "not-a-model"
     empty.mkdir()
-    config = _config(tmp_path, "n", f"model.name={empty}")
+    config = _config(tmp_path, "n", f"model.name={empty}", "task.name=arithmetic")
     with pytest.raises(AssemblyError) as failure:
         with assemble(config):
             pass
     assert failure.value.exit_code == 2
     assert (tmp_path / "n" / "swarm.json").exists(), "the daemon had started before the model failed"
+
+
+def test_a_real_model_without_a_data_set_is_a_clear_error(tmp_path, nothing_left_running):
+    """Naming a real model starts from GSM8K; without --data that means the hub."""
+    config = _config(tmp_path, "n", "model.name=Qwen2.5-0.5B", "task.data=/nonexistent/gsm8k", "node.memory_check=false")
+    assert config.task.name == "gsm8k"
+    with pytest.raises(AssemblyError, match="/nonexistent/gsm8k") as failure:
+        with assemble(config):
+            pass
+    assert failure.value.exit_code == 2
 
 
 @pytest.mark.skipif(__import__("importlib").util.find_spec("vllm") is not None, reason="vLLM is installed here")

@@ -60,8 +60,9 @@ def test_checkpointing_and_lora_shrink_the_estimate():
     assert estimate(lora, shape, 80 * GIB, True, "hf").total < estimate(ckpt, shape, 80 * GIB, True, "hf").total < full
 
 
-def test_join_refuses_a_model_that_cannot_fit_and_names_configs(tmp_path):
-    """A 7B-shaped model (config.json only) trained fully on CPU would need > 100 GiB of RAM."""
+def test_join_on_cpu_refuses_a_model_that_cannot_fit_and_points_to_the_planner(tmp_path):
+    """A 7B-shaped model (config.json only) trained fully on CPU would need > 100 GiB of RAM;
+    GPU configs are no advice for a CPU, `swarmnode plan` is."""
     model_dir = tmp_path / "seven-b"
     model_dir.mkdir()
     (model_dir / "config.json").write_text(json.dumps({
@@ -77,6 +78,7 @@ def test_join_refuses_a_model_that_cannot_fit_and_names_configs(tmp_path):
     out = " ".join((done.stdout + done.stderr).split())
     assert done.returncode == 2, out
     assert "needs about" in out and "memory_check=false" in out
+    assert "meant for a GPU" in out and f"swarmnode plan --model {model_dir}" in out and "24gb" not in out
     assert not (tmp_path / "run" / "checkpoint").exists()
 
 
