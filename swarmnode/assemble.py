@@ -21,7 +21,7 @@ from swarmnode.memory import GIB, check_fits
 from swarmnode.metrics import LiveView
 from swarmnode.node import Node, run_id_for, solo_peer_id
 from swarmnode.plan import plan_for_device
-from swarmnode.policy import Policy
+from swarmnode.policy import OutOfMemory, Policy
 from swarmnode.rollout import make_generator
 from swarmnode.swarm.base import SwarmLink
 from swarmnode.swarm.hivemind.addresses import AddressError
@@ -96,7 +96,11 @@ def assemble(
 def run(config: Config, view: LiveView | None = None, config_path: Path | None = None) -> dict[str, Any]:
     """Assemble, run every round, take everything down; the run's summary."""
     with assemble(config, view, config_path) as node:
-        summary = node.run()
+        try:
+            summary = node.run()
+        except OutOfMemory as err:
+            saved = f"; checkpoint of the last finished round in {node.checkpoint_dir}" if node.next_round else ""
+            raise AssemblyError(f"{err}{saved}", 1) from None
         summary["rounds"] = config.node.rounds
         summary["rejected"] = node.ledger.total
         return summary

@@ -24,7 +24,7 @@ from swarmnode.clock import RoundClock
 from swarmnode.config import Config
 from swarmnode.loss import group_advantages
 from swarmnode.metrics import LiveView, MetricsLog
-from swarmnode.policy import Policy, TrainSample
+from swarmnode.policy import OutOfMemory, Policy, TrainSample
 from swarmnode.records import EvalRecord, NodeStatus, RoundRecord, run_id
 from swarmnode.rollout.base import Completion, Generator
 from swarmnode.swarm.base import Received, SwarmLink
@@ -411,6 +411,10 @@ class Node:
                 round_ = self.clock.next_round(round_ + 1)
         except KeyboardInterrupt:
             self.view.note("interrupted: writing a checkpoint before exiting")
+            if last_done >= 0:
+                self.save(last_done)
+            raise
+        except OutOfMemory:
             if last_done >= 0:
                 self.save(last_done)
             raise

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -15,6 +18,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 from transformers.utils import logging as hf_logging
 
 from swarmnode.config import LoraSettings, LossSettings, ModelSettings, TrainSettings
+from swarmnode.logprobs import chunked_logprobs, decoder_and_head, logprobs_from_logits
 from swarmnode.loss import ObjectiveStats, ObjectiveTerms, objective_terms
 from swarmnode.shapes import TINY_NAMES, resolve_model_name
 from swarmnode.tiny import TINY_PRESETS, load_tiny, tiny_path
@@ -42,6 +46,40 @@ def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str:
     digest = hashlib.sha256("\n".join(f"{i}\t{t}" for t, i in vocab).encode())
     digest.update(f"eos={tokenizer.eos_token_id}".encode())
     return digest.hexdigest()[:16]
+
+
+log = logging.getLogger(__name__)
+
+
+class OutOfMemory(RuntimeError):
+    """Out of GPU memory at the smallest batch: the message says what to change."""
+
+
+def free_cached_memory() -> None:
+    """Give the allocator's cached blocks back after an out-of-memory error, before a retry."""
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def inference_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """A frozen copy of `model` with every parameter in `dtype` (tied weights stay tied).
+
+    The parameters are cast one by one into the deep copy's memo, so the copy never holds a
+    second set of fp32 weights, only the `dtype` one.
+    """
+    memo: dict[int, Any] = {
+        id(p): torch.nn.Parameter(p.detach().to(dtype), requires_grad=False) for p in model.parameters()
+    }
+    clone = copy.deepcopy(model, memo)
+    return clone.eval()
+
+
+@torch.no_grad()
+def refresh_copy(model: torch.nn.Module, clone: torch.nn.Module) -> None:
+    """Copy the trained weights into an inference copy made by `inference_copy`."""
+    targets = dict(clone.named_parameters())
+    for name, param in model.named_parameters():
+        targets[name].copy_(param)
 
 
 @dataclass
@@ -208,16 +246,22 @@ class Policy:
             input_ids[row, : len(sequence)] = torch.tensor(sequence)
             attention[row, : len(sequence)] = 1
         input_ids, attention = input_ids.to(self.device), attention.to(self.device)
-        with self.compute():
-            logits = self.model(input_ids=input_ids, attention_mask=attention).logits
         longest = max(lengths)
         steps = torch.arange(longest, device=self.device)
         starts = torch.tensor([len(p) - 1 for p in prompts], device=self.device)
-        positions = (starts[:, None] + steps[None, :]).clamp(max=width - 1)
-        picked = logits.gather(1, positions[..., None].expand(-1, -1, logits.shape[-1]))
-        logp_all = torch.log_softmax(picked.float() / temperature, dim=-1)
+        positions = (starts[:, None] + steps[None, :]).clamp(max=width - 1)  # states that predict each token
         targets = input_ids.gather(1, (positions + 1).clamp(max=width - 1))
-        logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)
+        chunk = self.train_settings.logprob_chunk_tokens
+        with self.compute():
+            if chunk:
+                body, head = decoder_and_head(self.model)
+                hidden = body(input_ids=input_ids, attention_mask=attention).last_hidden_state
+                picked = hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1]))
+                logp = chunked_logprobs(picked, targets, head, temperature, chunk)
+            else:  # whole sequences: [B, T, V] logits at once (faster for small vocabularies)
+                logits = self.model(input_ids=input_ids, attention_mask=attention).logits
+                picked = logits.gather(1, positions[..., None].expand(-1, -1, logits.shape[-1]))
+                logp = logprobs_from_logits(picked, targets, temperature)
         mask = steps[None, :] < torch.tensor(lengths, device=self.device)[:, None]
         return logp * mask, mask
 
@@ -238,7 +282,28 @@ class Policy:
     def train_step(
         self, samples: list[TrainSample], objective: LossSettings, temperature: float
     ) -> StepResult:
-        """One optimiser step over all samples, micro-batched so memory stays bounded."""
+        """One optimiser step over all samples, micro-batched so memory stays bounded.
+
+        Out of memory: the micro-batch is halved (and kept so for later steps) and the step
+        starts over; at micro-batch 1, OutOfMemory says what to change.
+        """
+        while True:
+            try:
+                return self._step(samples, objective, temperature)
+            except torch.OutOfMemoryError:
+                size = self.train_settings.micro_batch_size
+                self.optimizer.zero_grad(set_to_none=True)
+                free_cached_memory()
+                if size == 1:
+                    raise OutOfMemory(
+                        "out of GPU memory in the training step at micro-batch 1: use LoRA "
+                        "(--lora-rank 128), train.gradient_checkpointing=true, a lower "
+                        "rollout.max_new_tokens or a smaller model (swarmnode plan --model ... shows what fits)"
+                    ) from None
+                self.train_settings.micro_batch_size = max(1, size // 2)
+                log.warning("out of memory in the training step: micro-batch %d -> %d", size, size // 2)
+
+    def _step(self, samples: list[TrainSample], objective: LossSettings, temperature: float) -> StepResult:
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         total = len(samples)

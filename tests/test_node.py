@@ -1,3 +1,5 @@
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -6,6 +8,7 @@ from swarmnode import wire
 from swarmnode.config import load_config
 from swarmnode.metrics import eval_lines, read_metrics, round_lines
 from swarmnode.node import Node
+from swarmnode.policy import OutOfMemory
 from swarmnode.rollout.hf import HFGenerator
 from swarmnode.swarm.local import InMemoryHub, solo_link
 from swarmnode.tasks import ArithmeticTask
@@ -193,3 +196,20 @@ def test_cli_rejects_a_missing_ood_file(tmp_path):
         app, ["join", "--set", f"task.eval_data={tmp_path / 'nope'}", "--run-dir", str(tmp_path / "r")]
     )
     assert result.exit_code == 2 and "does not exist" in " ".join(result.output.split())
+
+
+def test_out_of_memory_at_the_smallest_batch_leaves_a_checkpoint(tmp_path, make_policy, monkeypatch):
+    node = _node(tmp_path, make_policy, "oom")
+    real, steps = node.policy.train_step, []
+
+    def step(*args):
+        steps.append(1)
+        if len(steps) == 3:
+            raise OutOfMemory("out of GPU memory in the training step at micro-batch 1 (simulated)")
+        return real(*args)
+
+    monkeypatch.setattr(node.policy, "train_step", step)
+    with pytest.raises(OutOfMemory):
+        node.run(rounds=5)
+    meta = json.loads((node.checkpoint_dir / "meta.json").read_text())
+    assert meta["round"] == 1, "the last finished round is saved; a restart resumes from it"

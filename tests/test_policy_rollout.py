@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from swarmnode.config import LossSettings, RolloutSettings
-from swarmnode.policy import TrainSample
+from swarmnode.config import LoraSettings, LossSettings, RolloutSettings, TrainSettings
+from swarmnode.policy import OutOfMemory, Policy, TrainSample
 from swarmnode.rollout.hf import HFGenerator
 from swarmnode.shapes import resolve_model_name
 
@@ -90,3 +90,113 @@ def test_model_names_resolve():
     assert resolve_model_name("Qwen2.5-3B") == "Qwen/Qwen2.5-3B"
     assert resolve_model_name("Qwen/Qwen2.5-1.5B") == "Qwen/Qwen2.5-1.5B"
     assert resolve_model_name("tiny") == "tiny"
+
+
+@pytest.mark.parametrize("lora_rank", [0, 4])
+def test_chunked_log_probs_equal_the_full_log_softmax_in_value_and_gradient(make_policy, lora_rank):
+    """Chunks of 3 positions through the LM head inside checkpointing, against [B, T, V] at once."""
+    rng = np.random.default_rng(0)
+    vocab = make_policy().vocab_size
+    prompts = [list(rng.integers(0, vocab, n)) for n in (5, 9, 3)]
+    completions = [rng.integers(0, vocab, n) for n in (7, 2, 11)]
+    results = []
+    for chunk in (0, 3):
+        policy = make_policy(lora_rank=lora_rank)
+        policy.train_settings.logprob_chunk_tokens = chunk
+        policy.model.train()
+        logp, mask = policy.completion_logprobs(prompts, completions, temperature=0.7)
+        (logp * torch.linspace(0.5, 2.0, logp.shape[1])).sum().backward()
+        grads = {n: p.grad.clone() for n, p in policy.model.named_parameters() if p.requires_grad}
+        results.append((logp.detach(), mask, grads))
+    (full, full_mask, full_grads), (chunked, chunked_mask, chunked_grads) = results
+    assert torch.equal(full_mask, chunked_mask)
+    torch.testing.assert_close(chunked, full, atol=1e-5, rtol=1e-5)
+    assert full_grads.keys() == chunked_grads.keys()
+    for name in full_grads:
+        torch.testing.assert_close(chunked_grads[name], full_grads[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+def _samples(policy, count=8, length=5):
+    rng = np.random.default_rng(1)
+    return [
+        TrainSample([1, 2, 3], rng.integers(0, policy.vocab_size, length), np.full(length, -1.0), float(a), True)
+        for a in np.linspace(-1, 1, count)
+    ]
+
+
+def test_out_of_memory_in_the_step_halves_the_micro_batch_and_retries(make_policy, monkeypatch):
+    policy = make_policy(micro_batch=8)
+    real = policy.completion_logprobs
+    calls = []
+
+    def flaky(prompts, completions, temperature):
+        calls.append(len(prompts))
+        if len(prompts) > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(prompts, completions, temperature)
+
+    monkeypatch.setattr(policy, "completion_logprobs", flaky)
+    result = policy.train_step(_samples(policy), LossSettings(), 1.0)
+    assert calls[:3] == [8, 4, 2] and policy.train_settings.micro_batch_size == 2  # kept for later steps
+    assert np.isfinite(result.loss) and result.stats.sequences == 8
+
+
+def test_out_of_memory_at_micro_batch_one_says_what_to_change(make_policy, monkeypatch):
+    policy = make_policy(micro_batch=2)
+
+    def always(*args):
+        raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(policy, "completion_logprobs", always)
+    with pytest.raises(OutOfMemory, match="micro-batch 1: use LoRA"):
+        policy.train_step(_samples(policy), LossSettings(), 1.0)
+
+
+def test_out_of_memory_in_generation_halves_the_batch(make_policy, monkeypatch):
+    policy = make_policy()
+    generator = HFGenerator(policy, RolloutSettings(max_new_tokens=3, batch_size=16))
+    real = generator._sample
+
+    def flaky(prompts, do_sample):
+        if len(prompts) > 4:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(prompts, do_sample)
+
+    monkeypatch.setattr(generator, "_sample", flaky)
+    groups = generator.generate([[1, 2], [3, 4, 5]], 6)
+    assert [len(g) for g in groups] == [6, 6] and generator.settings.batch_size == 4
+
+
+def test_the_bf16_inference_copy_matches_the_trainer_and_follows_its_steps(make_policy, tokenizer):
+    """fp32 master weights under bf16 autocast: generation runs on a bf16 copy, whose log-probs
+    agree with the trainer's forward pass, and which a sync brings up to date after a step."""
+    torch.manual_seed(0)
+    source = make_policy()
+    policy = Policy(source.model, tokenizer, "t", TrainSettings(lr=1e-2), LoraSettings(), False,
+                    compute_dtype=torch.bfloat16)
+    assert policy.autocast
+    generator = HFGenerator(policy, RolloutSettings(max_new_tokens=6, batch_size=8))
+    assert generator.copy is not None
+    assert all(p.dtype == torch.bfloat16 for p in generator.copy.parameters())
+    assert all(p.dtype == torch.float32 for p in policy.model.parameters()), "the trained weights stay fp32"
+    embed, head = generator.copy.get_input_embeddings(), generator.copy.get_output_embeddings()
+    assert (embed.weight is head.weight) == policy.model.config.tie_word_embeddings
+
+    def agreement():
+        completions = [c for g in generator.generate([[1, 2, 3], [4, 5]], 4) for c in g]
+        prompts = [[1, 2, 3]] * 4 + [[4, 5]] * 4
+        with torch.no_grad():
+            logp, mask = policy.completion_logprobs(prompts, [c.tokens for c in completions], 1.0)
+        reported = torch.zeros_like(logp)
+        for row, c in enumerate(completions):
+            reported[row, : len(c.logprobs)] = torch.from_numpy(c.logprobs)
+        return float((logp - reported)[mask].abs().max())
+
+    assert agreement() < 0.1  # bf16 rounding only
+    policy.train_step(_samples(policy), LossSettings(), 1.0)
+    stale = agreement()
+    generator.sync_weights()
+    fresh = agreement()
+    assert fresh < 0.1 < stale, (fresh, stale)  # a step moved the trainer; the sync moved the copy
+    for name, param in policy.model.named_parameters():
+        assert torch.equal(dict(generator.copy.named_parameters())[name], param.detach().to(torch.bfloat16))
