@@ -31,7 +31,7 @@ TYPICAL_PROMPT_TOKENS = 256  # a GSM8K question in a chat template is ~100-250 t
 # counters; the shortfall is in what comes and goes: the allocator keeps freed blocks cached
 # (nvidia-smi sees them), and the unchunked log-prob path holds more [tokens x vocabulary]
 # copies than counted. So: a fixed context, a small slack on persistent parts and a larger one
-# on transient parts. With these, each measured figure is 1.01-1.12x below its estimate
+# on transient parts. With these, each measured figure is 1.03-1.13x below its estimate
 # (tests/test_memory.py holds the four points). Re-measure with bench/gpu_round.py.
 CUDA_CONTEXT = 2.5 * GIB  # CUDA context, cuBLAS workspaces, allocator reserve
 PERSISTENT_SLACK = 0.05

@@ -3,6 +3,8 @@ kept, the estimate calibrated to measured peaks, model-aware defaults. No GPU ne
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -137,3 +139,17 @@ def test_plan_command_errors():
     assert bad_backend.exit_code == 2 and "choose hf, vllm or auto" in bad_backend.output
     too_big = runner.invoke(app, ["plan", "--model", "Qwen2.5-7B", "--gpu-gib", "24", "--set", "model.lora.rank=0"])
     assert too_big.exit_code == 1 and "nearest plan that fits" in too_big.output
+
+
+@pytest.mark.slow
+def test_gpu_round_bench_prints_plans_on_cpu_and_its_measuring_code_runs():
+    root = Path(__file__).resolve().parents[1]
+    plans = subprocess.run([sys.executable, str(root / "bench/gpu_round.py"), "--shapes", "Qwen/Qwen2.5-3B"],
+                           capture_output=True, text=True, timeout=300)
+    assert plans.returncode == 0, plans.stderr
+    assert "no CUDA here" in plans.stdout and plans.stdout.count("plan for Qwen/Qwen2.5-3B") == 3
+    smoke = subprocess.run([sys.executable, str(root / "bench/gpu_round.py"), "--smoke", "--rounds", "2"],
+                           capture_output=True, text=True, timeout=300)
+    assert smoke.returncode == 0, smoke.stderr
+    row = next(line for line in smoke.stdout.splitlines() if line.startswith("smoke"))
+    assert len(row.split()) >= 12 and "out of memory" not in row
