@@ -269,14 +269,25 @@ class Policy:
     def token_logprobs(
         self, prompts: list[list[int]], completions: list[np.ndarray], temperature: float
     ) -> list[np.ndarray]:
-        """log pi_theta of each completion's tokens, no gradient, micro-batched (for screening)."""
+        """log pi_theta of each completion's tokens, no gradient, micro-batched (for screening);
+        out of memory halves the micro-batch, as in the step."""
         out: list[np.ndarray] = []
-        size = self.train_settings.micro_batch_size
-        for start in range(0, len(completions), size):
+        start = 0
+        while start < len(completions):
+            size = self.train_settings.micro_batch_size
             chunk = completions[start : start + size]
-            logp, _ = self.completion_logprobs(prompts[start : start + size], chunk, temperature)
+            try:
+                logp, _ = self.completion_logprobs(prompts[start : start + size], chunk, temperature)
+            except torch.OutOfMemoryError:
+                if size == 1:
+                    raise OutOfMemory("out of GPU memory scoring one peer sample: see `swarmnode plan`") from None
+                self.train_settings.micro_batch_size = size // 2
+                log.warning("out of memory scoring peers' samples: micro-batch %d -> %d", size, size // 2)
+                free_cached_memory()
+                continue
             rows = logp.float().cpu().numpy()
             out += [rows[i, : len(c)].copy() for i, c in enumerate(chunk)]
+            start += size
         return out
 
     def train_step(

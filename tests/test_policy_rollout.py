@@ -200,3 +200,20 @@ def test_the_bf16_inference_copy_matches_the_trainer_and_follows_its_steps(make_
     assert fresh < 0.1 < stale, (fresh, stale)  # a step moved the trainer; the sync moved the copy
     for name, param in policy.model.named_parameters():
         assert torch.equal(dict(generator.copy.named_parameters())[name], param.detach().to(torch.bfloat16))
+
+
+def test_out_of_memory_while_scoring_peers_halves_the_micro_batch(make_policy, monkeypatch):
+    policy = make_policy(micro_batch=8)
+    real = policy.completion_logprobs
+
+    def flaky(prompts, completions, temperature):
+        if len(prompts) > 3:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(prompts, completions, temperature)
+
+    samples = _samples(policy)
+    expected = policy.token_logprobs([s.prompt_ids for s in samples], [s.completion_ids for s in samples], 1.0)
+    monkeypatch.setattr(policy, "completion_logprobs", flaky)
+    scored = policy.token_logprobs([s.prompt_ids for s in samples], [s.completion_ids for s in samples], 1.0)
+    assert policy.train_settings.micro_batch_size == 2
+    assert all(np.allclose(a, b, atol=1e-6) for a, b in zip(scored, expected)) and len(scored) == 8
