@@ -32,6 +32,7 @@ from transformers import AutoModelForCausalLM, GenerationConfig, Qwen2Config, Qw
 
 from swarmnode.config import Config, load_config
 from swarmnode.memory import GIB, TYPICAL_PROMPT_TOKENS, estimate
+from swarmnode.plan import BASE_SHAPES as PLAN_SHAPES
 from swarmnode.plan import DEFAULT_CARDS_GIB, explain, make_plan
 from swarmnode.policy import Policy, TrainSample
 from swarmnode.rollout.hf import HFGenerator
@@ -39,7 +40,7 @@ from swarmnode.shapes import KNOWN_SHAPES, ModelShape, shape_of
 from swarmnode.tiny import build_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
-BASE_SHAPES = ["Qwen/Qwen2.5-0.5B", "Qwen/Qwen2.5-1.5B", "Qwen/Qwen2.5-3B", "Qwen/Qwen2.5-7B"]
+BASE_SHAPES = list(PLAN_SHAPES)
 SMOKE_SHAPE = ModelShape(hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, vocab=512, tied=True)
 
 

@@ -26,7 +26,7 @@ from swarmnode.config import ConfigError, load_config
 from swarmnode.demo import DEMO_BASE, Demo, DemoError
 from swarmnode.health import ask
 from swarmnode.metrics import LiveView
-from swarmnode.plan import PlanError, plan_report
+from swarmnode.plan import BASE_SHAPES, PlanError, plan_report
 from swarmnode.registry import BACKENDS, OBJECTIVES, TASKS
 from swarmnode.status import render_table, to_json
 from swarmnode.swarm.hivemind.addresses import AddressError, check_multiaddr
@@ -195,7 +195,10 @@ def join(
 
 @app.command()
 def plan(
-    model: Annotated[str, typer.Option(help="a short name (Qwen2.5-3B), a hub id or a local directory")],
+    model: Annotated[
+        str | None,
+        typer.Option(help="a short name (Qwen2.5-3B), a hub id or a local directory; none = every Qwen2.5 size"),
+    ] = None,
     gpu_gib: Annotated[
         list[float] | None,
         typer.Option("--gpu-gib", help="GPU memory in GiB (repeatable); default: this GPU, else 24, 48 and 80"),
@@ -211,13 +214,16 @@ def plan(
     """Show what `join` would run on a GPU of this size: full or LoRA, checkpointing,
     micro-batch, generation batch or vLLM share, and the memory estimate. Needs no GPU and
     downloads nothing for the built-in Qwen2.5 shapes."""
-    try:
-        config = load_config(config_path, overrides, {"model.name": model})
-        shown = plan_report(config, gpu_gib, backend)
-    except (ConfigError, PlanError) as err:
-        raise _fail(str(err)) from None
-    typer.echo(shown.text)
-    if not shown.all_fit:
+    all_fit = True
+    for name in [model] if model else list(BASE_SHAPES):
+        try:
+            config = load_config(config_path, overrides, {"model.name": name})
+            shown = plan_report(config, gpu_gib, backend)
+        except (ConfigError, PlanError) as err:
+            raise _fail(str(err)) from None
+        typer.echo(shown.text + "\n")
+        all_fit &= shown.all_fit
+    if not all_fit:
         raise typer.Exit(1)
 
 

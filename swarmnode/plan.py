@@ -239,6 +239,7 @@ class PlanError(ValueError):
 
 
 DEFAULT_CARDS_GIB = (24.0, 48.0, 80.0)
+BASE_SHAPES = ("Qwen/Qwen2.5-0.5B", "Qwen/Qwen2.5-1.5B", "Qwen/Qwen2.5-3B", "Qwen/Qwen2.5-7B")
 
 
 @dataclass

@@ -128,8 +128,10 @@ def test_plan_command():
     result = runner.invoke(app, ["plan", "--model", "Qwen2.5-3B", "--gpu-gib", "24", "--backend", "hf"])
     assert result.exit_code == 0, result.output
     assert "LoRA r=128" in result.output and "checkpointing   on" in result.output
-    every = runner.invoke(app, ["plan", "--model", "Qwen2.5-1.5B", "--backend", "vllm", "--gpu-gib", "24", "--gpu-gib", "80"])
-    assert every.exit_code == 0 and every.output.count("plan for") == 2
+    two = runner.invoke(app, ["plan", "--model", "Qwen2.5-1.5B", "--backend", "vllm", "--gpu-gib", "24", "--gpu-gib", "80"])
+    assert two.exit_code == 0 and two.output.count("plan for") == 2
+    every = runner.invoke(app, ["plan", "--gpu-gib", "48", "--backend", "hf"])  # no --model: each Qwen2.5 size
+    assert every.exit_code == 0 and every.output.count("plan for") == 4 and "Qwen/Qwen2.5-7B" in every.output
 
 
 def test_plan_command_errors():
