@@ -103,7 +103,7 @@ def make_plan(config: Config, shape: ModelShape, capacity: float, backend: str) 
         candidate = _apply(config, settings)
         est = estimate(candidate, shape, capacity, True, backend)
         if not est.problems and est.total <= budget:
-            return Plan(rung, settings, candidate, est, capacity, backend, _reasons(smallest, config.given))
+            return Plan(rung, settings, candidate, est, capacity, backend, _reasons(smallest, config.given, rung))
         if rung.lora not in smallest or est.total < smallest[rung.lora][0]:
             smallest[rung.lora] = (est.total, rung)
         if last is None or est.total < last[1].total:
@@ -127,12 +127,18 @@ def nearest_plan(config: Config, shape: ModelShape, capacity: float, backend: st
 _RUN_ID_ROLLOUT = ("group_size", "prompts_per_round", "max_new_tokens", "temperature", "top_k", "top_p")
 
 
-def _reasons(smallest: dict[bool, tuple[float, Rung]], given: frozenset[str]) -> list[str]:
-    reasons = [
-        f"{'LoRA' if lora else 'full fine-tuning'} needs at least {gib / GIB:.1f} GiB "
-        f"({rung.describe().split(', ', 1)[1]}), more than {1 - MARGIN:.0%} of the card"
-        for lora, (gib, rung) in sorted(smallest.items())
-    ]
+def _reasons(smallest: dict[bool, tuple[float, Rung]], given: frozenset[str], chosen: Rung | None = None) -> list[str]:
+    """Why the plan is not a more capable one: every mode tried before, at its smallest; for
+    the chosen mode, the last larger setting tried."""
+    reasons = []
+    for lora, (needed, rung) in sorted(smallest.items()):
+        mode = "LoRA" if lora else "full fine-tuning"
+        if chosen is not None and lora == chosen.lora:
+            reasons.append(f"{mode} with {rung.describe().split(', ', 1)[1]} needs {needed / GIB:.1f} GiB, "
+                           f"more than {1 - MARGIN:.0%} of the card")
+        else:
+            reasons.append(f"{mode} needs at least {needed / GIB:.1f} GiB ({rung.describe().split(', ', 1)[1]}), "
+                           f"more than {1 - MARGIN:.0%} of the card")
     if not smallest:
         reasons.append("the first choice fits: full fine-tuning, no checkpointing, micro-batch 8")
     kept = sorted(k for k in given if k.startswith(("train.", "model.lora.", "rollout.")))
