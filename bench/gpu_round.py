@@ -13,7 +13,8 @@ the weight sync. Printed per setup: generate / train / sync seconds (median over
 the first), generation tokens/s next to plain bf16 `generate` of the same batch and length and
 to the bound memory bandwidth sets (every decoding step reads every weight once), and the
 start-up estimate next to the measured process peak (torch's peak reservation plus what the
-CUDA context held before any tensor). vLLM setups are listed with their estimate only.
+CUDA context held before any tensor; a vLLM engine reserves its share up front, which torch
+counts). Each setup runs with HF generation and, when vLLM imports, with vLLM as well.
 """
 
 from __future__ import annotations
@@ -35,13 +36,13 @@ from swarmnode.memory import GIB, TYPICAL_PROMPT_TOKENS, estimate
 from swarmnode.plan import BASE_SHAPES as PLAN_SHAPES
 from swarmnode.plan import DEFAULT_CARDS_GIB, explain, make_plan
 from swarmnode.policy import Policy, TrainSample
-from swarmnode.rollout.hf import HFGenerator
+from swarmnode.rollout import make_generator, vllm_available
 from swarmnode.shapes import KNOWN_SHAPES, ModelShape, shape_of
 from swarmnode.tiny import build_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE_SHAPES = list(PLAN_SHAPES)
-SMOKE_SHAPE = ModelShape(hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, vocab=512, tied=True)
+SMOKE_SHAPE = ModelShape(hidden=256, intermediate=512, layers=2, heads=4, kv_heads=2, vocab=512, tied=True)
 
 
 def build_random_model(shape: ModelShape, directory: Path, dtype: torch.dtype) -> None:
@@ -135,21 +136,21 @@ def plain_generate_tokens_per_s(directory: Path, device: torch.device, prompts: 
 
 
 def measure(label: str, config: Config, shape: ModelShape, args: argparse.Namespace, device: torch.device,
-            capacity: float, bandwidth: float) -> str:
+            capacity: float, bandwidth: float, backend: str) -> str:
     rollout = config.rollout
     if args.max_new_tokens:
         rollout.max_new_tokens = args.max_new_tokens
     with tempfile.TemporaryDirectory() as scratch:
         build_random_model(shape, Path(scratch), torch.bfloat16)
         config.model.name, config.model.device = scratch, str(device)
-        config.rollout.backend = "hf"
+        config.rollout.backend = backend
         if device.type == "cuda":
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(device)
             free, total = torch.cuda.mem_get_info(device)
             context = total - free - torch.cuda.memory_reserved(device)  # CUDA context, other processes
         policy = Policy.load(config.model, config.train)
-        generator = HFGenerator(policy, rollout)
+        generator = make_generator(backend, policy, rollout, seed=0)
         rng = np.random.default_rng(0)
         count = rollout.prompts_per_round
         prompts = [list(rng.integers(10, min(shape.vocab, 1000), TYPICAL_PROMPT_TOKENS)) for _ in range(count)]
@@ -177,8 +178,9 @@ def measure(label: str, config: Config, shape: ModelShape, args: argparse.Namesp
         peak = float("nan")
         if device.type == "cuda":
             peak = (torch.cuda.max_memory_reserved(device) + context) / GIB
-        est = estimate(config, shape, capacity, device.type == "cuda", "hf").total / GIB
-        batch = min(count * rollout.group_size, rollout.batch_size)
+        est = estimate(config, shape, capacity, device.type == "cuda", backend).total / GIB
+        batch = count * rollout.group_size if backend == "vllm" else min(count * rollout.group_size, rollout.batch_size)
+        generator.close()
         del generator, policy
         gc.collect()
         if device.type == "cuda":
@@ -187,7 +189,7 @@ def measure(label: str, config: Config, shape: ModelShape, args: argparse.Namesp
         plain = plain_generate_tokens_per_s(Path(scratch), device, input_ids, rollout.max_new_tokens)
     bound = batch * bandwidth / (2 * shape.num_params)
     round_s = sum(later.values())
-    return (f"{label:<30} {later['generate']:7.2f} {later['train']:6.2f} {later['sync']:5.2f} {round_s:7.2f} "
+    return (f"{label + ' ' + backend:<34} {later['generate']:7.2f} {later['train']:6.2f} {later['sync']:5.2f} {round_s:7.2f} "
             f"{gen_tps:8.0f} {plain:8.0f} {gen_tps / plain:5.2f} {bound:8.0f} {est:7.1f} {peak:7.1f} {est / peak:6.2f}")
 
 
@@ -214,15 +216,18 @@ def main() -> None:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     print(f"{name}: {capacity / GIB:.1f} GiB, copy bandwidth {bandwidth / 1e9:.0f} GB/s; "
           f"{args.rounds} rounds per setup, medians after the first")
-    print(f"{'setup':<30} {'gen s':>7} {'train':>6} {'sync':>5} {'round':>7} {'tok/s':>8} {'bf16':>8} {'ratio':>5} "
+    print(f"{'setup, backend':<34} {'gen s':>7} {'train':>6} {'sync':>5} {'round':>7} {'tok/s':>8} {'bf16':>8} {'ratio':>5} "
           f"{'bound':>8} {'est GiB':>7} {'peak':>7} {'est/pk':>6}")
+    backends = ["hf"] + (["vllm"] if vllm_available() else [])
     for label, config, shape in runs:
-        try:
-            print(measure(label, config, shape, args, device, capacity, bandwidth), flush=True)
-        except torch.OutOfMemoryError as err:
-            print(f"{label:<30} out of memory: {str(err).splitlines()[0]}", flush=True)
-            gc.collect()
-            torch.cuda.empty_cache()
+        for backend in backends:
+            try:
+                print(measure(label, config.model_copy(deep=True), shape, args, device, capacity, bandwidth, backend),
+                      flush=True)
+            except torch.OutOfMemoryError as err:
+                print(f"{label + ' ' + backend:<34} out of memory: {str(err).splitlines()[0]}", flush=True)
+                gc.collect()
+                torch.cuda.empty_cache()
     sys.stdout.flush()
 
 
