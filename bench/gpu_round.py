@@ -29,7 +29,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import AutoModelForCausalLM, GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+from random_weights import build_random_model
+from transformers import AutoModelForCausalLM, GenerationConfig
 
 from swarmnode.config import Config, load_config
 from swarmnode.memory import GIB, TYPICAL_PROMPT_TOKENS, estimate
@@ -38,25 +39,10 @@ from swarmnode.plan import DEFAULT_CARDS_GIB, explain, make_plan
 from swarmnode.policy import Policy, TrainSample
 from swarmnode.rollout import make_generator, vllm_available
 from swarmnode.shapes import KNOWN_SHAPES, ModelShape, shape_of
-from swarmnode.tiny import build_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE_SHAPES = list(PLAN_SHAPES)
 SMOKE_SHAPE = ModelShape(hidden=256, intermediate=512, layers=2, heads=4, kv_heads=2, vocab=512, tied=True)
-
-
-def build_random_model(shape: ModelShape, directory: Path, dtype: torch.dtype) -> None:
-    """Random weights of `shape`, saved with the tiny tokenizer (token ids are all that matter)."""
-    tokenizer = build_tokenizer()
-    config = Qwen2Config(
-        vocab_size=shape.vocab, hidden_size=shape.hidden, intermediate_size=shape.intermediate,
-        num_hidden_layers=shape.layers, num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
-        tie_word_embeddings=shape.tied, max_position_embeddings=4096, eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-    )
-    torch.manual_seed(0)
-    Qwen2ForCausalLM(config).to(dtype).save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
 
 
 def setups(capacity: float, shapes: list[str]) -> list[tuple[str, Config]]:

@@ -8,19 +8,17 @@ from __future__ import annotations
 
 import argparse
 import gc
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
+from random_weights import build_random_model
 
 from swarmnode.config import Config
 from swarmnode.memory import GIB, TYPICAL_PROMPT_TOKENS, estimate
 from swarmnode.policy import Policy, TrainSample
 from swarmnode.shapes import KNOWN_SHAPES
-
-sys.path.insert(0, str(Path(__file__).parent))
 
 
 def main() -> None:
@@ -38,9 +36,7 @@ def main() -> None:
     setups = {"full": 0, f"LoRA r={args.lora_rank} (q, v)": args.lora_rank}
     with tempfile.TemporaryDirectory() as scratch:
         if on_gpu:
-            from vllm_generation import build_random_model
-
-            build_random_model(args.shape, Path(scratch), torch.bfloat16)
+            build_random_model(shape, Path(scratch), torch.bfloat16)
         for label, rank in setups.items():
             config = Config.model_validate({
                 "model": {"name": scratch, "device": "cuda" if on_gpu else "cpu",

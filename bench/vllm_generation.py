@@ -16,29 +16,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from random_weights import build_random_model
 
 from swarmnode.config import Config
 from swarmnode.policy import Policy
 from swarmnode.rollout.hf import HFGenerator
 from swarmnode.rollout.vllm import VLLMGenerator
 from swarmnode.shapes import KNOWN_SHAPES
-from swarmnode.tiny import build_tokenizer
-
-
-def build_random_model(shape_name: str, directory: Path, dtype: torch.dtype) -> None:
-    """A model of `shape_name`'s shape with random weights, saved where vLLM can open it."""
-    shape = KNOWN_SHAPES[shape_name]
-    tokenizer = build_tokenizer()
-    config = Qwen2Config(
-        vocab_size=shape.vocab, hidden_size=shape.hidden, intermediate_size=shape.intermediate,
-        num_hidden_layers=shape.layers, num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
-        tie_word_embeddings=shape.tied, max_position_embeddings=4096, eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-    )
-    torch.manual_seed(0)
-    Qwen2ForCausalLM(config).to(dtype).save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
 
 
 def main() -> None:
@@ -60,7 +44,7 @@ def main() -> None:
             device = torch.device("cuda" if torch.cuda.is_available() and args.device != "cpu" else "cpu")
             dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
             print(f"building a random {args.shape}-shaped model in {scratch} ...", flush=True)
-            build_random_model(args.shape, Path(scratch), dtype)
+            build_random_model(KNOWN_SHAPES[args.shape], Path(scratch), dtype)
             config.model.name = scratch
         policy = Policy.load(config.model, config.train)
         prompts = [policy.encode_prompt("", f"What is {a} + {a * 7 % 90}?") for a in range(args.prompts)]
