@@ -24,7 +24,7 @@ from swarmnode.clock import RoundClock
 from swarmnode.config import Config
 from swarmnode.loss import group_advantages
 from swarmnode.metrics import LiveView, MetricsLog
-from swarmnode.policy import OutOfMemory, Policy, TrainSample
+from swarmnode.policy import OutOfMemory, Policy, StepResult, TrainSample
 from swarmnode.records import EvalRecord, NodeStatus, RoundRecord, run_id
 from swarmnode.rollout.base import Completion, Generator
 from swarmnode.swarm.base import Received, SwarmLink
@@ -75,6 +75,9 @@ class RoundState:
     payload_bytes: int = 0
     payload_tokens: int = 0
     timings: dict[str, float] = field(default_factory=dict)
+
+
+SourcedSample = tuple[TrainSample, float, str]  # a sample, its reward, who generated it ("" = us)
 
 
 class Node:
@@ -157,7 +160,24 @@ class Node:
         return state
 
     def consume(self, round_: int, state: RoundState) -> RoundRecord:
-        """Gather peers' groups, take one optimiser step on everything, log the round."""
+        """Gather peers' groups, screen them, take one optimiser step on everything, log it."""
+        peer_groups = self._gather(round_, state)
+        own, peers = _train_samples(state.own_groups), _train_samples(peer_groups)
+        t = time.perf_counter()
+        screening = self._screen(own, peers)
+        state.timings["screen_s"] = time.perf_counter() - t
+        kept = [sample for sample, keep in zip(peers, screening.keep) if keep]
+        t = time.perf_counter()
+        result = self.policy.train_step(
+            [sample for sample, _, _ in own + kept], self.config.loss, self.config.rollout.temperature
+        )
+        state.timings["train_s"] = time.perf_counter() - t
+        state.timings["sync_s"] = self.generator.sync_weights()
+        self.consumed += len(kept)
+        return self._record(round_, state, own, kept, len({g.peer_id for g in peer_groups}), screening, result)
+
+    def _gather(self, round_: int, state: RoundState) -> list[ScoredGroup]:
+        """Peers' batches for this round, checked and scored; the ledger learns who delivered."""
         t = time.perf_counter()
         live = set(self.membership.live_peers())
         expected = self.ledger.expected(live)
@@ -180,20 +200,20 @@ class Node:
             self._vain_bootstrap += 1
         self.clock.check_claims(delivered)
         state.timings["decode_score_s"] = time.perf_counter() - t
-        own = _train_samples(state.own_groups)
-        peers = _train_samples(peer_groups)
-        t = time.perf_counter()
-        screening = self._screen(own, peers)
-        state.timings["screen_s"] = time.perf_counter() - t
-        kept = [(sample, reward) for (sample, reward, _), keep in zip(peers, screening.keep) if keep]
-        samples = [sample for sample, _, _ in own] + [sample for sample, _ in kept]
-        t = time.perf_counter()
-        result = self.policy.train_step(samples, self.config.loss, self.config.rollout.temperature)
-        state.timings["train_s"] = time.perf_counter() - t
-        state.timings["sync_s"] = self.generator.sync_weights()
+        return peer_groups
+
+    def _record(
+        self,
+        round_: int,
+        state: RoundState,
+        own: list[SourcedSample],
+        kept: list[SourcedSample],
+        peers: int,
+        screening: Screening,
+        result: StepResult,
+    ) -> RoundRecord:
         own_rewards = [reward for _, reward, _ in own]
-        peer_rewards = [reward for _, reward in kept]
-        self.consumed += len(peer_rewards)
+        peer_rewards = [reward for _, reward, _ in kept]
         s = result.stats
         return RoundRecord(
             round=round_,
@@ -202,7 +222,7 @@ class Node:
             peer_reward_mean=float(np.mean(peer_rewards)) if peer_rewards else None,
             own_samples=len(own_rewards),
             peer_samples=len(peer_rewards),
-            peers=len({g.peer_id for g in peer_groups}),
+            peers=peers,
             gated=screening.gated,
             peer_weight_scale=min((v.weight_scale for v in screening.verdicts.values()), default=None),
             filtered=s.filtered,
@@ -480,9 +500,6 @@ class Node:
     def close(self) -> None:
         """Close what the node opened itself (its metrics file)."""
         self.metrics.close()
-
-
-SourcedSample = tuple[TrainSample, float, str]  # a sample, its reward, who generated it ("" = us)
 
 
 def _train_samples(groups: list[ScoredGroup]) -> list[SourcedSample]:
