@@ -2,7 +2,8 @@
 
     python bench/config_memory.py [--gib 23.5 79.1]
 Prints the total and whether it fits (vLLM backend, as on a GPU with vLLM installed); the
-README's config table quotes these.
+README's config table quotes these. Then the calibration points: each measured process peak
+(memory.CALIBRATION_PEAKS_GIB) next to the estimate of the path it was measured on.
 """
 
 from __future__ import annotations
@@ -11,7 +12,13 @@ import argparse
 from pathlib import Path
 
 from swarmnode.config import load_config
-from swarmnode.memory import GIB, estimate
+from swarmnode.memory import (
+    CALIBRATION_CAPACITY_GIB,
+    CALIBRATION_PEAKS_GIB,
+    CALIBRATION_SETTINGS,
+    GIB,
+    estimate,
+)
 from swarmnode.shapes import shape_of
 
 
@@ -31,6 +38,11 @@ def main() -> None:
             est = estimate(config, shape, gib * GIB, True, "vllm")
             cells.append(f"{est.total / GIB:8.1f} GiB {'fits' if est.fits else 'NO':>6}")
         print(f"{path.name:<30}" + "".join(f"{c:>22}" for c in cells))
+    print("\ncalibration (HF, whole-sequence log-probs, no inference copy): measured peak vs estimate")
+    for name, measured in CALIBRATION_PEAKS_GIB.items():
+        config = load_config(args.configs / name, CALIBRATION_SETTINGS)
+        total = estimate(config, shape_of(config.model.name), CALIBRATION_CAPACITY_GIB * GIB, True, "hf").total / GIB
+        print(f"{name:<30} measured {measured:5.1f} GiB   estimate {total:5.1f} GiB   {total / measured:.2f}x")
 
 
 if __name__ == "__main__":

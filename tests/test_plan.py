@@ -12,7 +12,13 @@ from typer.testing import CliRunner
 
 from swarmnode.cli import app
 from swarmnode.config import load_config
-from swarmnode.memory import GIB, estimate
+from swarmnode.memory import (
+    CALIBRATION_CAPACITY_GIB,
+    CALIBRATION_PEAKS_GIB,
+    CALIBRATION_SETTINGS,
+    GIB,
+    estimate,
+)
 from swarmnode.plan import MARGIN, explain, make_plan, nearest_plan
 from swarmnode.shapes import KNOWN_SHAPES, shape_of
 
@@ -85,19 +91,12 @@ def test_settings_that_cannot_fit_are_refused_with_the_nearest_plan():
     assert "the nearest plan that fits" in text and "LoRA r=128" in text
 
 
-@pytest.mark.parametrize(
-    "config_name,measured_gib",
-    [  # issue 11: nvidia-smi process peak on an H100, HF backend, random weights
-        ("qwen2.5-1.5b", 45.7),
-        ("qwen2.5-1.5b-lora-24gb", 11.5),
-        ("qwen2.5-3b-lora-24gb", 12.2),
-        ("qwen2.5-3b-lora", 32.7),
-    ],
-)
+@pytest.mark.parametrize("config_name,measured_gib", sorted(CALIBRATION_PEAKS_GIB.items()))
 def test_the_estimate_is_an_upper_bound_within_15_percent_of_measured_peaks(config_name, measured_gib):
-    # the path those peaks were measured on: log-probs unchunked, generation from the trainer
-    config = load_config(CONFIGS / f"{config_name}.yaml", ["train.logprob_chunk_tokens=0", "rollout.hf_inference_copy=false"])
-    total = estimate(config, shape_of(config.model.name), 79.2 * GIB, True, "hf").total / GIB
+    # issue 11: nvidia-smi process peak on an H100, HF backend, random weights, on the path
+    # those peaks were measured on (log-probs unchunked, generation from the trainer)
+    config = load_config(CONFIGS / config_name, CALIBRATION_SETTINGS)
+    total = estimate(config, shape_of(config.model.name), CALIBRATION_CAPACITY_GIB * GIB, True, "hf").total / GIB
     assert measured_gib <= total <= 1.15 * measured_gib, total
 
 
