@@ -323,7 +323,7 @@ def demo(
     except KeyboardInterrupt:
         raise _fail(f"interrupted; every node stopped; partial results in {directory}", 130) from None
     table = Table(title=f"swarmnode demo: held-out accuracy ({time.monotonic() - started:.0f} s)")
-    for column in ("node", "kind", "rounds", "before", "after", "gain", "peer samples used", "rejected"):
+    for column in ("node", "kind", "rounds", "before", "after", "gain", "peer samples used", "gated", "rejected"):
         table.add_column(column, justify="left" if column in ("node", "kind") else "right")
     for row in rows:
         before, after = row["eval_before"], row["eval_after"]
@@ -331,10 +331,14 @@ def demo(
         table.add_row(
             str(row["node"]), row["kind"], str(row["rounds"]),
             "-" if before is None else f"{before:.3f}", "-" if after is None else f"{after:.3f}", gain,
-            str(row["peer_samples"]), str(row["rejected"]),
+            str(row["peer_samples"]), _share(row["gated"], row["gated"] + row["peer_samples"]), str(row["rejected"]),
         )
     Console().print(table)
     console.print(f"curves: {runner.plot(directory / 'curves.png')}", highlight=False)
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part} ({part / whole:.0%})" if whole else "0"
 
 
 def _peers_from_file(path: Path, timeout_s: float) -> list[str]:

@@ -238,6 +238,7 @@ class Demo:
                     "eval_before": before,
                     "eval_after": after,
                     "peer_samples": sum(m["peer_samples"] for m in rounds),
+                    "gated": sum(m.get("gated", 0) for m in rounds),
                     "rejected": max((m["rejected"] for m in rounds), default=0),
                 }
             )
