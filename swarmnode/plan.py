@@ -268,6 +268,8 @@ def plan_report(config: Config, cards_gib: list[float] | None, backend: str) -> 
         raise PlanError(f"backend {backend!r}: choose hf, vllm or auto")
     if backend == "auto":
         backend = "vllm" if vllm_available() else "hf"
+    if cards_gib and min(cards_gib) <= 0:
+        raise PlanError(f"--gpu-gib {min(cards_gib):g}: a GPU's memory in GiB is a positive number")
     if cards_gib:
         capacities = [gib * GIB for gib in cards_gib]
     elif torch.cuda.is_available():

@@ -138,6 +138,10 @@ def test_plan_command_errors():
     assert unknown.exit_code == 2 and "no shape for" in unknown.output
     bad_backend = runner.invoke(app, ["plan", "--model", "Qwen2.5-3B", "--backend", "tgi"])
     assert bad_backend.exit_code == 2 and "choose hf, vllm or auto" in bad_backend.output
+    no_card = runner.invoke(app, ["plan", "--model", "Qwen2.5-3B", "--gpu-gib", "0"])
+    assert no_card.exit_code == 2 and "positive number" in no_card.output
+    bad_set = runner.invoke(app, ["plan", "--model", "Qwen2.5-3B", "--set", "train.micro_batch_size=0"])
+    assert bad_set.exit_code == 2 and "train.micro_batch_size" in bad_set.output
     too_big = runner.invoke(app, ["plan", "--model", "Qwen2.5-7B", "--gpu-gib", "24", "--set", "model.lora.rank=0"])
     assert too_big.exit_code == 1 and "nearest plan that fits" in too_big.output
 
