@@ -57,7 +57,7 @@ from hivemind.utils.timed_storage import get_dht_time
 from swarmnode.assemble import assemble
 from swarmnode.config import load_config
 from swarmnode.metrics import read_metrics, round_lines
-from swarmnode.poison import CONTENT_ATTACKS, carries_injection, poisoning_link
+from swarmnode.poison import CONTENT_ATTACKS, DEFENCES_OFF, carries_injection, poisoning_link
 from swarmnode.policy import Policy
 from swarmnode.records import Heartbeat
 from swarmnode.swarm.hivemind.adversary import ATTACKS, LivenessAttacker
@@ -253,7 +253,6 @@ def sybil(args: argparse.Namespace) -> None:
 
 CONTENT_HONEST = ("h1", "h2", "h3")
 ATTACKER = "evil"
-DEFENCES_OFF = ["task.strict_format=false", "trust.likelihood_gate=false", "trust.weight_budget=false"]
 
 
 def content_config(directory: Path, name: str, seed: int, eval_size: int, defences: bool, extra: list[str]):

@@ -25,6 +25,7 @@ from swarmnode.shapes import KNOWN_SHAPES, ModelShape, shape_of
 MARGIN = 0.08  # share of the card a plan leaves free
 LORA_RANK = 128  # the paper's LoRA setup: r = 128 on q_proj and v_proj, alpha = 2r
 LORA_TARGETS = ["q_proj", "v_proj"]
+_RUN_ID_ROLLOUT = ("group_size", "prompts_per_round", "max_new_tokens", "temperature", "top_k", "top_p")
 VLLM_HEADROOM = 1.25  # vLLM's share: this times its weights plus one round of KV cache
 
 
@@ -122,9 +123,6 @@ def nearest_plan(config: Config, shape: ModelShape, capacity: float, backend: st
     free = config.model_copy(deep=True)
     free.given = frozenset(kept)
     return make_plan(free, shape, capacity, backend)
-
-
-_RUN_ID_ROLLOUT = ("group_size", "prompts_per_round", "max_new_tokens", "temperature", "top_k", "top_p")
 
 
 def _reasons(smallest: dict[bool, tuple[float, Rung]], given: frozenset[str], chosen: Rung | None = None) -> list[str]:

@@ -27,6 +27,8 @@ from swarmnode.swarm.base import SwarmLink
 from swarmnode.tasks.base import Problem, Task
 
 MARKER = "HAIL"
+# The settings that turn swarmnode's content defences off, to measure what they stop.
+DEFENCES_OFF = ["task.strict_format=false", "trust.likelihood_gate=false", "trust.weight_budget=false"]
 CONTENT_ATTACKS = ("before", "after", "low-lp", "high-lp", "wrong", "long")
 LOW_LOGPROB = -20.0
 HIGH_LOGPROB = -1e-6

@@ -55,10 +55,16 @@ class OutOfMemory(RuntimeError):
     """Out of GPU memory at the smallest batch: the message says what to change."""
 
 
-def free_cached_memory() -> None:
-    """Give the allocator's cached blocks back after an out-of-memory error, before a retry."""
+def halve_after_oom(settings: Any, field: str, where: str, at_one: str) -> None:
+    """After an out-of-memory error: free the allocator's cached blocks and halve
+    `settings.<field>` (kept so for later rounds), or raise OutOfMemory(`at_one`) at 1."""
+    size = getattr(settings, field)
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+    if size == 1:
+        raise OutOfMemory(at_one) from None
+    setattr(settings, field, size // 2)
+    log.warning("out of memory %s %d -> %d", where, size, size // 2)
 
 
 def inference_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
@@ -279,11 +285,10 @@ class Policy:
             try:
                 logp, _ = self.completion_logprobs(prompts[start : start + size], chunk, temperature)
             except torch.OutOfMemoryError:
-                if size == 1:
-                    raise OutOfMemory("out of GPU memory scoring one peer sample: see `swarmnode plan`") from None
-                self.train_settings.micro_batch_size = size // 2
-                log.warning("out of memory scoring peers' samples: micro-batch %d -> %d", size, size // 2)
-                free_cached_memory()
+                halve_after_oom(
+                    self.train_settings, "micro_batch_size", "scoring peers' samples: micro-batch",
+                    "out of GPU memory scoring one peer sample: see `swarmnode plan`",
+                )
                 continue
             rows = logp.float().cpu().numpy()
             out += [rows[i, : len(c)].copy() for i, c in enumerate(chunk)]
@@ -302,17 +307,13 @@ class Policy:
             try:
                 return self._step(samples, objective, temperature)
             except torch.OutOfMemoryError:
-                size = self.train_settings.micro_batch_size
                 self.optimizer.zero_grad(set_to_none=True)
-                free_cached_memory()
-                if size == 1:
-                    raise OutOfMemory(
-                        "out of GPU memory in the training step at micro-batch 1: use LoRA "
-                        "(--lora-rank 128), train.gradient_checkpointing=true, a lower "
-                        "rollout.max_new_tokens or a smaller model (swarmnode plan --model ... shows what fits)"
-                    ) from None
-                self.train_settings.micro_batch_size = max(1, size // 2)
-                log.warning("out of memory in the training step: micro-batch %d -> %d", size, size // 2)
+                halve_after_oom(
+                    self.train_settings, "micro_batch_size", "in the training step: micro-batch",
+                    "out of GPU memory in the training step at micro-batch 1: use LoRA "
+                    "(--lora-rank 128), train.gradient_checkpointing=true, a lower "
+                    "rollout.max_new_tokens or a smaller model (swarmnode plan --model ... shows what fits)",
+                )
 
     def _step(self, samples: list[TrainSample], objective: LossSettings, temperature: float) -> StepResult:
         self.model.train()

@@ -14,11 +14,9 @@ import pytest
 from swarmnode import wire
 from swarmnode.assemble import assemble
 from swarmnode.config import load_config
-from swarmnode.poison import carries_injection, poisoning_link
+from swarmnode.poison import DEFENCES_OFF, carries_injection, poisoning_link
 from swarmnode.policy import Policy
 from swarmnode.swarm.local import InMemoryHub
-
-DEFENCES_OFF = ["task.strict_format=false", "trust.likelihood_gate=false", "trust.weight_budget=false"]
 
 
 def _config(tmp_path, name, *sets):

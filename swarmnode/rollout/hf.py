@@ -9,7 +9,6 @@ reads off the log-prob of the token that was actually sampled.
 from __future__ import annotations
 
 import contextlib
-import logging
 import time
 
 import numpy as np
@@ -24,10 +23,8 @@ from transformers import (
 )
 
 from swarmnode.config import RolloutSettings
-from swarmnode.policy import OutOfMemory, Policy, free_cached_memory, inference_copy, refresh_copy
+from swarmnode.policy import Policy, halve_after_oom, inference_copy, refresh_copy
 from swarmnode.rollout.base import Completion
-
-log = logging.getLogger(__name__)
 
 
 class SampledLogprobRecorder(LogitsProcessor):
@@ -103,14 +100,11 @@ class HFGenerator:
             try:
                 completions += self._sample(prompts[start : start + size], do_sample)
             except torch.OutOfMemoryError:
-                if size == 1:
-                    raise OutOfMemory(
-                        "out of GPU memory generating even one sequence: lower rollout.max_new_tokens, "
-                        "use LoRA or a smaller model (swarmnode plan --model ... shows what fits)"
-                    ) from None
-                self.settings.batch_size = max(1, size // 2)
-                log.warning("out of memory in generation: batch %d -> %d", size, self.settings.batch_size)
-                free_cached_memory()
+                halve_after_oom(
+                    self.settings, "batch_size", "in generation: batch",
+                    "out of GPU memory generating even one sequence: lower rollout.max_new_tokens, "
+                    "use LoRA or a smaller model (swarmnode plan --model ... shows what fits)",
+                )
                 continue
             start += size
         return completions
