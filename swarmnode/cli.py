@@ -333,7 +333,7 @@ def demo(
             "-" if before is None else f"{before:.3f}", "-" if after is None else f"{after:.3f}", gain,
             str(row["peer_samples"]), _share(row["gated"], row["gated"] + row["peer_samples"]), str(row["rejected"]),
         )
-    Console().print(table)
+    Console(width=None if sys.stdout.isatty() else 160).print(table)  # a log or pipe: no wrapped cells
     console.print(f"curves: {runner.plot(directory / 'curves.png')}", highlight=False)
 
 
