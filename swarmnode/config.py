@@ -211,9 +211,6 @@ class TrustSettings(_Section):
     max_weight_mean: float = Field(
         1.5, gt=1, description="a batch whose mean capped weight exceeds this reported false log-probs: a strike"
     )
-    max_gated_share: float = Field(
-        0.25, gt=0, le=1, description="a strike when more than this share of a peer's recent samples was gated"
-    )
 
 
 class WireSettings(_Section):

@@ -31,7 +31,7 @@ from swarmnode.swarm.base import Received, SwarmLink
 from swarmnode.swarm.ledger import PeerLedger
 from swarmnode.swarm.local import solo_link
 from swarmnode.tasks.base import Problem, Task, fingerprint_of
-from swarmnode.trust import Screening, gated_strike, screen
+from swarmnode.trust import Screening, screen
 
 log = logging.getLogger(__name__)
 
@@ -251,7 +251,8 @@ class Node:
 
     def _screen(self, own: list[SourcedSample], peers: list[SourcedSample]) -> Screening:
         """Judge peers' samples by our own model (swarmnode.trust): which to keep, how much
-        their weights count; a peer whose samples fail gets a strike in the ledger."""
+        their weights count; a peer whose log-probs claim more weight than an honest generator's
+        gets a strike in the ledger (failing the gate is none: see swarmnode.trust)."""
         trust = self.config.trust
         if not peers or not (trust.likelihood_gate or trust.weight_budget):
             return Screening(keep=[True] * len(peers), weight_scale=[1.0] * len(peers), bar=None, verdicts={})
@@ -271,9 +272,7 @@ class Node:
         for (sample, _, _), scale in zip(peers, screening.weight_scale):
             sample.weight_scale = scale
         for peer, verdict in screening.verdicts.items():
-            history = self.ledger.screened(peer, verdict.samples, verdict.gated)
-            gated = gated_strike(*history, trust) if screening.bar is not None else None
-            for strike in verdict.strikes + ([gated] if gated else []):
+            for strike in verdict.strikes:
                 self._reject(peer, strike)
         return screening
 

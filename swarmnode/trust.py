@@ -13,8 +13,12 @@ is under *our* model. So:
   log pi_gen gets weight C on every token instead. Each peer's weights are scaled so their
   mean over its batch is at most 1: a reported log-prob can move weight between that peer's
   tokens, never add to it. A batch whose mean weight is above `max_weight_mean` counts as
-  a strike, as do recent batches with more than `max_gated_share` of their samples gated;
-  strikes go to the PeerLedger and add up to a ban with other bad data.
+  a strike (PeerLedger), adding up to a ban with other bad data.
+
+Failing the gate is never a strike: a peer with another model (a different size, a LoRA, a few
+hundred steps of its own training) honestly writes text our model finds unlikely, more of it
+as the models drift apart, and banning it would end the collaboration the swarm is for. The
+gate already keeps those samples out of our batch.
 """
 
 from __future__ import annotations
@@ -30,7 +34,6 @@ from swarmnode.loss import WEIGHTINGS
 from swarmnode.registry import OBJECTIVES
 
 GATE_MIN_OWN = 8  # fewer own samples than this set no bar: the gate is off for that round
-GATE_MIN_BATCHES = 3  # a peer's gated share is judged over at least this many of its batches
 
 
 def least_likely_window(logprobs: np.ndarray, window: int) -> float:
@@ -131,14 +134,3 @@ def screen(
     scales = [verdicts[peer].weight_scale for peer in peers]
     return Screening(keep=keep, weight_scale=scales, bar=bar, verdicts=dict(verdicts))
 
-
-def gated_strike(batches: int, samples: int, gated: int, trust: TrustSettings) -> str | None:
-    """A strike when a peer's recent batches (PeerLedger.screened) keep failing the gate.
-
-    Judged over several batches: an honest peer with another model sees a few per cent of its
-    samples gated and now and then an unlucky batch (the tiny-large demo node gated up to 20
-    of 64 of a small peer's samples in one round, 9 % over the run).
-    """
-    if batches < GATE_MIN_BATCHES or gated <= trust.max_gated_share * samples:
-        return None
-    return f"{gated} of its last {samples} samples are far less likely under our model than our own samples"

@@ -36,7 +36,6 @@ def test_help_lists_the_settings():
         (["--set", "trust.gate_window=0"], "trust.gate_window"),
         (["--set", "trust.gate_quantile=0.9"], "trust.gate_quantile"),
         (["--set", "trust.max_weight_mean=1.0"], "trust.max_weight_mean"),
-        (["--set", "trust.max_gated_share=0"], "trust.max_gated_share"),
         (["--set", "trust.likelihood_gate=maybe"], "trust.likelihood_gate"),
         (["--set", "train.logprob_chunk_tokens=-1"], "train.logprob_chunk_tokens"),
         (["--set", "rollout.hf_inference_copy=sometimes"], "rollout.hf_inference_copy"),

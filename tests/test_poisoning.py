@@ -68,16 +68,14 @@ def _rounds(nodes, evil, rounds):
 
 
 @pytest.mark.parametrize("attack", ["before", "after", "high-lp"])
-def test_injected_text_is_gated_and_its_sender_ignored(tmp_path, attack):
+def test_injected_text_is_gated_every_round(tmp_path, attack):
     with _swarm(tmp_path, attack) as (nodes, evil, _):
-        history = _rounds(nodes, evil, range(6))
+        history = _rounds(nodes, evil, range(4))
         for node, records in zip(nodes, zip(*history)):
             poisoned = 4 * 8 // 2  # half of each of its groups
-            assert all(r.gated >= poisoned for r in records[:5]), [r.gated for r in records]
-            assert node.ledger.is_banned("evil"), "struck from its 3rd batch on, ignored after 3 strikes"
-            last = records[5]
-            assert last.peer_samples + last.gated == 32, "only the honest peer's samples are left"
-            assert last.gated <= 4, "its samples pass the gate (a few unlucky ones may not)"
+            assert all(poisoned <= r.gated <= poisoned + 8 for r in records), [r.gated for r in records]
+            assert all(r.peer_samples + r.gated == 64 for r in records), "both peers' batches arrive"
+            assert node.ledger.counts["evil"] == 0, "failing the gate is no strike"
 
 
 def test_falsified_low_log_probs_buy_no_weight(tmp_path):

@@ -18,14 +18,13 @@ import logging
 import statistics
 import threading
 from collections import Counter, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from swarmnode.config import SwarmSettings
 
 log = logging.getLogger(__name__)
 
 DELIVERY_HISTORY = 32  # recent delivery times kept for the adaptive deadline
-SCREEN_HISTORY = 8  # recent screened batches per peer (samples, gated) for the gate's verdict
 
 
 @dataclass
@@ -35,7 +34,6 @@ class PeerRecord:
     proven_round: int | None = None  # highest round of a verified batch
     delivered: int = 0  # verified batches
     missed: int = 0  # rounds in a row waited for in vain
-    screened: deque[tuple[int, int]] = field(default_factory=lambda: deque(maxlen=SCREEN_HISTORY))
 
 
 class PeerLedger:
@@ -110,15 +108,6 @@ class PeerLedger:
             return cap_s
         slowest = statistics.quantiles(recent, n=10)[-1] if len(recent) >= 4 else max(recent)
         return min(cap_s, max(self.settings.min_deadline_s, self.settings.deadline_slack * slowest))
-
-    def screened(self, peer_id: str, samples: int, gated: int) -> tuple[int, int, int]:
-        """One of the peer's batches went through the likelihood gate; returns (batches,
-        samples, gated) over its last SCREEN_HISTORY batches, so a verdict rests on more than
-        one unlucky batch."""
-        with self._lock:
-            record = self.peers.setdefault(peer_id, PeerRecord())
-            record.screened.append((samples, gated))
-            return len(record.screened), sum(s for s, _ in record.screened), sum(g for _, g in record.screened)
 
     def proven_round(self, peer_id: str) -> int | None:
         record = self.peers.get(peer_id)
