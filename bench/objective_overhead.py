@@ -30,7 +30,7 @@ def main() -> None:
     node.close()
     samples = []
     for group in state.own_groups:
-        adv = group_advantages(torch.tensor(group.rewards)).tolist()
+        adv = group_advantages(torch.tensor(group.rewards), config.loss.advantage_std).tolist()
         samples += [
             TrainSample(group.prompt_ids, t, lp, a, True) for (t, lp), a in zip(group.completions, adv)
         ]

@@ -58,6 +58,9 @@ class TaskSettings(_Section):
     strict_format: bool = Field(
         True, description="reward 0 when text follows the answer block (nothing rides on a correct answer)"
     )
+    strict_numbers: bool = Field(
+        True, description="reward 0 for answers that only match once noise is deleted: '7 2' or '7,2' is not 72"
+    )
     system_prompt: str | None = Field(None, description="None = the task's default")
     max_operand: int = Field(99, ge=1, le=10**6, description="arithmetic only")
     operations: str = Field("+-", pattern=r"^[+\-*]+$", description="arithmetic only")
@@ -69,7 +72,9 @@ class TaskSettings(_Section):
 class RolloutSettings(_Section):
     backend: BACKENDS.literal() = Field("auto", description=BACKENDS.cli_help())
     group_size: int = Field(8, ge=2, le=64)
-    prompts_per_round: int = Field(16, ge=1, le=256)
+    prompts_per_round: int = Field(
+        16, ge=1, le=256, description="groups in a training batch (this node generates node.own_share of them)"
+    )
     max_new_tokens: int = Field(16, ge=1, le=8192)
     temperature: float = Field(1.0, gt=0, le=10)
     top_k: int = Field(0, ge=0, description="0 = off; truncation biases importance weights")
@@ -104,6 +109,13 @@ class LossSettings(_Section):
     )
     divergence: DIVERGENCES.literal() = Field("k3-mean", description=DIVERGENCES.cli_help())
     clip_eps: float = Field(0.2, gt=0, lt=1)
+    vis_clip: bool = Field(
+        True, description="vis/f-vis: PPO-clip pi_theta/pi_gen to [1-clip_eps, 1+clip_eps] (the paper's and its "
+        "authors' code); false = the raw ratio as weight (unbounded)",
+    )
+    advantage_std: bool = Field(
+        False, description="divide group advantages by the group's std (GRPO); the paper's authors do not"
+    )
     log_ratio_clamp: float = Field(20.0, gt=0)
 
 
@@ -136,6 +148,11 @@ class NodeSettings(_Section):
     staleness: int = Field(1, ge=0, description="peer rollouts from rounds r-s..r are used")
     max_catch_up: int = Field(
         1000, ge=1, description="most rounds one catch-up jump may skip (jumps need peers' valid batches)"
+    )
+    own_share: float = Field(
+        1.0, gt=0, le=1,
+        description="share of the training batch (rollout.prompts_per_round groups) this node generates; "
+        "peers' groups fill the rest. 1 = generate all of it, peers' groups on top (up to max_peer_groups)",
     )
     peer_quota: int = Field(64, ge=0, description="max peer groups from one peer per round")
     max_peer_groups: int = Field(256, ge=0, description="max peer groups in one step")

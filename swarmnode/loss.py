@@ -8,7 +8,9 @@ with R = pi_theta / pi_old (pi_old = pi_theta.detach() for one step per batch) a
 detached per-token importance weight:
 
     nois: w = 1                 (pretend every sample is on-policy)
-    vis:  w = pi_theta / pi_gen (vanilla importance sampling)
+    vis:  w = pi_theta / pi_gen (vanilla importance sampling); with `vis_clip` (the default,
+          the paper's and its authors' reading) PPO-clipped against pi_gen: a token whose
+          ratio already left [1-eps, 1+eps] in the direction of its advantage adds no gradient
     tis:  w = min(pi_theta / pi_gen, C)
 
 The ``f-`` variants also drop samples with A_i < 0 whose divergence from the generator exceeds
@@ -28,10 +30,13 @@ from swarmnode.config import LossSettings
 from swarmnode.registry import DIVERGENCES, OBJECTIVES
 
 
-def group_advantages(rewards: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
-    """A_i = (r_i - mean) / (std + eps) within one group (population std, as in GRPO)."""
+def group_advantages(rewards: torch.Tensor, scale_by_std: bool = False, eps: float = 1e-4) -> torch.Tensor:
+    """A_i = r_i - mean within one group; divided by (std + eps) when `scale_by_std` (GRPO's
+    population std). The paper's authors (HeterogeneousRL) do not divide, so 0/1 rewards give
+    advantages in [-1, 1] and a group with one success is not amplified threefold."""
     rewards = rewards.to(torch.float32)
-    return (rewards - rewards.mean()) / (rewards.std(unbiased=False) + eps)
+    centred = rewards - rewards.mean()
+    return centred / (rewards.std(unbiased=False) + eps) if scale_by_std else centred
 
 
 def sequence_divergence(
@@ -73,6 +78,17 @@ def _vanilla_weight(log_w: torch.Tensor, settings: LossSettings) -> tuple[torch.
 def _truncated_weight(log_w: torch.Tensor, settings: LossSettings) -> tuple[torch.Tensor, torch.Tensor]:
     raw = log_w.exp()
     return raw.clamp(max=settings.trunc_c), raw > settings.trunc_c
+
+
+def _clipped_against_generator(
+    ratio: torch.Tensor, advantages: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """VIS as PPO with pi_gen for pi_old: min(r A, clip(r, 1-eps, 1+eps) A) has the gradient
+    r A grad log pi where r is inside the range or on the side the advantage does not push,
+    and none where the clipped branch binds. Those tokens get weight 0 (counted as truncated)."""
+    adv = advantages.to(ratio.dtype).unsqueeze(-1)
+    binds = ((adv > 0) & (ratio > 1.0 + eps)) | ((adv < 0) & (ratio < 1.0 - eps))
+    return torch.where(binds, torch.zeros_like(ratio), ratio), binds
 
 
 # (weight, truncated?) per token from the clamped log-ratio log pi_theta - log pi_gen.
@@ -119,6 +135,8 @@ def objective_terms(
     old = current if logp_old is None else logp_old
     log_w = (current - logp_gen).clamp(-settings.log_ratio_clamp, settings.log_ratio_clamp)
     weight, truncated = WEIGHTINGS[choice.weighting](log_w, settings)
+    if choice.weighting == "vanilla" and settings.vis_clip:
+        weight, truncated = _clipped_against_generator(weight, advantages, settings.clip_eps)
     if weight_scale is not None:
         weight = weight * weight_scale.to(weight.dtype).unsqueeze(-1)
     ratio = (logp_theta - old).clamp(-settings.log_ratio_clamp, settings.log_ratio_clamp).exp()

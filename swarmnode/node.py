@@ -49,9 +49,35 @@ def solo_peer_id(config: Config) -> str:
 
 
 def assigned_prompt_ids(seed: int, peer_id: str, round_: int, count: int, num_train: int) -> list[int]:
-    """The prompts a peer must use in a round: fixed by (seed, peer, round), no cherry-picking."""
+    """The prompts a peer must use in a round: fixed by (seed, peer, round), no cherry-picking.
+
+    The first `count` distinct ids of one seeded stream, so a peer that generates fewer prompts
+    (a smaller own share) uses a prefix of the same assignment, and any count can be checked."""
     rng = random.Random(f"{seed}:{peer_id}:{round_}")
-    return rng.sample(range(num_train), min(count, num_train))
+    wanted = min(count, num_train)
+    ids: list[int] = []
+    seen: set[int] = set()
+    while len(ids) < wanted:
+        candidate = rng.randrange(num_train)
+        if candidate not in seen:
+            seen.add(candidate)
+            ids.append(candidate)
+    return ids
+
+
+def batch_split(config: Config) -> tuple[int, int]:
+    """(groups this node generates, most peers' groups it trains on) in one round.
+
+    The training batch is `rollout.prompts_per_round` groups. With `node.own_share` 1 the node
+    generates all of them and peers' groups come on top (up to `node.max_peer_groups`); below 1
+    it generates that share and peers' groups fill the rest, so it learns from a full batch for
+    a fraction of the generation (the paper's vertical setup, SAPO's local/external split)."""
+    batch = config.rollout.prompts_per_round
+    share = config.node.own_share
+    if share >= 1.0:
+        return batch, config.node.max_peer_groups
+    own = max(1, round(share * batch))
+    return own, min(config.node.max_peer_groups, batch - own)
 
 
 @dataclass
@@ -127,13 +153,8 @@ class Node:
         """Generate this round's groups, score them, encode and publish them."""
         state = RoundState()
         started = time.perf_counter()
-        ids = assigned_prompt_ids(
-            self.config.node.seed,
-            self.peer_id,
-            round_,
-            self.config.rollout.prompts_per_round,
-            self.task.num_train,
-        )
+        own_groups, _ = batch_split(self.config)
+        ids = assigned_prompt_ids(self.config.node.seed, self.peer_id, round_, own_groups, self.task.num_train)
         problems = [self.task.train_problem(i) for i in ids]
         prompts = [self.policy.encode_prompt(self.task.system_prompt, p.question) for p in problems]
         groups = self.generator.generate(prompts, self.config.rollout.group_size)
@@ -162,7 +183,8 @@ class Node:
     def consume(self, round_: int, state: RoundState) -> RoundRecord:
         """Gather peers' groups, screen them, take one optimiser step on everything, log it."""
         peer_groups = self._gather(round_, state)
-        own, peers = _train_samples(state.own_groups), _train_samples(peer_groups)
+        by_std = self.config.loss.advantage_std
+        own, peers = _train_samples(state.own_groups, by_std), _train_samples(peer_groups, by_std)
         t = time.perf_counter()
         screening = self._screen(own, peers)
         state.timings["screen_s"] = time.perf_counter() - t
@@ -281,7 +303,7 @@ class Node:
         Also returns the round each peer proved with a valid batch (recorded in the ledger)."""
         accepted: list[ScoredGroup] = []
         delivered: dict[str, int] = {}
-        budget = self.config.node.max_peer_groups
+        _, budget = batch_split(self.config)
         for item in received:
             if self.ledger.is_banned(item.peer_id):
                 continue
@@ -319,13 +341,11 @@ class Node:
             raise wire.WireError(f"round {batch.round} published as round {item.round}")
         if batch.tokenizer_fingerprint != self.policy.fingerprint:
             raise wire.WireError("tokenizer differs from ours")
+        if not batch.groups:
+            raise wire.WireError("a batch without groups")
         expected = assigned_prompt_ids(
-            self.config.node.seed,
-            batch.peer_id,
-            batch.round,
-            self.config.rollout.prompts_per_round,
-            self.task.num_train,
-        )
+            self.config.node.seed, batch.peer_id, batch.round, len(batch.groups), self.task.num_train
+        )  # a peer may generate any number of prompts (its own share), always its first ones
         if sorted(g.prompt_id for g in batch.groups) != sorted(expected):
             raise wire.WireError("prompt ids differ from the peer's assignment for that round")
         if any(len(g.lengths) != self.config.rollout.group_size for g in batch.groups):
@@ -501,11 +521,11 @@ class Node:
         self.metrics.close()
 
 
-def _train_samples(groups: list[ScoredGroup]) -> list[SourcedSample]:
+def _train_samples(groups: list[ScoredGroup], scale_by_std: bool) -> list[SourcedSample]:
     """Every completion of the groups with its group-relative advantage."""
     samples: list[SourcedSample] = []
     for group in groups:
-        advantages = group_advantages(torch.tensor(group.rewards))
+        advantages = group_advantages(torch.tensor(group.rewards), scale_by_std)
         for (tokens, logprobs), advantage, reward in zip(group.completions, advantages.tolist(), group.rewards):
             samples.append((TrainSample(group.prompt_ids, tokens, logprobs, advantage, group.own), reward, group.peer_id))
     return samples

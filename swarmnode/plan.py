@@ -25,7 +25,8 @@ from swarmnode.shapes import KNOWN_SHAPES, ModelShape, shape_of
 MARGIN = 0.08  # share of the card a plan leaves free
 LORA_RANK = 128  # the paper's LoRA setup: r = 128 on q_proj and v_proj, alpha = 2r
 LORA_TARGETS = ["q_proj", "v_proj"]
-_RUN_ID_ROLLOUT = ("group_size", "prompts_per_round", "max_new_tokens", "temperature", "top_k", "top_p")
+# rollout settings a nearest plan keeps: the run id's sampling settings and the batch
+_KEPT_ROLLOUT = ("group_size", "prompts_per_round", "max_new_tokens", "temperature", "top_k", "top_p")
 VLLM_HEADROOM = 1.25  # vLLM's share: this times its weights plus one round of KV cache
 
 
@@ -116,10 +117,10 @@ def make_plan(config: Config, shape: ModelShape, capacity: float, backend: str) 
 
 
 def nearest_plan(config: Config, shape: ModelShape, capacity: float, backend: str) -> Plan:
-    """The plan when only the model, task and the sampling settings of the run id are kept
+    """The plan when only the model, task, batch and the sampling settings of the run id are kept
     from what the user gave (training and memory settings are free to change)."""
     kept = {k for k in config.given if k.split(".")[0] in ("model", "task") and not k.startswith("model.lora")}
-    kept |= {k for k in config.given if k.startswith("rollout.") and k.split(".")[1] in _RUN_ID_ROLLOUT}
+    kept |= {k for k in config.given if k.startswith("rollout.") and k.split(".")[1] in _KEPT_ROLLOUT}
     free = config.model_copy(deep=True)
     free.given = frozenset(kept)
     return make_plan(free, shape, capacity, backend)

@@ -23,7 +23,7 @@ from swarmnode.config import Config
 from swarmnode.tasks.base import fingerprint_of
 
 WIRE_VERSION = 1  # the rollout message layout (swarmnode.wire)
-RUN_ID_SCHEME = "swarmnode-run-v1"  # what the run id hashes
+RUN_ID_SCHEME = "swarmnode-run-v2"  # what the run id hashes
 DHT_NAMESPACE = "swarmnode/v1"  # prefix of every DHT key
 PAYLOAD_PROTOCOL = "/swarmnode/payload/1"  # libp2p stream protocol for payloads
 CHECKPOINT_FORMAT = 1  # checkpoint directory layout (local only, not in the run id)
@@ -42,7 +42,6 @@ def run_id(config: Config, task_fingerprint: str, tokenizer_fingerprint: str, ch
         tokenizer_fingerprint,
         str(chat_template),
         str(r.group_size),
-        str(r.prompts_per_round),
         str(r.max_new_tokens),
         repr(r.temperature),
         str(r.top_k),

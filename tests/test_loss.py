@@ -8,10 +8,13 @@ from swarmnode.loss import group_advantages, objective_terms, sequence_divergenc
 from swarmnode.registry import OBJECTIVES
 
 
-def test_group_advantages_standardise_within_group():
-    adv = group_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0]))
-    assert torch.allclose(adv, torch.tensor([1.0, -1.0, -1.0, 1.0]), atol=1e-3)
-    assert torch.all(group_advantages(torch.tensor([1.0, 1.0, 1.0])) == 0)
+def test_group_advantages_are_centred_and_standardised_only_when_asked():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    assert torch.allclose(group_advantages(rewards), torch.tensor([0.75, -0.25, -0.25, -0.25]))  # the authors'
+    scaled = group_advantages(rewards, scale_by_std=True)  # GRPO's
+    assert torch.allclose(scaled, (rewards - 0.25) / (rewards.std(unbiased=False) + 1e-4))
+    assert torch.allclose(group_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0]), True), torch.tensor([1.0, -1.0, -1.0, 1.0]), atol=1e-3)
+    assert torch.all(group_advantages(torch.tensor([1.0, 1.0, 1.0]), True) == 0)
 
 
 def _case(gen_offset=0.0):
@@ -48,16 +51,32 @@ def test_hand_computed_value_and_gradient():
     assert torch.allclose(theta.grad, expected)
 
 
-def test_truncation_caps_weight_at_c_and_vis_does_not():
+def test_truncation_caps_weight_at_c_and_raw_vis_does_not():
     theta, gen, mask, adv = _case(gen_offset=-2.0)  # pi_theta / pi_gen = e^2 ~ 7.39 everywhere
     tis = objective_terms(theta, gen, mask, adv, LossSettings(objective="tis", trunc_c=2.0))
-    vis = objective_terms(theta, gen, mask, adv, LossSettings(objective="vis"))
+    vis = objective_terms(theta, gen, mask, adv, LossSettings(objective="vis", vis_clip=False))
     assert tis.weight_max == pytest.approx(2.0)
     assert tis.truncated_tokens == tis.tokens == int(mask.sum())
     assert vis.weight_max == pytest.approx(math.exp(2.0), rel=1e-5)
     tis.loss_sum.backward()
     expected = -(2.0 * adv[:, None] / mask.sum(-1, keepdim=True)) * mask
     assert torch.allclose(theta.grad, expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("offset", [-2.0, 0.5])
+def test_clipped_vis_drops_tokens_whose_ratio_left_the_range_in_the_advantages_direction(offset):
+    """Ratio e^2: the positive-advantage sequence (0) is clipped, the negative ones keep the
+    raw weight; ratio e^-0.5 < 1 - eps: the other way round."""
+    theta, gen, mask, adv = _case(gen_offset=offset)
+    terms = objective_terms(theta, gen, mask, adv, LossSettings(objective="vis"))  # vis_clip by default
+    terms.loss_sum.backward()
+    ratio = math.exp(-offset)
+    binds = adv > 0 if ratio > 1 else adv < 0
+    lengths = mask.sum(-1, keepdim=True)
+    expected = torch.where(binds[:, None], 0.0, -(ratio * adv[:, None] / lengths)) * mask
+    assert torch.allclose(theta.grad, expected, atol=1e-6)
+    assert terms.truncated_tokens == int(mask[binds].sum())
+    assert terms.weight_max == pytest.approx(ratio, rel=1e-5)
 
 
 def test_weights_below_c_are_untouched():
@@ -89,7 +108,6 @@ def test_filtered_samples_still_count_in_group_statistics():
     rewards = torch.tensor([1.0, 0.0, 0.0, 0.0])
     adv = group_advantages(rewards)
     assert adv[0] > 0 and adv[1] < 0
-    assert torch.allclose(adv, (rewards - 0.25) / (rewards.std(unbiased=False) + 1e-4))
 
 
 @pytest.mark.parametrize("estimator", ["k3-mean", "k3-sum", "k1-mean"])

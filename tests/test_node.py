@@ -7,7 +7,7 @@ import torch
 from swarmnode import wire
 from swarmnode.config import load_config
 from swarmnode.metrics import eval_lines, read_metrics, round_lines
-from swarmnode.node import Node
+from swarmnode.node import Node, assigned_prompt_ids, batch_split
 from swarmnode.policy import OutOfMemory
 from swarmnode.rollout.hf import HFGenerator
 from swarmnode.swarm.local import InMemoryHub, solo_link
@@ -27,8 +27,8 @@ def _config(tmp_path, name, **sets):
     return load_config(None, overrides)
 
 
-def _node(tmp_path, make_policy, name, hub=None, staleness=1, max_rejects=3, **policy_kwargs):
-    config = _config(tmp_path, name, **{"node.staleness": staleness, "swarm.max_rejects": max_rejects})
+def _node(tmp_path, make_policy, name, hub=None, staleness=1, max_rejects=3, sets=None, **policy_kwargs):
+    config = _config(tmp_path, name, **{"node.staleness": staleness, "swarm.max_rejects": max_rejects, **(sets or {})})
     policy = make_policy(**policy_kwargs)
     return Node(
         config,
@@ -63,6 +63,32 @@ def test_heterogeneous_nodes_train_on_each_others_samples(tmp_path, make_policy)
     assert all(rec.weight_mean <= 1.0 + 1e-5 for rec in last)
     assert all(rec.weight_max <= 2.0 + 1e-6 for rec in last)
     assert any(rec.divergence_mean > 0.01 for rec in last)
+
+
+def test_own_share_splits_the_batch_between_own_and_peers_groups(tmp_path, make_policy):
+    """node.own_share 1/3 of 3 groups: each of three nodes generates one group and trains on
+    three, two of them its peers'; share 1 with the same peers: its own three plus theirs."""
+    hub = InMemoryHub()
+    third = {"node.own_share": 1 / 3, "trust.likelihood_gate": False}
+    nodes = [_node(tmp_path, make_policy, name, hub, sets=third) for name in ("a", "b", "c")]
+    assert batch_split(nodes[0].config) == (1, 2)
+    history = [_step_together(nodes, r) for r in range(2)]
+    for records in history:
+        assert [(r.own_samples, r.peer_samples) for r in records] == [(4, 8)] * 3
+        assert all(r.wire_tokens > 0 for r in records)
+    hub2 = InMemoryHub()
+    whole = {"trust.likelihood_gate": False}
+    on_top = [_node(tmp_path, make_policy, f"{name}2", hub2, sets=whole) for name in ("a", "b", "c")]
+    records = _step_together(on_top, 0)
+    assert [(r.own_samples, r.peer_samples) for r in records] == [(12, 24)] * 3
+
+
+def test_a_smaller_own_share_uses_a_prefix_of_the_same_assignment():
+    full = assigned_prompt_ids(0, "peer", 7, 16, 10_000)
+    assert len(set(full)) == 16
+    assert all(assigned_prompt_ids(0, "peer", 7, k, 10_000) == full[:k] for k in range(1, 16))
+    assert assigned_prompt_ids(0, "peer", 8, 16, 10_000) != full
+    assert sorted(assigned_prompt_ids(0, "peer", 7, 50, 10)) == list(range(10))  # capped by the data
 
 
 def test_each_peer_batch_is_used_once(tmp_path, make_policy):

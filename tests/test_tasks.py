@@ -128,3 +128,23 @@ def test_strict_format_gives_nothing_to_text_after_the_answer():
     assert extract_answer("so \\boxed{5}.", "boxed", strict=True) == "5"
     assert extract_answer("\\[\\boxed{\\frac{1}{2}}\\]", "boxed", strict=True) == "\\frac{1}{2}"
     assert extract_answer("\\boxed{5} and also import os", "boxed", strict=True) is None
+
+
+@pytest.mark.parametrize(
+    "written,strict_value",
+    [("72", 72), ("1,234", 1234), ("12,345,678", 12345678), ("$1,234.50", Decimal("1234.50")), (" 72 ", 72),
+     ("7 2", None), ("7,2", None), ("1234,567", None), ("1,2345", None), (",72", None)],
+)
+def test_strict_numbers_refuse_digits_that_only_match_once_noise_is_deleted(written, strict_value):
+    assert parse_number(written, strict=True) == (None if strict_value is None else Decimal(strict_value))
+    assert parse_number(written) is not None  # the lenient reading takes all of them
+
+
+def test_strict_numbers_is_a_task_setting_and_part_of_its_fingerprint():
+    task = ArithmeticTask()
+    problem = next(p for p in (task.train_problem(i) for i in range(100)) if len(p.answer.lstrip("-")) >= 2)
+    split = problem.answer[:-1] + " " + problem.answer[-1]
+    assert task.reward(f"<answer>{split}</answer>", problem) == 0.0
+    lenient = ArithmeticTask(strict_numbers=False)
+    assert lenient.reward(f"<answer>{split}</answer>", problem) == 1.0
+    assert lenient.fingerprint != task.fingerprint

@@ -20,6 +20,7 @@ def _arithmetic(settings: TaskSettings) -> Task:
         operations=settings.operations,
         answer_format=settings.answer_format,
         strict_format=settings.strict_format,
+        strict_numbers=settings.strict_numbers,
         system_prompt=settings.system_prompt,
     )
 
@@ -29,6 +30,7 @@ def _gsm8k(settings: TaskSettings) -> Task:
         source=settings.data or "hf:openai/gsm8k",
         answer_format=settings.answer_format,
         strict_format=settings.strict_format,
+        strict_numbers=settings.strict_numbers,
         system_prompt=settings.system_prompt,
     )
 

@@ -10,6 +10,8 @@ from swarmnode.tasks.base import AnswerFormat
 MAX_ANSWER_CHARS = 64
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _NUMBER_NOISE = re.compile(r"[\s,$]|\\\$|\\,|\\!")
+_SPLIT_DIGITS = re.compile(r"\d\s+\d")
+_BAD_COMMA = re.compile(r"(?<!\d)\d{4,},|,(?!\d{3}(?!\d))|(?<!\d),")  # not thousands groups
 _BOXED_TAIL = re.compile(r"[\s.$]*(\\\][\s.]*)?")  # what may follow \boxed{} when strict: "$.", "\]"
 
 
@@ -60,8 +62,15 @@ def _boxed_contents(text: str) -> list[str]:
     return found
 
 
-def parse_number(text: str) -> Decimal | None:
-    """'$1,234.50' -> Decimal('1234.50'); None for anything that is not one plain number."""
+def parse_number(text: str, strict: bool = False) -> Decimal | None:
+    """'$1,234.50' -> Decimal('1234.50'); None for anything that is not one plain number.
+
+    `strict`: whitespace may not split digits ("7 2" is not 72) and commas must separate
+    thousands ("7,2" is not 72), so a reward cannot be earned by a string that only becomes
+    the answer once its noise is deleted."""
+    plain = text.replace("\\,", ",").strip()
+    if strict and (_SPLIT_DIGITS.search(plain) or _BAD_COMMA.search(plain)):
+        return None
     cleaned = _NUMBER_NOISE.sub("", text)
     cleaned = cleaned.removeprefix("\\text{").removesuffix("}") if "\\text{" in cleaned else cleaned
     cleaned = cleaned.rstrip(".").removesuffix("%")
@@ -73,10 +82,12 @@ def parse_number(text: str) -> Decimal | None:
         return None
 
 
-def numeric_reward(completion: str, reference: str, answer_format: AnswerFormat, strict: bool = False) -> float:
+def numeric_reward(
+    completion: str, reference: str, answer_format: AnswerFormat, strict: bool = False, strict_numbers: bool = False
+) -> float:
     """1.0 iff the completion is well formed and its number equals the reference number."""
     answer = extract_answer(completion, answer_format, strict)
     if answer is None:
         return 0.0
-    got, want = parse_number(answer), parse_number(reference)
+    got, want = parse_number(answer, strict_numbers), parse_number(reference)
     return 1.0 if got is not None and want is not None and got == want else 0.0

@@ -38,6 +38,7 @@ class ArithmeticTask:
         operations: str = "+-",
         answer_format: AnswerFormat = "answer_tag",
         strict_format: bool = True,
+        strict_numbers: bool = True,
         system_prompt: str | None = None,
     ) -> None:
         if not operations or set(operations) - set("+-*"):
@@ -47,6 +48,7 @@ class ArithmeticTask:
         self.operations = operations
         self.answer_format = answer_format
         self.strict_format = strict_format
+        self.strict_numbers = strict_numbers
         self.system_prompt = "" if system_prompt is None else system_prompt
 
     @property
@@ -58,6 +60,7 @@ class ArithmeticTask:
             self.operations,
             self.answer_format,
             "strict" if self.strict_format else "lenient",
+            "strict-numbers" if self.strict_numbers else "lenient-numbers",
             self.system_prompt,
             str(EVAL_PERMILLE),
         )
@@ -107,4 +110,4 @@ class ArithmeticTask:
         return f"<answer>{problem.answer}</answer>"
 
     def reward(self, completion: str, problem: Problem) -> float:
-        return numeric_reward(completion, problem.answer, self.answer_format, self.strict_format)
+        return numeric_reward(completion, problem.answer, self.answer_format, self.strict_format, self.strict_numbers)

@@ -68,12 +68,14 @@ class GSM8KTask:
         source: str = "hf:openai/gsm8k",
         answer_format: AnswerFormat = "answer_tag",
         strict_format: bool = True,
+        strict_numbers: bool = True,
         system_prompt: str | None = None,
         splits: tuple[str, str] = ("train", "test"),
     ) -> None:
         self.source = source
         self.answer_format = answer_format
         self.strict_format = strict_format
+        self.strict_numbers = strict_numbers
         self.system_prompt = (
             DEFAULT_SYSTEM + FORMAT_INSTRUCTIONS[answer_format] if system_prompt is None else system_prompt
         )
@@ -85,6 +87,7 @@ class GSM8KTask:
     def fingerprint(self) -> str:
         return fingerprint_of(
             self.name, *self._hashes, self.answer_format, "strict" if self.strict_format else "lenient",
+            "strict-numbers" if self.strict_numbers else "lenient-numbers",
             self.system_prompt,
         )
 
@@ -109,4 +112,4 @@ class GSM8KTask:
         return [self._problem(self._test, i) for i in indices]
 
     def reward(self, completion: str, problem: Problem) -> float:
-        return numeric_reward(completion, problem.answer, self.answer_format, self.strict_format)
+        return numeric_reward(completion, problem.answer, self.answer_format, self.strict_format, self.strict_numbers)
