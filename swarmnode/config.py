@@ -37,7 +37,7 @@ class LoraSettings(_Section):
 class ModelSettings(_Section):
     name: str = Field(
         "tiny",
-        description="'tiny' or 'tiny-large' (built locally), a hub id (Qwen/Qwen2.5-3B), a short name "
+        description="'tiny', 'tiny-large' or 'tiny-add' (built locally), a hub id (Qwen/Qwen2.5-3B), a short name "
         "(Qwen2.5-3B) or a local directory",
     )
     revision: str | None = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-TINY_NAMES = ("tiny", "tiny-large")  # built locally (swarmnode.tiny), never fetched
+TINY_NAMES = ("tiny", "tiny-large", "tiny-add")  # built locally (swarmnode.tiny), never fetched
 SHORT_NAME_ORGS = {"qwen": "Qwen"}
 
 

@@ -54,7 +54,10 @@ TINY_LARGE_SPEC: dict = {
     "warmup_steps": 700,
     "warmup_lr": 5e-4,
 }
-TINY_PRESETS: dict[str, dict] = {"tiny": TINY_SPEC, "tiny-large": TINY_LARGE_SPEC}
+# Another expertise: the tiny shape warmed up on addition alone, so on subtraction it starts
+# far from the others and its samples are off-policy for them (and theirs for it).
+TINY_ADD_SPEC: dict = {**TINY_SPEC, "warmup_operations": "+"}
+TINY_PRESETS: dict[str, dict] = {"tiny": TINY_SPEC, "tiny-large": TINY_LARGE_SPEC, "tiny-add": TINY_ADD_SPEC}
 
 
 def _spec_key(spec: dict) -> str:
@@ -120,9 +123,11 @@ def supervised_warmup(
     lr: float,
     seed: int,
     progress: Callable[[int, float], None] | None = None,
+    operations: str = "+-",
 ) -> None:
-    """Teacher-forced training on 'question -> <answer>x</answer><eos>', loss on the answer."""
-    task = ArithmeticTask(seed=seed + 1)
+    """Teacher-forced training on 'question -> <answer>x</answer><eos>', loss on the answer
+    (problems of `operations` only)."""
+    task = ArithmeticTask(seed=seed + 1, operations=operations)
     rng = random.Random(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     eos = tokenizer.eos_token_id
@@ -181,6 +186,7 @@ def ensure_tiny(spec: dict = TINY_SPEC) -> Path:
         spec["warmup_lr"],
         spec["seed"],
         report,
+        operations=spec.get("warmup_operations", "+-"),
     )
     staging = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=path.parent))
     model.save_pretrained(staging)

@@ -1,0 +1,188 @@
+"""Does joining a swarm pay? One heterogeneity setting, alone against together, over seeds.
+
+    python bench/ablation.py                                   # size setting, alone / nois / f-tis, 3 seeds
+    python bench/ablation.py --setting expertise --objectives nois f-nois vis f-vis tis f-tis
+    python bench/ablation.py --setting swarm4 --objectives f-tis --accounting shared
+    python bench/ablation.py --setting size --accounting on-top
+    python bench/ablation.py --member small model.name=Qwen/Qwen2.5-1.5B --member large model.name=Qwen/Qwen2.5-3B \\
+        --set task.name=gsm8k --set task.data=../shared/data/gsm8k --set model.device=cuda --set rollout.max_new_tokens=512
+
+Settings (swarmnode/ablation.py): same (tiny twice, the control), size (tiny + tiny-large),
+expertise (tiny + tiny-add, warmed up on addition only), lora (tiny full + tiny LoRA r=16),
+swarm4 (all four kinds). `--accounting shared`: the batch stays --prompts groups and each of N
+members generates 1/N of it (node.own_share = 1/N); `on-top`: each generates its whole batch,
+peers' groups come on top. Alone = each member by itself with its whole batch.
+
+Printed: per member and condition, greedy pass@1 on --eval-size held-out problems before and
+after, the gain against the same member alone with its standard error paired over seeds, and
+the tokens it generated against alone; then the per-round diagnostics (importance weights,
+truncation, filter, divergence, gated share, samples trained on). Written to --out: the curves
+against rounds and against tokens generated (ablation.png) and every round's record
+(ablation.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from swarmnode.ablation import (  # noqa: E402
+    ACCOUNTINGS,
+    ALONE,
+    SETTINGS,
+    ConditionRun,
+    Member,
+    MemberRun,
+    Setting,
+    Shape,
+    diagnostics,
+    paired_gains,
+    run_condition,
+)
+from swarmnode.registry import OBJECTIVES  # noqa: E402
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--setting", choices=sorted(SETTINGS), default="size")
+    parser.add_argument("--member", nargs="+", action="append", default=[], metavar="LABEL KEY=VALUE",
+                        help="a member instead of the setting's: a label, then its settings (repeat per member)")
+    parser.add_argument("--objectives", nargs="+", choices=OBJECTIVES.names, default=["nois", "f-tis"])
+    parser.add_argument("--accounting", choices=ACCOUNTINGS, default="shared")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=Shape.rounds)
+    parser.add_argument("--prompts", type=int, default=Shape.prompts_per_round, help="groups in a training batch")
+    parser.add_argument("--group", type=int, default=Shape.group_size)
+    parser.add_argument("--max-new-tokens", type=int, default=Shape.max_new_tokens)
+    parser.add_argument("--eval-size", type=int, default=Shape.eval_size)
+    parser.add_argument("--eval-points", type=int, default=Shape.eval_points, help="evaluations during training")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], help="a setting for every node")
+    parser.add_argument("--out", type=Path, default=Path("ablation-out"))
+    parser.add_argument("--from", dest="saved", type=Path, default=None,
+                        help="an ablation.json of an earlier run: print its tables and redraw its curves, train nothing")
+    return parser.parse_args()
+
+
+def chosen_setting(args: argparse.Namespace) -> Setting:
+    if not args.member:
+        return SETTINGS[args.setting]
+    members = tuple(Member(spec[0], tuple(spec[1:])) for spec in args.member)
+    return Setting("custom", "members given on the command line", members)
+
+
+def print_gains(setting: Setting, args: argparse.Namespace, runs: list[ConditionRun]) -> None:
+    print(f"\nsetting {setting.name}: {setting.about}")
+    print(f"accounting {args.accounting}, {args.rounds} rounds of {args.prompts} prompts x {args.group} a member, "
+          f"{args.seeds} seed(s), greedy pass@1 on {args.eval_size} held-out problems; gain = after - after "
+          f"alone, SE paired over seeds")
+    print(f"{'member':<12} {'condition':<8} {'before':>7} {'after':>7} {'gain vs alone':>16} {'tokens vs alone':>16}")
+    gains = paired_gains(runs)
+    for gain in sorted(gains, key=lambda g: ([m.label for m in setting.members].index(g.label), g.condition != ALONE)):
+        versus = "" if gain.condition == ALONE else f"{gain.gain:+.3f} ({gain.se:.3f})"
+        print(f"{gain.label:<12} {gain.condition:<8} {gain.before:>7.3f} {gain.after:>7.3f} {versus:>16} "
+              f"{gain.tokens_share:>15.2f}x")
+
+
+def print_diagnostics(runs: list[ConditionRun]) -> None:
+    print("\nper-round diagnostics, mean over rounds and seeds (weight max: the largest seen)")
+    print(f"{'member':<12} {'condition':<8} {'weight':>7} {'max':>8} {'trunc':>7} {'filtered':>9} "
+          f"{'diverg.':>8} {'gated':>7} {'own/round':>10} {'peers/round':>12}")
+    for (condition, label), row in diagnostics(runs).items():
+        print(f"{label:<12} {condition:<8} {row['weight_mean']:>7.3f} {row['weight_max']:>8.2f} "
+              f"{row['truncated_frac']:>7.1%} {row['filtered_frac']:>9.1%} {row['divergence_mean']:>8.3f} "
+              f"{row['gated_frac']:>7.1%} {row['own_samples']:>10.0f} {row['peer_samples']:>12.0f}")
+
+
+def plot(runs: list[ConditionRun], path: Path, title: str) -> None:
+    """Per member (a row): accuracy against rounds and against tokens it generated, one line
+    per condition (alone dashed), mean over seeds."""
+    labels = [m.label for m in runs[0].members]
+    conditions = list(dict.fromkeys(r.condition for r in runs))
+    fig, axes = plt.subplots(len(labels), 2, figsize=(11, 3.2 * len(labels)), squeeze=False)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for row, label in enumerate(labels):
+        by_round, by_tokens = axes[row]
+        for index, condition in enumerate(conditions):
+            curves = [m.curve for r in runs if r.condition == condition for m in r.members if m.label == label]
+            points = list(zip(*curves))  # per evaluation point, one (round, tokens, accuracy) per seed
+            rounds = [p[0][0] for p in points]
+            tokens = [sum(q[1] for q in p) / len(p) for p in points]
+            accuracy = [sum(q[2] for q in p) / len(p) for p in points]
+            style = {"linestyle": "--", "color": "black"} if condition == ALONE else {
+                "color": colours[index % len(colours)]}
+            by_round.plot(rounds, accuracy, marker="o", markersize=3, label=condition, **style)
+            by_tokens.plot(tokens, accuracy, marker="o", markersize=3, label=condition, **style)
+        by_round.set_title(f"{label}: against rounds", fontsize=9)
+        by_tokens.set_title(f"{label}: against completion tokens it generated", fontsize=9)
+        for axis in (by_round, by_tokens):
+            axis.set_ylabel("held-out pass@1")
+            axis.grid(alpha=0.3)
+        by_tokens.legend(fontsize=7)
+    axes[-1][0].set_xlabel("rounds")
+    axes[-1][1].set_xlabel("tokens")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def load_saved(path: Path) -> tuple[Setting, argparse.Namespace, list[ConditionRun]]:
+    """An earlier run's setting, shape (as the arguments it was run with) and records."""
+    saved = json.loads(path.read_text())
+    setting = Setting(saved["setting"]["name"], saved["setting"]["about"],
+                      tuple(Member(m["label"], tuple(m["overrides"])) for m in saved["setting"]["members"]))
+    shape = saved["shape"]
+    runs = [ConditionRun(r["condition"], r["accounting"], r["seed"],
+                         [MemberRun(m["label"], m["before"], m["after"], [tuple(p) for p in m["curve"]], m["rounds"])
+                          for m in r["members"]]) for r in saved["runs"]]
+    args = argparse.Namespace(accounting=saved["accounting"], rounds=shape["rounds"], prompts=shape["prompts_per_round"],
+                              group=shape["group_size"], eval_size=shape["eval_size"],
+                              seeds=len({r.seed for r in runs}))
+    return setting, args, runs
+
+
+def main() -> None:
+    args = parse_args()
+    if args.saved is not None:
+        setting, saved_args, runs = load_saved(args.saved)
+        print_gains(setting, saved_args, runs)
+        print_diagnostics(runs)
+        args.out.mkdir(parents=True, exist_ok=True)
+        plot(runs, args.out / "ablation.png", f"{setting.name}, {saved_args.accounting}, {saved_args.seeds} seed(s)")
+        print(f"\ncurves: {args.out / 'ablation.png'}")
+        return
+    setting = chosen_setting(args)
+    shape = Shape(args.rounds, args.prompts, args.group, args.max_new_tokens, args.eval_size, args.eval_points,
+                  tuple(args.overrides))
+    conditions = [ALONE, *args.objectives]
+    args.out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    runs: list[ConditionRun] = []
+    for seed in range(args.seeds):
+        for condition in conditions:
+            t = time.perf_counter()
+            print(f"seed {seed}, {condition}:", flush=True)
+            runs.append(run_condition(setting, condition, args.accounting, seed, shape,
+                                      progress=lambda line: print(line, flush=True)))
+            print(f"  {time.perf_counter() - t:.0f} s", flush=True)
+    print_gains(setting, args, runs)
+    print_diagnostics(runs)
+    title = f"{setting.name}, {args.accounting}, {args.seeds} seed(s)"
+    plot(runs, args.out / "ablation.png", title)
+    (args.out / "ablation.json").write_text(json.dumps(
+        {"setting": asdict(setting), "accounting": args.accounting, "shape": asdict(shape),
+         "runs": [asdict(r) for r in runs]}, indent=1))
+    print(f"\ncurves: {args.out / 'ablation.png'}, records: {args.out / 'ablation.json'}; "
+          f"total {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

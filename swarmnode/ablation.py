@@ -1,0 +1,297 @@
+"""Does joining a swarm pay? Nodes trained alone and together, like for like, over seeds.
+
+A *setting* names the swarm's members (models that differ in size, expertise or trainable
+parameters). Each *condition* trains every member for the same rounds: `alone` (its own
+full batch), or together with the others under one objective (nois, f-tis, ...). Two ways to
+account for a swarm (node.own_share):
+
+- `shared`: the batch stays `prompts_per_round` groups; each of N members generates 1/N of it
+  and peers' groups fill the rest (the paper's vertical setup): as good for 1/N the generation?
+- `on-top`: each member generates its whole batch and peers' groups come on top.
+
+Members run in one process through the in-memory exchange, stepped together round by round, so
+a run is deterministic in its inputs (seed, names) and costs no network. A member keeps its
+name across conditions, hence its prompts: alone and together see the same own prompts, and a
+gain is paired by seed (standard error over seeds).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from swarmnode.assemble import assemble
+from swarmnode.config import Config, load_config
+from swarmnode.node import Node, batch_split
+from swarmnode.registry import OBJECTIVES
+from swarmnode.swarm.local import InMemoryHub
+
+ALONE = "alone"
+ACCOUNTINGS = ("shared", "on-top")
+DIAGNOSTICS = ("weight_mean", "weight_max", "truncated_frac", "filtered_frac", "divergence_mean")
+
+
+@dataclass(frozen=True)
+class Member:
+    """One node of a setting: a label for tables and the settings that make it what it is."""
+
+    label: str
+    overrides: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    about: str
+    members: tuple[Member, ...]
+
+
+TINY = Member("tiny")
+LARGE = Member("tiny-large", ("model.name=tiny-large",))
+ADD = Member("tiny-add", ("model.name=tiny-add",))
+LORA = Member("tiny-lora", ("model.lora.rank=16", "train.lr=3e-4"))
+
+SETTINGS: dict[str, Setting] = {
+    s.name: s
+    for s in (
+        Setting("same", "two copies of tiny: on-policy up to sampling noise (the control)", (TINY, Member("tiny-b"))),
+        Setting("size", "tiny next to tiny-large (3.2x the parameters, another warm-up)", (TINY, LARGE)),
+        Setting("expertise", "tiny next to tiny-add (tiny's shape, warmed up on addition only)", (TINY, ADD)),
+        Setting("lora", "tiny full fine-tuning next to tiny with LoRA r=16", (TINY, LORA)),
+        Setting("swarm4", "tiny, tiny-large, tiny-add and tiny LoRA together", (TINY, LARGE, ADD, LORA)),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What every run of an ablation shares."""
+
+    rounds: int = 200
+    prompts_per_round: int = 16
+    group_size: int = 8
+    max_new_tokens: int = 10
+    eval_size: int = 500
+    eval_points: int = 4  # evaluations during training, for the curves (besides before and after)
+    overrides: tuple[str, ...] = ()
+
+
+@dataclass
+class MemberRun:
+    """One member's run under one condition and seed."""
+
+    label: str
+    before: float
+    after: float
+    curve: list[tuple[int, int, float]] = field(default_factory=list)  # (rounds done, tokens generated, accuracy)
+    rounds: list[dict[str, Any]] = field(default_factory=list)  # per-round records (metrics.jsonl lines)
+
+    @property
+    def tokens_generated(self) -> int:
+        return sum(r["wire_tokens"] for r in self.rounds)
+
+
+@dataclass
+class ConditionRun:
+    condition: str  # ALONE or an objective
+    accounting: str
+    seed: int
+    members: list[MemberRun]
+
+
+def member_config(
+    directory: Path, member: Member, shape: Shape, seed: int, objective: str, own_share: float, peer_groups: int
+) -> Config:
+    """The settings of one member's node under a condition."""
+    return load_config(
+        None,
+        [
+            "model.name=tiny",
+            "model.device=cpu",
+            "task.name=arithmetic",
+            "task.system_prompt=''",
+            "rollout.backend=hf",
+            f"rollout.group_size={shape.group_size}",
+            f"rollout.prompts_per_round={shape.prompts_per_round}",
+            f"rollout.max_new_tokens={shape.max_new_tokens}",
+            "train.lr=1e-4",
+            "train.micro_batch_size=256",
+            f"loss.objective={objective}",
+            f"node.seed={seed}",
+            f"node.own_share={own_share}",
+            f"node.max_peer_groups={peer_groups}",
+            f"node.eval_size={shape.eval_size}",
+            "node.checkpoint_every=0",
+            "node.gather_timeout_s=5",
+            f"node.run_dir={directory}",
+            "swarm.enabled=false",
+            *shape.overrides,
+            *member.overrides,
+        ],
+    )
+
+
+def split_for(condition: str, accounting: str, members: int, shape: Shape) -> tuple[float, int]:
+    """(node.own_share, node.max_peer_groups) of a member under a condition."""
+    if condition == ALONE:
+        return 1.0, 0
+    if accounting == "shared":
+        return 1.0 / members, shape.prompts_per_round
+    return 1.0, (members - 1) * shape.prompts_per_round
+
+
+def eval_rounds(shape: Shape) -> list[int]:
+    """Rounds after which the curves get a point (the last is the final evaluation)."""
+    points = max(1, shape.eval_points + 1)
+    return sorted({max(1, round(shape.rounds * (i + 1) / points)) for i in range(points)})
+
+
+def run_condition(
+    setting: Setting,
+    condition: str,
+    accounting: str,
+    seed: int,
+    shape: Shape,
+    progress: Callable[[str], None] = lambda line: None,
+) -> ConditionRun:
+    """Train the setting's members `shape.rounds` rounds under one condition; alone, each
+    member trains by itself (one after the other), together they step round by round."""
+    if condition != ALONE:
+        OBJECTIVES.get(condition)  # an unknown objective is an error here, not after an hour
+    objective = "nois" if condition == ALONE else condition  # alone: every sample on-policy
+    share, peer_groups = split_for(condition, accounting, len(setting.members), shape)
+    groups = [list(setting.members)] if condition != ALONE else [[m] for m in setting.members]
+    runs: dict[str, MemberRun] = {}
+    with tempfile.TemporaryDirectory(prefix="swarmnode-ablation-") as scratch:
+        for together in groups:
+            hub = InMemoryHub()
+            with contextlib.ExitStack() as stack:
+                nodes = []
+                for member in together:
+                    config = member_config(
+                        Path(scratch) / member.label, member, shape, seed, objective, share, peer_groups
+                    )
+                    name = member.label  # the peer id, hence the prompts, are the member's in every condition
+                    nodes.append(stack.enter_context(assemble(config, join=lambda run, n=name, h=hub: h.join(n))))
+                runs.update(_train_together(together, nodes, shape, progress))
+    return ConditionRun(condition, accounting, seed, [runs[m.label] for m in setting.members])
+
+
+def _train_together(
+    members: list[Member], nodes: list[Node], shape: Shape, progress: Callable[[str], None]
+) -> dict[str, MemberRun]:
+    runs = {}
+    for member, node in zip(members, nodes):
+        before = _accuracy(node)
+        runs[member.label] = MemberRun(member.label, before, before, curve=[(0, 0, before)])
+    checkpoints = set(eval_rounds(shape))
+    started = time.perf_counter()
+    for round_ in range(shape.rounds):
+        states = [node.produce(round_) for node in nodes]
+        for member, node, state in zip(members, nodes, states):
+            runs[member.label].rounds.append(node.consume(round_, state).to_json())
+        if round_ + 1 in checkpoints:
+            for member, node in zip(members, nodes):
+                run = runs[member.label]
+                run.after = _accuracy(node)
+                run.curve.append((round_ + 1, run.tokens_generated, run.after))
+            progress(
+                f"    round {round_ + 1}/{shape.rounds} ({time.perf_counter() - started:.0f} s): "
+                + ", ".join(f"{m.label} {runs[m.label].after:.3f}" for m in members)
+            )
+    return runs
+
+
+def _accuracy(node: Node) -> float:
+    scores = node.evaluate_scores()
+    return sum(scores) / len(scores)
+
+
+# -- summaries ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Gain:
+    """One member under one condition against the same member alone, paired by seed."""
+
+    label: str
+    condition: str
+    before: float
+    after: float
+    gain: float  # mean over seeds of after - after alone
+    se: float  # standard error of that mean (nan with one seed)
+    seeds: int
+    tokens_share: float  # tokens it generated / tokens it generated alone
+
+
+def paired_gains(runs: list[ConditionRun]) -> list[Gain]:
+    """Every (condition, member) against `alone` of the same accounting, seed by seed."""
+    alone = {(r.seed, m.label): m for r in runs if r.condition == ALONE for m in r.members}
+    gains = []
+    conditions = list(dict.fromkeys(r.condition for r in runs))
+    for condition in conditions:
+        chosen = [r for r in runs if r.condition == condition]
+        for index, label in enumerate(m.label for m in chosen[0].members):
+            pairs = [(r.members[index], alone.get((r.seed, label))) for r in chosen]
+            pairs = [(m, a) for m, a in pairs if a is not None]
+            if not pairs:
+                continue
+            diffs = [m.after - a.after for m, a in pairs]
+            tokens = sum(m.tokens_generated for m, _ in pairs) / max(sum(a.tokens_generated for _, a in pairs), 1)
+            gains.append(
+                Gain(
+                    label=label,
+                    condition=condition,
+                    before=statistics.mean(m.before for m, _ in pairs),
+                    after=statistics.mean(m.after for m, _ in pairs),
+                    gain=statistics.mean(diffs),
+                    se=standard_error(diffs),
+                    seeds=len(diffs),
+                    tokens_share=tokens,
+                )
+            )
+    return gains
+
+
+def standard_error(values: list[float]) -> float:
+    """Of the mean; nan for fewer than two values."""
+    return statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else float("nan")
+
+
+def diagnostics(runs: list[ConditionRun]) -> dict[tuple[str, str], dict[str, float]]:
+    """(condition, member) -> mean over rounds and seeds of each objective diagnostic, plus
+    the share of peers' samples gated and the samples trained on per round (own, peers')."""
+    table: dict[tuple[str, str], dict[str, float]] = {}
+    for condition in dict.fromkeys(r.condition for r in runs):
+        chosen = [r for r in runs if r.condition == condition]
+        for index, label in enumerate(m.label for m in chosen[0].members):
+            rounds = [line for r in chosen for line in r.members[index].rounds]
+            if not rounds:
+                continue
+            row = {key: statistics.mean(line[key] for line in rounds) for key in DIAGNOSTICS}
+            row["weight_max"] = max(line["weight_max"] for line in rounds)
+            peers = sum(line["peer_samples"] for line in rounds)
+            gated = sum(line.get("gated", 0) for line in rounds)
+            row["gated_frac"] = gated / max(peers + gated, 1)
+            row["own_samples"] = statistics.mean(line["own_samples"] for line in rounds)
+            row["peer_samples"] = statistics.mean(line["peer_samples"] for line in rounds)
+            table[(condition, label)] = row
+    return table
+
+
+def expected_samples(condition: str, accounting: str, members: int, shape: Shape) -> tuple[int, int]:
+    """(own, peers') samples a member trains on per round when every peer delivers and none
+    is gated: what the bookkeeping must show."""
+    share, peer_groups = split_for(condition, accounting, members, shape)
+    probe = load_config(None, [f"rollout.prompts_per_round={shape.prompts_per_round}",
+                               f"node.own_share={share}", f"node.max_peer_groups={peer_groups}"])
+    own_groups, budget = batch_split(probe)
+    peers_offer = 0 if condition == ALONE else (members - 1) * own_groups
+    return own_groups * shape.group_size, min(budget, peers_offer) * shape.group_size

@@ -1,0 +1,85 @@
+"""The ablation's bookkeeping (swarmnode/ablation.py): batch composition, seeds, paired errors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from swarmnode.ablation import (
+    ALONE,
+    SETTINGS,
+    ConditionRun,
+    MemberRun,
+    Shape,
+    diagnostics,
+    eval_rounds,
+    expected_samples,
+    paired_gains,
+    run_condition,
+)
+
+FAST = Shape(rounds=3, prompts_per_round=4, group_size=4, max_new_tokens=6, eval_size=8, eval_points=1,
+             overrides=("trust.likelihood_gate=false",))  # the gate would make peers' counts vary
+SAME = SETTINGS["same"]
+
+
+@pytest.mark.parametrize(
+    "condition,accounting,own,peers",
+    [(ALONE, "shared", 16, 0), ("f-tis", "shared", 8, 8), ("nois", "on-top", 16, 16)],
+)
+def test_each_member_trains_on_the_batch_its_accounting_promises(condition, accounting, own, peers):
+    run = run_condition(SAME, condition, accounting, seed=0, shape=FAST)
+    assert expected_samples(condition, accounting, 2, FAST) == (own, peers)
+    assert [m.label for m in run.members] == ["tiny", "tiny-b"]
+    for member in run.members:
+        assert len(member.rounds) == FAST.rounds
+        assert [(r["own_samples"], r["peer_samples"]) for r in member.rounds] == [(own, peers)] * FAST.rounds
+        assert [point[0] for point in member.curve] == [0, *eval_rounds(FAST)]
+        assert member.curve[-1][1] == member.tokens_generated > 0
+
+
+def test_a_shared_batch_halves_the_generation_of_two_members():
+    alone = run_condition(SAME, ALONE, "shared", seed=0, shape=FAST)
+    shared = run_condition(SAME, "f-tis", "shared", seed=0, shape=FAST)
+    gain = next(g for g in paired_gains([alone, shared]) if g.condition == "f-tis" and g.label == "tiny")
+    assert 0.3 < gain.tokens_share < 0.7
+    assert gain.before == alone.members[0].before, "same seed, same model: the same starting accuracy"
+
+
+def test_an_unknown_objective_fails_before_any_training():
+    with pytest.raises(ValueError, match="ppo"):
+        run_condition(SAME, "ppo", "shared", seed=0, shape=FAST)
+
+
+def _member(label: str, after: float, tokens: int = 100) -> MemberRun:
+    rounds = [{"wire_tokens": tokens, "own_samples": 8, "peer_samples": 8, "gated": 0, "weight_mean": 1.0,
+               "weight_max": 2.0, "truncated_frac": 0.0, "filtered_frac": 0.0, "divergence_mean": 0.5}]
+    return MemberRun(label, before=0.5, after=after, rounds=rounds)
+
+
+def test_gains_are_paired_by_seed_with_the_standard_error_over_seeds():
+    runs = []
+    for seed, (alone_a, alone_b, pair_a, pair_b) in enumerate([(0.50, 0.70, 0.55, 0.70), (0.60, 0.80, 0.62, 0.74),
+                                                               (0.40, 0.60, 0.49, 0.66)]):
+        runs.append(ConditionRun(ALONE, "shared", seed, [_member("a", alone_a), _member("b", alone_b)]))
+        runs.append(ConditionRun("f-tis", "shared", seed, [_member("a", pair_a, 50), _member("b", pair_b, 50)]))
+    gains = {(g.label, g.condition): g for g in paired_gains(runs)}
+    a = gains[("a", "f-tis")]
+    diffs = [0.05, 0.02, 0.09]
+    assert a.gain == pytest.approx(sum(diffs) / 3)
+    mean = sum(diffs) / 3
+    assert a.se == pytest.approx(math.sqrt(sum((d - mean) ** 2 for d in diffs) / 2 / 3))
+    assert a.seeds == 3 and a.tokens_share == pytest.approx(0.5) and a.after == pytest.approx((0.55 + 0.62 + 0.49) / 3)
+    b = gains[("b", "f-tis")]
+    assert b.gain == pytest.approx((0.0 - 0.06 + 0.06) / 3)
+    assert gains[("a", ALONE)].gain == 0.0
+    one_seed = paired_gains(runs[:2])
+    assert all(math.isnan(g.se) for g in one_seed)
+    rows = diagnostics(runs)
+    assert rows[("f-tis", "a")]["weight_max"] == 2.0 and rows[("f-tis", "a")]["peer_samples"] == 8
+
+
+def test_a_condition_without_its_alone_run_is_left_out():
+    runs = [ConditionRun(ALONE, "shared", 0, [_member("a", 0.5)]), ConditionRun("nois", "shared", 1, [_member("a", 0.6)])]
+    assert [(g.label, g.condition) for g in paired_gains(runs)] == [("a", ALONE)]
