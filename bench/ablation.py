@@ -58,6 +58,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--objectives", nargs="+", choices=OBJECTIVES.names, default=["nois", "f-tis"])
     parser.add_argument("--accounting", choices=ACCOUNTINGS, default="shared")
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1")
     parser.add_argument("--rounds", type=int, default=Shape.rounds)
     parser.add_argument("--prompts", type=int, default=Shape.prompts_per_round, help="groups in a training batch")
     parser.add_argument("--group", type=int, default=Shape.group_size)
@@ -66,8 +67,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--eval-points", type=int, default=Shape.eval_points, help="evaluations during training")
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="a setting for every node")
     parser.add_argument("--out", type=Path, default=Path("ablation-out"))
-    parser.add_argument("--from", dest="saved", type=Path, default=None,
-                        help="an ablation.json of an earlier run: print its tables and redraw its curves, train nothing")
+    parser.add_argument("--from", dest="saved", type=Path, nargs="+", default=None,
+                        help="ablation.json files of earlier runs of one setting and accounting (e.g. other seeds): "
+                        "print their tables and redraw the curves together, train nothing")
     return parser.parse_args()
 
 
@@ -83,12 +85,16 @@ def print_gains(setting: Setting, args: argparse.Namespace, runs: list[Condition
     print(f"accounting {args.accounting}, {args.rounds} rounds of {args.prompts} prompts x {args.group} a member, "
           f"{args.seeds} seed(s), greedy pass@1 on {args.eval_size} held-out problems; gain = after - after "
           f"alone, SE paired over seeds")
-    print(f"{'member':<12} {'condition':<8} {'before':>7} {'after':>7} {'gain vs alone':>16} {'tokens vs alone':>16}")
     gains = paired_gains(runs)
+    against_nois = {(g.label, g.condition): g for g in paired_gains(runs, baseline="nois")}
+    print(f"{'member':<12} {'condition':<8} {'before':>7} {'after':>7} {'gain vs alone':>16} {'tokens vs alone':>16}"
+          + (f" {'vs nois':>16}" if against_nois else ""))
     for gain in sorted(gains, key=lambda g: ([m.label for m in setting.members].index(g.label), g.condition != ALONE)):
         versus = "" if gain.condition == ALONE else f"{gain.gain:+.3f} ({gain.se:.3f})"
+        nois = against_nois.get((gain.label, gain.condition))
+        other = "" if nois is None or gain.condition in (ALONE, "nois") else f"{nois.gain:+.3f} ({nois.se:.3f})"
         print(f"{gain.label:<12} {gain.condition:<8} {gain.before:>7.3f} {gain.after:>7.3f} {versus:>16} "
-              f"{gain.tokens_share:>15.2f}x")
+              f"{gain.tokens_share:>15.2f}x {other:>16}")
 
 
 def print_diagnostics(runs: list[ConditionRun]) -> None:
@@ -134,15 +140,23 @@ def plot(runs: list[ConditionRun], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def load_saved(path: Path) -> tuple[Setting, argparse.Namespace, list[ConditionRun]]:
-    """An earlier run's setting, shape (as the arguments it was run with) and records."""
-    saved = json.loads(path.read_text())
+def load_saved(paths: list[Path]) -> tuple[Setting, argparse.Namespace, list[ConditionRun]]:
+    """Earlier runs' setting, shape (as the arguments they were run with) and records; the
+    files must share setting, accounting and shape."""
+    files = [json.loads(path.read_text()) for path in paths]
+    saved = files[0]
+    for other, path in zip(files[1:], paths[1:]):
+        if (other["setting"], other["accounting"], other["shape"]) != (saved["setting"], saved["accounting"], saved["shape"]):
+            raise SystemExit(f"{path} is another setting, accounting or shape than {paths[0]}")
     setting = Setting(saved["setting"]["name"], saved["setting"]["about"],
                       tuple(Member(m["label"], tuple(m["overrides"])) for m in saved["setting"]["members"]))
+    seeds = [r["seed"] for f in files for r in f["runs"] if r["condition"] == ALONE]
+    if len(seeds) != len(set(seeds)):
+        raise SystemExit("the files repeat a seed: give each seed once (--first-seed when running)")
     shape = saved["shape"]
     runs = [ConditionRun(r["condition"], r["accounting"], r["seed"],
                          [MemberRun(m["label"], m["before"], m["after"], [tuple(p) for p in m["curve"]], m["rounds"])
-                          for m in r["members"]]) for r in saved["runs"]]
+                          for m in r["members"]]) for f in files for r in f["runs"]]
     args = argparse.Namespace(accounting=saved["accounting"], rounds=shape["rounds"], prompts=shape["prompts_per_round"],
                               group=shape["group_size"], eval_size=shape["eval_size"],
                               seeds=len({r.seed for r in runs}))
@@ -166,7 +180,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     runs: list[ConditionRun] = []
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         for condition in conditions:
             t = time.perf_counter()
             print(f"seed {seed}, {condition}:", flush=True)

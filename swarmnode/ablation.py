@@ -225,15 +225,18 @@ class Gain:
     condition: str
     before: float
     after: float
-    gain: float  # mean over seeds of after - after alone
+    gain: float  # mean over seeds of after - after under the baseline (alone unless asked)
     se: float  # standard error of that mean (nan with one seed)
     seeds: int
-    tokens_share: float  # tokens it generated / tokens it generated alone
+    tokens_share: float  # tokens it generated / tokens it generated under the baseline
 
 
-def paired_gains(runs: list[ConditionRun]) -> list[Gain]:
-    """Every (condition, member) against `alone` of the same accounting, seed by seed."""
-    alone = {(r.seed, m.label): m for r in runs if r.condition == ALONE for m in r.members}
+def paired_gains(runs: list[ConditionRun], baseline: str = ALONE) -> list[Gain]:
+    """Every (condition, member) against the same member under `baseline` (alone, or an
+    objective such as nois), seed by seed; [] when no run has that condition."""
+    alone = {(r.seed, m.label): m for r in runs if r.condition == baseline for m in r.members}
+    if not alone:
+        return []
     gains = []
     conditions = list(dict.fromkeys(r.condition for r in runs))
     for condition in conditions:

@@ -74,6 +74,8 @@ def test_gains_are_paired_by_seed_with_the_standard_error_over_seeds():
     b = gains[("b", "f-tis")]
     assert b.gain == pytest.approx((0.0 - 0.06 + 0.06) / 3)
     assert gains[("a", ALONE)].gain == 0.0
+    against_b_alone = {g.label: g for g in paired_gains(runs, baseline="f-tis")}
+    assert against_b_alone["a"].gain == 0.0 and paired_gains(runs, baseline="vis") == []
     one_seed = paired_gains(runs[:2])
     assert all(math.isnan(g.se) for g in one_seed)
     rows = diagnostics(runs)
