@@ -217,3 +217,23 @@ def test_out_of_memory_while_scoring_peers_halves_the_micro_batch(make_policy, m
     scored = policy.token_logprobs([s.prompt_ids for s in samples], [s.completion_ids for s in samples], 1.0)
     assert policy.train_settings.micro_batch_size == 2
     assert all(np.allclose(a, b, atol=1e-6) for a, b in zip(scored, expected)) and len(scored) == 8
+
+
+def test_sampling_follows_the_generators_own_seeded_stream(make_policy):
+    """Same seed, same samples, whatever else drew random numbers in between; another seed,
+    other samples; the process's global RNG is not moved by sampling."""
+    policy = make_policy()
+    settings = RolloutSettings(max_new_tokens=8)
+    prompts = [[5, 6, 7], [8, 9]]
+
+    def tokens(generator):
+        return [c.tokens.tolist() for group in generator.generate(prompts, 4) for c in group]
+
+    first, again, other = HFGenerator(policy, settings, 3), HFGenerator(policy, settings, 3), HFGenerator(policy, settings, 4)
+    run_first = [tokens(first), tokens(first)]
+    torch.rand(1000)  # another consumer of the global RNG
+    state = torch.get_rng_state()
+    assert [tokens(again), tokens(again)] == run_first
+    assert torch.equal(torch.get_rng_state(), state)
+    assert tokens(other) != run_first[0]
+    assert run_first[0] != run_first[1], "the stream moves on between calls"

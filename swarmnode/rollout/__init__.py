@@ -42,7 +42,7 @@ def _vllm(policy: Policy, settings: RolloutSettings, seed: int) -> Generator:
 
 # One constructor per concrete backend of the registry ('auto' resolves to one of them).
 _MAKERS: dict[str, Callable[[Policy, RolloutSettings, int], Generator]] = {
-    "hf": lambda policy, settings, seed: HFGenerator(policy, settings),
+    "hf": lambda policy, settings, seed: HFGenerator(policy, settings, seed),
     "vllm": _vllm,
 }
 if missing := set(BACKENDS.names) - {"auto"} - _MAKERS.keys():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -65,9 +66,14 @@ class HFGenerator:
 
     name = "hf"
 
-    def __init__(self, policy: Policy, settings: RolloutSettings) -> None:
+    def __init__(self, policy: Policy, settings: RolloutSettings, seed: int = 0) -> None:
+        """`seed` starts this generator's own random stream (node.seed): sampling is
+        reproducible and independent of whatever else in the process draws random numbers
+        (other nodes in one process, the trainer)."""
         self.policy = policy
         self.settings = settings
+        self.seed = seed
+        self._rng_states: tuple[torch.Tensor, list[torch.Tensor]] | None = None
         use_copy = settings.hf_inference_copy and policy.autocast and not policy.lora_rank
         self.copy = inference_copy(policy.model, policy.compute_dtype) if use_copy else None
 
@@ -85,8 +91,23 @@ class HFGenerator:
 
     def generate(self, prompts: list[list[int]], group_size: int) -> list[list[Completion]]:
         flat = [prompt for prompt in prompts for _ in range(group_size)]
-        completions = self._batched(flat, True)
+        with self._own_random_stream():
+            completions = self._batched(flat, True)
         return [completions[i : i + group_size] for i in range(0, len(flat), group_size)]
+
+    @contextlib.contextmanager
+    def _own_random_stream(self) -> Iterator[None]:
+        """Sample from this generator's stream; the process's global RNG is left as it was."""
+        devices = [self.policy.device] if self.policy.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            if self._rng_states is None:
+                torch.manual_seed(self.seed)
+            else:
+                torch.set_rng_state(self._rng_states[0])
+                for device, state in zip(devices, self._rng_states[1]):
+                    torch.cuda.set_rng_state(state, device)
+            yield
+            self._rng_states = (torch.get_rng_state(), [torch.cuda.get_rng_state(d) for d in devices])
 
     def greedy(self, prompts: list[list[int]]) -> list[Completion]:
         return self._batched(prompts, False)
