@@ -83,17 +83,17 @@ def chosen_setting(args: argparse.Namespace) -> Setting:
 def print_gains(setting: Setting, args: argparse.Namespace, runs: list[ConditionRun]) -> None:
     print(f"\nsetting {setting.name}: {setting.about}")
     print(f"accounting {args.accounting}, {args.rounds} rounds of {args.prompts} prompts x {args.group} a member, "
-          f"{args.seeds} seed(s), greedy pass@1 on {args.eval_size} held-out problems; gain = after - after "
+          f"up to {args.seeds} seed(s), greedy pass@1 on {args.eval_size} held-out problems; gain = after - after "
           f"alone, SE paired over seeds")
     gains = paired_gains(runs)
     against_nois = {(g.label, g.condition): g for g in paired_gains(runs, baseline="nois")}
-    print(f"{'member':<12} {'condition':<8} {'before':>7} {'after':>7} {'gain vs alone':>16} {'tokens vs alone':>16}"
+    print(f"{'member':<12} {'condition':<8} {'seeds':>5} {'before':>7} {'after':>7} {'gain vs alone':>16} {'tokens vs alone':>16}"
           + (f" {'vs nois':>16}" if against_nois else ""))
     for gain in sorted(gains, key=lambda g: ([m.label for m in setting.members].index(g.label), g.condition != ALONE)):
         versus = "" if gain.condition == ALONE else f"{gain.gain:+.3f} ({gain.se:.3f})"
         nois = against_nois.get((gain.label, gain.condition))
         other = "" if nois is None or gain.condition in (ALONE, "nois") else f"{nois.gain:+.3f} ({nois.se:.3f})"
-        print(f"{gain.label:<12} {gain.condition:<8} {gain.before:>7.3f} {gain.after:>7.3f} {versus:>16} "
+        print(f"{gain.label:<12} {gain.condition:<8} {gain.seeds:>5} {gain.before:>7.3f} {gain.after:>7.3f} {versus:>16} "
               f"{gain.tokens_share:>15.2f}x {other:>16}")
 
 
