@@ -43,6 +43,7 @@ from swarmnode.ablation import (  # noqa: E402
     MemberRun,
     Setting,
     Shape,
+    by_member,
     diagnostics,
     paired_gains,
     run_condition,
@@ -114,10 +115,11 @@ def plot(runs: list[ConditionRun], path: Path, title: str) -> None:
     conditions = list(dict.fromkeys(r.condition for r in runs))
     fig, axes = plt.subplots(len(labels), 2, figsize=(11, 3.2 * len(labels)), squeeze=False)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    grouped = by_member(runs)
     for row, label in enumerate(labels):
         by_round, by_tokens = axes[row]
         for index, condition in enumerate(conditions):
-            curves = [m.curve for r in runs if r.condition == condition for m in r.members if m.label == label]
+            curves = [member.curve for _, member in grouped[(condition, label)]]
             points = list(zip(*curves))  # per evaluation point, one (round, tokens, accuracy) per seed
             rounds = [p[0][0] for p in points]
             tokens = [sum(q[1] for q in p) / len(p) for p in points]

@@ -189,7 +189,7 @@ def _train_together(
 ) -> dict[str, MemberRun]:
     runs = {}
     for member, node in zip(members, nodes):
-        before = _accuracy(node)
+        before = node.evaluate()
         runs[member.label] = MemberRun(member.label, before, before, curve=[(0, 0, before)])
     checkpoints = set(eval_rounds(shape))
     started = time.perf_counter()
@@ -200,18 +200,13 @@ def _train_together(
         if round_ + 1 in checkpoints:
             for member, node in zip(members, nodes):
                 run = runs[member.label]
-                run.after = _accuracy(node)
+                run.after = node.evaluate()
                 run.curve.append((round_ + 1, run.tokens_generated, run.after))
             progress(
                 f"    round {round_ + 1}/{shape.rounds} ({time.perf_counter() - started:.0f} s): "
                 + ", ".join(f"{m.label} {runs[m.label].after:.3f}" for m in members)
             )
     return runs
-
-
-def _accuracy(node: Node) -> float:
-    scores = node.evaluate_scores()
-    return sum(scores) / len(scores)
 
 
 # -- summaries ------------------------------------------------------------------------------
@@ -231,21 +226,26 @@ class Gain:
     tokens_share: float  # tokens it generated / tokens it generated under the baseline
 
 
+def by_member(runs: list[ConditionRun]) -> dict[tuple[str, str], list[tuple[int, MemberRun]]]:
+    """(condition, member label) -> that member's (seed, run) under the condition, in the
+    order conditions and members first appear."""
+    grouped: dict[tuple[str, str], list[tuple[int, MemberRun]]] = {}
+    for run in runs:
+        for member in run.members:
+            grouped.setdefault((run.condition, member.label), []).append((run.seed, member))
+    return grouped
+
+
 def paired_gains(runs: list[ConditionRun], baseline: str = ALONE) -> list[Gain]:
     """Every (condition, member) against the same member under `baseline` (alone, or an
     objective such as nois), seed by seed; [] when no run has that condition."""
-    alone = {(r.seed, m.label): m for r in runs if r.condition == baseline for m in r.members}
-    if not alone:
+    base = {(r.seed, m.label): m for r in runs if r.condition == baseline for m in r.members}
+    if not base:
         return []
     gains = []
-    conditions = list(dict.fromkeys(r.condition for r in runs))
-    for condition in conditions:
-        chosen = [r for r in runs if r.condition == condition]
-        for index, label in enumerate(m.label for m in chosen[0].members):
-            pairs = [(r.members[index], alone.get((r.seed, label))) for r in chosen]
-            pairs = [(m, a) for m, a in pairs if a is not None]
-            if not pairs:
-                continue
+    for (condition, label), seeded in by_member(runs).items():
+        pairs = [(m, base[(seed, label)]) for seed, m in seeded if (seed, label) in base]
+        if pairs:
             diffs = [m.after - a.after for m, a in pairs]
             tokens = sum(m.tokens_generated for m, _ in pairs) / max(sum(a.tokens_generated for _, a in pairs), 1)
             gains.append(
@@ -272,20 +272,18 @@ def diagnostics(runs: list[ConditionRun]) -> dict[tuple[str, str], dict[str, flo
     """(condition, member) -> mean over rounds and seeds of each objective diagnostic, plus
     the share of peers' samples gated and the samples trained on per round (own, peers')."""
     table: dict[tuple[str, str], dict[str, float]] = {}
-    for condition in dict.fromkeys(r.condition for r in runs):
-        chosen = [r for r in runs if r.condition == condition]
-        for index, label in enumerate(m.label for m in chosen[0].members):
-            rounds = [line for r in chosen for line in r.members[index].rounds]
-            if not rounds:
-                continue
-            row = {key: statistics.mean(line[key] for line in rounds) for key in DIAGNOSTICS}
-            row["weight_max"] = max(line["weight_max"] for line in rounds)
-            peers = sum(line["peer_samples"] for line in rounds)
-            gated = sum(line.get("gated", 0) for line in rounds)
-            row["gated_frac"] = gated / max(peers + gated, 1)
-            row["own_samples"] = statistics.mean(line["own_samples"] for line in rounds)
-            row["peer_samples"] = statistics.mean(line["peer_samples"] for line in rounds)
-            table[(condition, label)] = row
+    for key, seeded in by_member(runs).items():
+        rounds = [line for _, member in seeded for line in member.rounds]
+        if not rounds:
+            continue
+        row = {name: statistics.mean(line[name] for line in rounds) for name in DIAGNOSTICS}
+        row["weight_max"] = max(line["weight_max"] for line in rounds)
+        peers = sum(line["peer_samples"] for line in rounds)
+        gated = sum(line.get("gated", 0) for line in rounds)
+        row["gated_frac"] = gated / max(peers + gated, 1)
+        row["own_samples"] = statistics.mean(line["own_samples"] for line in rounds)
+        row["peer_samples"] = statistics.mean(line["peer_samples"] for line in rounds)
+        table[key] = row
     return table
 
 

@@ -135,6 +135,30 @@ def test_rogue_payloads_are_rejected_and_counted(tmp_path, make_policy):
     assert record.own_samples == 12 and state.payload_tokens > 0
 
 
+def test_a_batch_must_hold_the_first_prompts_of_its_assignment_and_some(tmp_path, make_policy):
+    """Any own share is accepted as the first k prompts of the peer's assignment; skipping the
+    first one (cherry-picking by dropping) and an empty batch are refused and counted."""
+    hub = InMemoryHub()
+    honest = _node(tmp_path, make_policy, "honest", hub, staleness=3, max_rejects=10,
+                   sets={"trust.likelihood_gate": False})
+    peer = _node(tmp_path, make_policy, "peer", hub)
+    peer.produce(0)
+    peer.produce(1)
+    batches = {r: wire.decode(hub.payloads[("", "peer", r)]) for r in (0, 1)}
+    hub.payloads.clear()
+
+    def reissue(round_, groups):
+        b = batches.get(round_, batches[0])
+        return wire.encode(wire.RolloutBatch(b.run_id, "peer", round_, b.policy, b.tokenizer_fingerprint, groups))
+
+    peer.exchange.publish(0, reissue(0, batches[0].groups[:2]))  # a smaller own share: fine
+    peer.exchange.publish(1, reissue(1, batches[1].groups[1:]))  # its first prompt left out
+    peer.exchange.publish(2, reissue(2, []))
+    record = honest.consume(2, honest.produce(2))
+    assert honest.rejected["peer"] == 2
+    assert record.peer_samples == 2 * 4, "the two groups of the prefix were trained on"
+
+
 def test_a_peer_is_ignored_after_max_rejects(tmp_path, make_policy):
     hub = InMemoryHub()
     honest = _node(tmp_path, make_policy, "honest", hub, staleness=4, max_rejects=2)

@@ -68,9 +68,10 @@ def parse_number(text: str, strict: bool = False) -> Decimal | None:
     `strict`: whitespace may not split digits ("7 2" is not 72) and commas must separate
     thousands ("7,2" is not 72), so a reward cannot be earned by a string that only becomes
     the answer once its noise is deleted."""
-    plain = text.replace("\\,", ",").strip()
-    if strict and (_SPLIT_DIGITS.search(plain) or _BAD_COMMA.search(plain)):
-        return None
+    if strict:
+        plain = text.replace("\\,", ",").strip()  # LaTeX's thin space between thousands is a comma
+        if _SPLIT_DIGITS.search(plain) or _BAD_COMMA.search(plain):
+            return None
     cleaned = _NUMBER_NOISE.sub("", text)
     cleaned = cleaned.removeprefix("\\text{").removesuffix("}") if "\\text{" in cleaned else cleaned
     cleaned = cleaned.rstrip(".").removesuffix("%")
