@@ -222,6 +222,11 @@ class TrustSettings(_Section):
         0.05, ge=0, le=0.5, description="the bar is this quantile of own samples' least likely windows ..."
     )
     gate_margin: float = Field(1.0, ge=0, description="... minus this many nats per token")
+    gate_scope: Literal["positive", "all"] = Field(
+        "positive",
+        description="which samples the gate may drop: those with a positive advantage (poison needs one to be "
+        "learned; the rest keep their group's advantages unbiased), or all (the old rule, which biases learning)",
+    )
     weight_budget: bool = Field(
         True, description="a peer's batch weighs at most what on-policy samples would (mean weight <= 1)"
     )

@@ -246,6 +246,7 @@ class Node:
             peer_samples=len(peer_rewards),
             peers=peers,
             gated=screening.gated,
+            below_bar=screening.below_bar,
             peer_weight_scale=min((v.weight_scale for v in screening.verdicts.values()), default=None),
             filtered=s.filtered,
             filtered_frac=s.filtered_frac,
@@ -272,9 +273,10 @@ class Node:
     # -- peers' data -----------------------------------------------------------------------
 
     def _screen(self, own: list[SourcedSample], peers: list[SourcedSample]) -> Screening:
-        """Judge peers' samples by our own model (swarmnode.trust): which to keep, how much
-        their weights count; a peer whose log-probs claim more weight than an honest generator's
-        gets a strike in the ledger (failing the gate is none: see swarmnode.trust)."""
+        """Judge peers' samples by our own model (swarmnode.trust): which to keep (the gate
+        drops only unlikely samples with a positive advantage), how much their weights count; a
+        peer whose log-probs claim more weight than an honest generator's gets a strike in the
+        ledger (failing the gate is none: see swarmnode.trust)."""
         trust = self.config.trust
         if not peers or not (trust.likelihood_gate or trust.weight_budget):
             return Screening(keep=[True] * len(peers), weight_scale=[1.0] * len(peers), bar=None, verdicts={})
@@ -285,6 +287,7 @@ class Node:
         )
         screening = screen(
             [peer for _, _, peer in peers],
+            [sample.advantage for sample, _, _ in peers],
             [sample.gen_logprobs for sample, _, _ in peers],
             theta,
             [sample.gen_logprobs for sample, _, _ in own],

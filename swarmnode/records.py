@@ -119,6 +119,7 @@ class RoundRecord:
     peer_samples: int
     peers: int
     gated: int  # peers' samples dropped by the likelihood gate (swarmnode.trust)
+    below_bar: int  # peers' samples under the gate's bar, gated or kept for a non-positive advantage
     peer_weight_scale: float | None  # smallest weight-budget factor given to a peer this round
     filtered: int
     filtered_frac: float

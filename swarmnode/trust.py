@@ -7,7 +7,16 @@ is under *our* model. So:
   temperature) of its least likely window of `gate_window` tokens, so a short injected phrase in
   a long completion is not averaged away. Our own samples of the round (whose log-probs our
   generator reported, no extra work) set the bar: their `gate_quantile` score minus
-  `gate_margin` nats. A peer's sample below the bar leaves the batch.
+  `gate_margin` nats. A peer's sample below the bar *with a positive advantage* leaves the
+  batch (`gate_scope` "positive", the default). Why only those: poison is learned only
+  through a positive advantage (it raises the likelihood of its text); a negative-advantage
+  sample pushes its text down, and F-TIS's filter already drops negative-advantage samples
+  that diverge more than g from our policy. Gating every unlikely sample (`gate_scope` "all")
+  drops mostly wrong answers of honest peers, after their group's advantages were computed, so
+  the kept advantages no longer sum to zero and wrong answers are under-penalised: two copies
+  of one model then learned less together than one alone (README, "Does it pay?"). A gated
+  sample, like a filtered one, still counts in its group's mean: the others keep the
+  advantages the whole group gave them, and a group with nothing gated is left untouched.
 - **Weight budget.** An honest generator draws tokens from pi_gen, so a token's importance
   weight pi_theta / pi_gen has expectation sum_x pi_theta(x) <= 1. A peer that reports a low
   log pi_gen gets weight C on every token instead. Each peer's weights are scaled so their
@@ -69,6 +78,7 @@ class PeerVerdict:
     """What screening found in one peer's samples this round."""
 
     samples: int = 0
+    below_bar: int = 0  # samples under the gate's bar, gated or (advantage <= 0) kept
     gated: int = 0
     weight_mean: float = 1.0  # mean weight over its kept tokens under the objective
     capped_weight_mean: float = 1.0  # the same with weights capped at C: at most 1 if honest
@@ -89,9 +99,19 @@ class Screening:
     def gated(self) -> int:
         return sum(v.gated for v in self.verdicts.values())
 
+    @property
+    def below_bar(self) -> int:
+        return sum(v.below_bar for v in self.verdicts.values())
+
+
+def gateable(advantage: float, trust: TrustSettings) -> bool:
+    """Whether the gate may drop a sample with this advantage (see the module's docstring)."""
+    return trust.gate_scope == "all" or advantage > 0
+
 
 def screen(
     peers: list[str],
+    advantages: list[float],
     gen_logprobs: list[np.ndarray],
     theta_logprobs: list[np.ndarray],
     own_logprobs: list[np.ndarray],
@@ -100,8 +120,9 @@ def screen(
 ) -> Screening:
     """Decide, per peer sample, whether it is trained on and how much its weights count.
 
-    `peers[i]` sent sample i, which has the reported `gen_logprobs[i]` and our model's
-    `theta_logprobs[i]` on its tokens; `own_logprobs` are our own samples' log-probs.
+    `peers[i]` sent sample i, which has the group advantage `advantages[i]` (computed by us
+    over its whole group), the reported `gen_logprobs[i]` and our model's `theta_logprobs[i]`
+    on its tokens; `own_logprobs` are our own samples' log-probs.
     """
     bar = gate_bar(own_logprobs, trust) if trust.likelihood_gate else None
     keep = [True] * len(peers)
@@ -110,13 +131,15 @@ def screen(
     weight_sums: dict[str, float] = defaultdict(float)
     capped_sums: dict[str, float] = defaultdict(float)
     token_counts: dict[str, int] = defaultdict(int)
-    for i, (peer, gen, theta) in enumerate(zip(peers, gen_logprobs, theta_logprobs)):
+    for i, (peer, advantage, gen, theta) in enumerate(zip(peers, advantages, gen_logprobs, theta_logprobs)):
         verdict = verdicts[peer]
         verdict.samples += 1
         if bar is not None and least_likely_window(theta, trust.gate_window) < bar:
-            keep[i] = False
-            verdict.gated += 1
-            continue
+            verdict.below_bar += 1
+            if gateable(advantage, trust):
+                keep[i] = False
+                verdict.gated += 1
+                continue
         weight_sums[peer] += float(token_weights(theta, gen, loss, weighting).sum())
         capped_sums[peer] += float(token_weights(theta, gen, loss, "truncated").sum())
         token_counts[peer] += len(theta)

@@ -67,15 +67,37 @@ def _rounds(nodes, evil, rounds):
     return history
 
 
+def _spy_on_steps(node) -> list:
+    """Every sample the node trains on, step after step."""
+    trained = []
+    step = node.policy.train_step
+
+    def recording(samples, *args, **kwargs):
+        trained.extend(samples)
+        return step(samples, *args, **kwargs)
+
+    node.policy.train_step = recording
+    return trained
+
+
 @pytest.mark.parametrize("attack", ["before", "after", "high-lp"])
-def test_injected_text_is_gated_every_round(tmp_path, attack):
+def test_injected_text_is_never_trained_on_with_a_positive_advantage(tmp_path, attack):
+    """The gate drops unlikely samples with a positive advantage: every poisoned sample that
+    would raise its text's likelihood is gated; one that scores below its group (text after
+    the answer fails the strict format) is kept, and pushes its text down."""
     with _swarm(tmp_path, attack) as (nodes, evil, _):
+        trained = [_spy_on_steps(node) for node in nodes]
         history = _rounds(nodes, evil, range(4))
-        for node, records in zip(nodes, zip(*history)):
-            poisoned = 4 * 8 // 2  # half of each of its groups
-            assert all(poisoned <= r.gated <= poisoned + 8 for r in records), [r.gated for r in records]
+        for node, records, samples in zip(nodes, zip(*history), trained):
+            injected = [s for s in samples if not s.own and carries_injection(node.policy.decode(s.completion_ids))]
+            assert all(s.advantage <= 0 for s in injected), [s.advantage for s in injected]
             assert all(r.peer_samples + r.gated == 64 for r in records), "both peers' batches arrive"
+            assert all(r.gated <= r.below_bar for r in records)
             assert node.ledger.counts["evil"] == 0, "failing the gate is no strike"
+            if attack == "after":  # reward 0: kept, with a negative advantage, in some group
+                assert any(s.advantage < 0 for s in injected)
+            else:  # reward 1: all but groups the attacker answered right throughout are gated
+                assert sum(r.gated for r in records) >= 4 * 4 * 4 // 2, [r.gated for r in records]
 
 
 def test_falsified_low_log_probs_buy_no_weight(tmp_path):

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from swarmnode.config import LossSettings, TrustSettings
-from swarmnode.loss import objective_terms
+from swarmnode.loss import group_advantages, objective_terms
 from swarmnode.trust import GATE_MIN_OWN, gate_bar, least_likely_window, screen
 
 LOSS = LossSettings()
@@ -47,7 +47,7 @@ def test_samples_our_model_finds_implausible_are_gated():
         lp[:6] = -10.0  # half of its samples carry text our model would never write
     peers = ["honest"] * 8 + ["evil"] * 8
     theta = honest + poisoned
-    result = screen(peers, theta, theta, own, TRUST, LOSS)  # log-probs reported truthfully
+    result = screen(peers, [1.0] * 16, theta, theta, own, TRUST, LOSS)  # log-probs reported truthfully
     assert result.keep == [True] * 8 + [False] * 4 + [True] * 4
     assert result.gated == 4
     assert (result.verdicts["evil"].samples, result.verdicts["evil"].gated) == (8, 4)
@@ -59,18 +59,46 @@ def test_failing_the_gate_drops_samples_but_is_never_a_strike():
     the batch, the peer stays (a ban would end the collaboration the swarm is for)."""
     own = _own()
     unlike = [np.full(12, -8.0) for _ in range(8)]  # every sample far below the bar
-    result = screen(["other-model"] * 8, unlike, unlike, own, TRUST, LOSS)
+    result = screen(["other-model"] * 8, [0.5] * 8, unlike, unlike, own, TRUST, LOSS)
     assert result.keep == [False] * 8
     assert result.verdicts["other-model"].gated == 8
     assert result.verdicts["other-model"].strikes == []
+
+
+def test_only_samples_with_a_positive_advantage_are_gated():
+    """Poison is learned only through a positive advantage; an unlikely sample that scores at
+    or below its group's mean stays (it pushes its text down, or moves nothing)."""
+    own = _own()
+    unlikely = [np.full(12, -8.0)] * 3
+    result = screen(["p"] * 3, [0.75, 0.0, -0.25], unlikely, unlikely, own, TRUST, LOSS)
+    assert result.keep == [False, True, True]
+    assert (result.gated, result.below_bar) == (1, 3)
+    everything = screen(["p"] * 3, [0.75, 0.0, -0.25], unlikely, unlikely, own, TrustSettings(gate_scope="all"), LOSS)
+    assert everything.keep == [False, False, False]
+
+
+def test_a_group_whose_unlikely_samples_are_negative_keeps_zero_mean_advantages():
+    """The gate runs after a group's advantages were computed; gating its wrong answers would
+    leave the kept advantages summing above zero (wrong answers under-penalised: a biased
+    gradient). Under the default scope such a group is left untouched."""
+    rewards = torch.tensor([1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    advantages = group_advantages(rewards).tolist()
+    own = _own()
+    likely, unlikely = np.full(12, -0.5), np.full(12, -8.0)
+    theta = [likely] * 5 + [unlikely] * 3  # the unlikely ones are three of the wrong answers
+    kept = screen(["p"] * 8, advantages, theta, theta, own, TRUST, LOSS).keep
+    assert kept == [True] * 8
+    assert sum(a for a, k in zip(advantages, kept) if k) == pytest.approx(0.0, abs=1e-6)
+    old_rule = screen(["p"] * 8, advantages, theta, theta, own, TrustSettings(gate_scope="all"), LOSS).keep
+    assert sum(a for a, k in zip(advantages, old_rule) if k) > 0.5  # the bias the default removes
 
 
 def test_the_gate_can_be_turned_off():
     own = _own()
     theta = [np.full(12, -10.0)]
     off = TrustSettings(likelihood_gate=False)
-    assert screen(["p"], theta, theta, own, off, LOSS).keep == [True]
-    assert screen(["p"], theta, theta, own, TRUST, LOSS).keep == [False]
+    assert screen(["p"], [1.0], theta, theta, own, off, LOSS).keep == [True]
+    assert screen(["p"], [1.0], theta, theta, own, TRUST, LOSS).keep == [False]
 
 
 def test_a_falsified_low_log_prob_buys_no_weight():
@@ -78,15 +106,15 @@ def test_a_falsified_low_log_prob_buys_no_weight():
     to a mean of 1, and the claim is a strike."""
     own = _own()
     theta = _own(8, seed=3)
-    liar = screen(["liar"] * 8, [np.full(12, -20.0)] * 8, theta, own, TRUST, LOSS)
+    liar = screen(["liar"] * 8, [1.0] * 8, [np.full(12, -20.0)] * 8, theta, own, TRUST, LOSS)
     verdict = liar.verdicts["liar"]
     assert verdict.weight_mean == pytest.approx(LOSS.trunc_c)
     assert verdict.weight_scale == pytest.approx(1 / LOSS.trunc_c)
     assert liar.weight_scale == [pytest.approx(1 / LOSS.trunc_c)] * 8
     assert "mean importance weight of 2.00" in verdict.strikes[0]
-    truthful = screen(["peer"] * 8, theta, theta, own, TRUST, LOSS)
+    truthful = screen(["peer"] * 8, [1.0] * 8, theta, theta, own, TRUST, LOSS)
     assert truthful.weight_scale == [1.0] * 8 and truthful.verdicts["peer"].strikes == []
-    unbudgeted = screen(["liar"] * 8, [np.full(12, -20.0)] * 8, theta, own, TrustSettings(weight_budget=False), LOSS)
+    unbudgeted = screen(["liar"] * 8, [1.0] * 8, [np.full(12, -20.0)] * 8, theta, own, TrustSettings(weight_budget=False), LOSS)
     assert unbudgeted.weight_scale == [1.0] * 8  # off: the weights stand (the strike still counts)
     assert unbudgeted.verdicts["liar"].strikes
 
@@ -100,7 +128,7 @@ def test_whatever_a_peer_reports_its_mean_weight_is_at_most_one(reported, object
     loss = LossSettings(objective=objective)
     theta = np.linspace(-3.0, -0.1, len(reported))
     gen = np.array(reported)
-    result = screen(["p"], [gen], [theta], _own(), TrustSettings(likelihood_gate=False), loss)
+    result = screen(["p"], [1.0], [gen], [theta], _own(), TrustSettings(likelihood_gate=False), loss)
     log_w = torch.tensor(theta - gen, dtype=torch.float32).clamp(-loss.log_ratio_clamp, loss.log_ratio_clamp)
     raw = {"nois": torch.ones_like(log_w), "vis": log_w.exp(), "f-vis": log_w.exp()}.get(
         objective, log_w.exp().clamp(max=loss.trunc_c)
