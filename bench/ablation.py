@@ -13,6 +13,16 @@ swarm4 (all four kinds). `--accounting shared`: the batch stays --prompts groups
 members generates 1/N of it (node.own_share = 1/N); `on-top`: each generates its whole batch,
 peers' groups come on top. Alone = each member by itself with its whole batch.
 
+Conditions are objectives, optionally with settings of their own: `--objectives nois f-tis
+f-tis:loss.filter_g=5` compares F-TIS at the paper's g = 50 and the authors' g = 5 against the
+same alone runs.
+
+The control: unless the setting is `same` itself, or `--no-control`, the `same` setting (two
+copies of tiny) runs first with the same conditions, seeds and shape (or is read from an
+earlier run's control.json with `--control-from`), and its gains against alone are printed
+with a warning wherever one is further than 2 SE from 0: then the swarm's machinery costs
+learning by itself and the setting's gains cannot be read as what heterogeneity did.
+
 Printed: per member and condition, greedy pass@1 on --eval-size held-out problems before and
 after, the gain against the same member alone with its standard error paired over seeds, and
 the tokens it generated against alone; then the per-round diagnostics (importance weights,
@@ -37,6 +47,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from swarmnode.ablation import (  # noqa: E402
     ACCOUNTINGS,
     ALONE,
+    CONTROL,
     SETTINGS,
     ConditionRun,
     Member,
@@ -44,11 +55,21 @@ from swarmnode.ablation import (  # noqa: E402
     Setting,
     Shape,
     by_member,
+    control_warnings,
     diagnostics,
     paired_gains,
+    parse_condition,
     run_condition,
 )
-from swarmnode.registry import OBJECTIVES  # noqa: E402
+
+
+def condition(text: str) -> str:
+    """argparse type: an objective, optionally with settings (`f-tis:loss.filter_g=5`)."""
+    try:
+        parse_condition(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
 
 
 def parse_args() -> argparse.Namespace:
@@ -56,7 +77,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--setting", choices=sorted(SETTINGS), default="size")
     parser.add_argument("--member", nargs="+", action="append", default=[], metavar="LABEL KEY=VALUE",
                         help="a member instead of the setting's: a label, then its settings (repeat per member)")
-    parser.add_argument("--objectives", nargs="+", choices=OBJECTIVES.names, default=["nois", "f-tis"])
+    parser.add_argument("--objectives", nargs="+", type=condition, default=["nois", "f-tis"], metavar="CONDITION",
+                        help="objectives to train together under, each optionally with settings: OBJECTIVE[:KEY=VALUE...]")
     parser.add_argument("--accounting", choices=ACCOUNTINGS, default="shared")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1")
@@ -68,6 +90,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--eval-points", type=int, default=Shape.eval_points, help="evaluations during training")
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="a setting for every node")
     parser.add_argument("--out", type=Path, default=Path("ablation-out"))
+    parser.add_argument("--no-control", action="store_true", help="skip the `same` control run")
+    parser.add_argument("--control-from", type=Path, nargs="+", default=None,
+                        help="control.json (or a `same` ablation.json) of earlier runs of the same shape: no control run")
     parser.add_argument("--from", dest="saved", type=Path, nargs="+", default=None,
                         help="ablation.json files of earlier runs of one setting and accounting (e.g. other seeds): "
                         "print their tables and redraw the curves together, train nothing")
@@ -88,24 +113,38 @@ def print_gains(setting: Setting, args: argparse.Namespace, runs: list[Condition
           f"alone, SE paired over seeds")
     gains = paired_gains(runs)
     against_nois = {(g.label, g.condition): g for g in paired_gains(runs, baseline="nois")}
-    print(f"{'member':<12} {'condition':<8} {'seeds':>5} {'before':>7} {'after':>7} {'gain vs alone':>16} {'tokens vs alone':>16}"
+    print(f"{'member':<12} {'condition':<22} {'seeds':>5} {'before':>7} {'after':>7} {'gain vs alone':>16} {'tokens vs alone':>16}"
           + (f" {'vs nois':>16}" if against_nois else ""))
     for gain in sorted(gains, key=lambda g: ([m.label for m in setting.members].index(g.label), g.condition != ALONE)):
         versus = "" if gain.condition == ALONE else f"{gain.gain:+.3f} ({gain.se:.3f})"
         nois = against_nois.get((gain.label, gain.condition))
         other = "" if nois is None or gain.condition in (ALONE, "nois") else f"{nois.gain:+.3f} ({nois.se:.3f})"
-        print(f"{gain.label:<12} {gain.condition:<8} {gain.seeds:>5} {gain.before:>7.3f} {gain.after:>7.3f} {versus:>16} "
+        print(f"{gain.label:<12} {gain.condition:<22} {gain.seeds:>5} {gain.before:>7.3f} {gain.after:>7.3f} {versus:>16} "
               f"{gain.tokens_share:>15.2f}x {other:>16}")
+
+
+def print_control(runs: list[ConditionRun]) -> None:
+    """The `same` setting's gains against alone, and a warning for each that is off."""
+    gains = [g for g in paired_gains(runs) if g.condition != ALONE]
+    print(f"\ncontrol ({CONTROL}: {SETTINGS[CONTROL].about}): gain against alone (SE)")
+    for gain in gains:
+        print(f"  {gain.label:<12} {gain.condition:<22} {gain.gain:+.3f} ({gain.se:.3f}), {gain.seeds} seed(s)")
+    warnings = control_warnings(gains)
+    for line in warnings:
+        print(f"WARNING: {line}")
+    if not warnings:
+        judged = all(g.seeds > 1 for g in gains)
+        print("  control holds: every gain within 2 SE of 0" if judged else "  one seed: the control cannot be judged")
 
 
 def print_diagnostics(runs: list[ConditionRun]) -> None:
     print("\nper-round diagnostics, mean over rounds and seeds (weight max: the largest seen)")
-    print(f"{'member':<12} {'condition':<8} {'weight':>7} {'max':>8} {'trunc':>7} {'filtered':>9} "
-          f"{'diverg.':>8} {'gated':>7} {'own/round':>10} {'peers/round':>12}")
+    print(f"{'member':<12} {'condition':<22} {'weight':>7} {'max':>8} {'trunc':>7} {'filtered':>9} "
+          f"{'diverg.':>8} {'unlikely':>9} {'gated':>7} {'own/round':>10} {'peers/round':>12}")
     for (condition, label), row in diagnostics(runs).items():
-        print(f"{label:<12} {condition:<8} {row['weight_mean']:>7.3f} {row['weight_max']:>8.2f} "
+        print(f"{label:<12} {condition:<22} {row['weight_mean']:>7.3f} {row['weight_max']:>8.2f} "
               f"{row['truncated_frac']:>7.1%} {row['filtered_frac']:>9.1%} {row['divergence_mean']:>8.3f} "
-              f"{row['gated_frac']:>7.1%} {row['own_samples']:>10.0f} {row['peer_samples']:>12.0f}")
+              f"{row['below_bar_frac']:>9.1%} {row['gated_frac']:>7.1%} {row['own_samples']:>10.0f} {row['peer_samples']:>12.0f}")
 
 
 def plot(runs: list[ConditionRun], path: Path, title: str) -> None:
@@ -165,12 +204,49 @@ def load_saved(paths: list[Path]) -> tuple[Setting, argparse.Namespace, list[Con
     return setting, args, runs
 
 
+def train(setting: Setting, conditions: list[str], args: argparse.Namespace, shape: Shape) -> list[ConditionRun]:
+    """Every condition of the setting for every seed, with progress lines."""
+    runs: list[ConditionRun] = []
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
+        for name in conditions:
+            t = time.perf_counter()
+            print(f"{setting.name}, seed {seed}, {name}:", flush=True)
+            runs.append(run_condition(setting, name, args.accounting, seed, shape,
+                                      progress=lambda line: print(line, flush=True)))
+            print(f"  {time.perf_counter() - t:.0f} s", flush=True)
+    return runs
+
+
+def save(path: Path, setting: Setting, accounting: str, shape: Shape, runs: list[ConditionRun]) -> None:
+    path.write_text(json.dumps({"setting": asdict(setting), "accounting": accounting, "shape": asdict(shape),
+                                "runs": [asdict(r) for r in runs]}, indent=1))
+
+
+def control_runs(setting: Setting, conditions: list[str], args: argparse.Namespace, shape: Shape) -> list[ConditionRun]:
+    """The `same` setting's runs to judge this one by: its own, read from files, or trained now."""
+    if setting.name == CONTROL or args.no_control:
+        return []
+    if args.control_from:
+        control_setting, control_args, runs = load_saved(args.control_from)
+        if control_setting.name != CONTROL:
+            raise SystemExit(f"{args.control_from[0]} is a run of setting {control_setting.name}, not {CONTROL}")
+        return runs
+    runs = train(SETTINGS[CONTROL], conditions, args, shape)
+    save(args.out / "control.json", SETTINGS[CONTROL], args.accounting, shape, runs)
+    print_control(runs)  # now, so a broken control is seen before the setting's hour of training
+    return runs
+
+
 def main() -> None:
     args = parse_args()
     if args.saved is not None:
         setting, saved_args, runs = load_saved(args.saved)
         print_gains(setting, saved_args, runs)
         print_diagnostics(runs)
+        if setting.name == CONTROL:
+            print_control(runs)
+        elif args.control_from:
+            print_control(load_saved(args.control_from)[2])
         args.out.mkdir(parents=True, exist_ok=True)
         plot(runs, args.out / "ablation.png", f"{setting.name}, {saved_args.accounting}, {saved_args.seeds} seed(s)")
         print(f"\ncurves: {args.out / 'ablation.png'}")
@@ -181,21 +257,16 @@ def main() -> None:
     conditions = [ALONE, *args.objectives]
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    runs: list[ConditionRun] = []
-    for seed in range(args.first_seed, args.first_seed + args.seeds):
-        for condition in conditions:
-            t = time.perf_counter()
-            print(f"seed {seed}, {condition}:", flush=True)
-            runs.append(run_condition(setting, condition, args.accounting, seed, shape,
-                                      progress=lambda line: print(line, flush=True)))
-            print(f"  {time.perf_counter() - t:.0f} s", flush=True)
+    control = control_runs(setting, conditions, args, shape)
+    runs = train(setting, conditions, args, shape)
     print_gains(setting, args, runs)
     print_diagnostics(runs)
-    title = f"{setting.name}, {args.accounting}, {args.seeds} seed(s)"
-    plot(runs, args.out / "ablation.png", title)
-    (args.out / "ablation.json").write_text(json.dumps(
-        {"setting": asdict(setting), "accounting": args.accounting, "shape": asdict(shape),
-         "runs": [asdict(r) for r in runs]}, indent=1))
+    if setting.name == CONTROL or control:
+        print_control(runs if setting.name == CONTROL else control)
+    else:
+        print("\nno control run (--no-control): the gains above are not checked against two copies of one model")
+    plot(runs, args.out / "ablation.png", f"{setting.name}, {args.accounting}, {args.seeds} seed(s)")
+    save(args.out / "ablation.json", setting, args.accounting, shape, runs)
     print(f"\ncurves: {args.out / 'ablation.png'}, records: {args.out / 'ablation.json'}; "
           f"total {time.perf_counter() - started:.0f} s")
 

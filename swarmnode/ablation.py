@@ -9,6 +9,14 @@ account for a swarm (node.own_share):
   and peers' groups fill the rest (the paper's vertical setup): as good for 1/N the generation?
 - `on-top`: each member generates its whole batch and peers' groups come on top.
 
+A condition may carry settings of its own after its objective, `f-tis:loss.filter_g=5`
+(several joined by `:`), so variants of one objective are compared against the same alone.
+
+The setting `same` (two copies of one model) is the control: together they should learn as
+well as one alone. `control_warnings` names every condition where they do not, by more than
+two standard errors; then the swarm's machinery (screening, bookkeeping) costs learning by
+itself, and no other setting's gain can be read as what heterogeneity did.
+
 Members run in one process through the in-memory exchange, stepped together round by round, so
 a run is deterministic in its inputs (seed, names) and costs no network. A member keeps its
 name across conditions, hence its prompts: alone and together see the same own prompts, and a
@@ -34,6 +42,8 @@ from swarmnode.registry import OBJECTIVES
 from swarmnode.swarm.local import InMemoryHub
 
 ALONE = "alone"
+CONTROL = "same"
+CONTROL_LIMIT_SE = 2.0  # a control gain further than this many standard errors from 0 voids the rest
 ACCOUNTINGS = ("shared", "on-top")
 DIAGNOSTICS = ("weight_mean", "weight_max", "truncated_frac", "filtered_frac", "divergence_mean")
 
@@ -106,10 +116,31 @@ class ConditionRun:
     members: list[MemberRun]
 
 
+def parse_condition(condition: str) -> tuple[str, tuple[str, ...]]:
+    """(objective, its settings) of a condition `OBJECTIVE[:KEY=VALUE...]`; ValueError naming
+    the problem for an unknown objective or a setting without `=`. Alone trains with nois."""
+    name, *overrides = condition.split(":")
+    if name == ALONE:
+        if overrides:
+            raise ValueError(f"{condition!r}: alone takes no settings (every member trains on its own samples)")
+        return "nois", ()
+    OBJECTIVES.get(name)  # an unknown objective is an error here, not after an hour
+    if bad := [o for o in overrides if "=" not in o]:
+        raise ValueError(f"{condition!r}: {bad[0]!r} is not KEY=VALUE")
+    return name, tuple(overrides)
+
+
 def member_config(
-    directory: Path, member: Member, shape: Shape, seed: int, objective: str, own_share: float, peer_groups: int
+    directory: Path,
+    member: Member,
+    shape: Shape,
+    seed: int,
+    objective: str,
+    own_share: float,
+    peer_groups: int,
+    condition_overrides: tuple[str, ...] = (),
 ) -> Config:
-    """The settings of one member's node under a condition."""
+    """The settings of one member's node under a condition (the condition's own last)."""
     return load_config(
         None,
         [
@@ -134,6 +165,7 @@ def member_config(
             "swarm.enabled=false",
             *shape.overrides,
             *member.overrides,
+            *condition_overrides,
         ],
     )
 
@@ -163,9 +195,7 @@ def run_condition(
 ) -> ConditionRun:
     """Train the setting's members `shape.rounds` rounds under one condition; alone, each
     member trains by itself (one after the other), together they step round by round."""
-    if condition != ALONE:
-        OBJECTIVES.get(condition)  # an unknown objective is an error here, not after an hour
-    objective = "nois" if condition == ALONE else condition  # alone: every sample on-policy
+    objective, condition_overrides = parse_condition(condition)
     share, peer_groups = split_for(condition, accounting, len(setting.members), shape)
     groups = [list(setting.members)] if condition != ALONE else [[m] for m in setting.members]
     runs: dict[str, MemberRun] = {}
@@ -176,7 +206,8 @@ def run_condition(
                 nodes = []
                 for member in together:
                     config = member_config(
-                        Path(scratch) / member.label, member, shape, seed, objective, share, peer_groups
+                        Path(scratch) / member.label, member, shape, seed, objective, share, peer_groups,
+                        condition_overrides,
                     )
                     name = member.label  # the peer id, hence the prompts, are the member's in every condition
                     nodes.append(stack.enter_context(assemble(config, join=lambda run, n=name, h=hub: h.join(n))))
@@ -268,6 +299,21 @@ def standard_error(values: list[float]) -> float:
     return statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else float("nan")
 
 
+def control_warnings(gains: list[Gain], limit_se: float = CONTROL_LIMIT_SE) -> list[str]:
+    """For gains of the control setting against alone: one line per member and condition whose
+    gain is further from 0 than `limit_se` standard errors (none can be judged with one seed)."""
+    warnings = []
+    for gain in gains:
+        if gain.condition == ALONE or math.isnan(gain.se):
+            continue
+        if abs(gain.gain) > limit_se * max(gain.se, 1e-12):
+            warnings.append(
+                f"control off: {gain.label} under {gain.condition} gains {gain.gain:+.3f} (SE {gain.se:.3f}) "
+                f"against alone, beyond {limit_se:g} SE: two copies of one model should learn as one alone"
+            )
+    return warnings
+
+
 def diagnostics(runs: list[ConditionRun]) -> dict[tuple[str, str], dict[str, float]]:
     """(condition, member) -> mean over rounds and seeds of each objective diagnostic, plus
     the share of peers' samples gated and the samples trained on per round (own, peers')."""
@@ -281,6 +327,7 @@ def diagnostics(runs: list[ConditionRun]) -> dict[tuple[str, str], dict[str, flo
         peers = sum(line["peer_samples"] for line in rounds)
         gated = sum(line.get("gated", 0) for line in rounds)
         row["gated_frac"] = gated / max(peers + gated, 1)
+        row["below_bar_frac"] = sum(line.get("below_bar", 0) for line in rounds) / max(peers + gated, 1)
         row["own_samples"] = statistics.mean(line["own_samples"] for line in rounds)
         row["peer_samples"] = statistics.mean(line["peer_samples"] for line in rounds)
         table[key] = row
