@@ -99,6 +99,20 @@ def test_validator_rejects_unowned_oversized_and_far_future_records():
     assert not validator.validate(records.DHTRecord(b"k", owned, b"v", now + 10_000))
 
 
+def test_an_owner_gets_one_subkey_per_key_not_one_per_suffix():
+    """hivemind's signature check finds the owner marker anywhere in a subkey; a key holder
+    could flood a key every node reads with `[owner:KEY]#1`, `#2`, ... Only the marker alone passes."""
+    validator = records.SwarmRecordValidator()
+    now = get_dht_time()
+    marker = b"[owner:ssh-rsa AAAA]"
+    assert validator.validate(records.DHTRecord(b"k", msgpack.packb(marker), b"v", now + 30))
+    for subkey in (marker + b"#1", b"x" + marker, marker * 2, b"[owner:]"):
+        assert not validator.validate(records.DHTRecord(b"k", msgpack.packb(subkey), b"v", now + 30)), subkey
+    assert not validator.validate(records.DHTRecord(b"k", msgpack.packb(marker.decode()), b"v", now + 30)), "a str"
+    assert not validator.validate(records.DHTRecord(b"k", b"\xc1" + marker, b"v", now + 30)), "not msgpack"
+    assert not validator.validate(records.DHTRecord(b"k", msgpack.packb(b"[owner:" + b"A" * 2000 + b"]"), b"v", now + 30))
+
+
 def test_forged_and_oversized_writes_are_refused(start_runtime):
     honest = start_runtime("honest")
     rogue = start_runtime("rogue", honest.visible_maddrs())

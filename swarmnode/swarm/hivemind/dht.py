@@ -26,7 +26,7 @@ MAX_RECORD_BYTES = 4096  # far below the 16 KiB line where hivemind's DHT pipe u
 MAX_TTL_S = 3600.0
 CLOCK_SLACK_S = 30.0
 DIGEST_BYTES = 32
-_OWNER_RE = re.compile(rb"\[owner:(.+?)\]")
+_OWNER_RE = re.compile(rb"\[owner:([^\]]+)\]")
 
 
 def manifest_key(run_id: str, round_: int) -> str:
@@ -123,6 +123,22 @@ def heartbeat_from_record(subkey: Any, raw: Any) -> Heartbeat:
     return heartbeat
 
 
+MAX_SUBKEY_BYTES = 1024  # an owner marker with a 2048-bit RSA public key is about 400 bytes
+
+
+def owned_whole(packed_subkey: bytes | None) -> bool:
+    """Is the (msgpack-packed) subkey exactly one owner marker? hivemind's signature check
+    finds the marker anywhere in it, so one key could write `[owner:KEY]#1`, `#2`, ... without
+    end under a key every node reads; a full match leaves each owner one subkey per key."""
+    if packed_subkey is None or len(packed_subkey) > MAX_SUBKEY_BYTES:
+        return False
+    try:
+        subkey = msgpack.unpackb(packed_subkey)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
+        return False
+    return isinstance(subkey, bytes) and _OWNER_RE.fullmatch(subkey) is not None
+
+
 class SwarmRecordValidator(RecordValidatorBase):
     """Rejects records that are not owned, too large, or set to expire too far in the future.
 
@@ -135,7 +151,7 @@ class SwarmRecordValidator(RecordValidatorBase):
         self.max_ttl_s = max_ttl_s
 
     def validate(self, record: DHTRecord) -> bool:
-        if record.subkey is None or not _OWNER_RE.search(record.subkey):
+        if not owned_whole(record.subkey):
             return False
         if len(record.value) > self.max_bytes + 16:  # msgpack's bytes header around our value
             return False
