@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 import time
@@ -184,6 +185,24 @@ def test_lying_peers_are_counted_and_unreachable_ones_are_not(start_runtime):
     rogue.shutdown()
     assert ex.gather(2, staleness=0, timeout_s=3, wait_for={rogue.peer_id}) == []
     assert ledger.counts[rogue.peer_id] == 2
+
+
+def test_a_dht_lookup_that_never_answers_costs_a_gather_its_deadline_only(start_runtime, monkeypatch):
+    a = start_runtime("a")
+    b = start_runtime("b", a.visible_maddrs())
+    ex_a, ex_b = _link(a).exchange, _link(b).exchange
+    real_get_many = a.dht.get_many
+
+    async def hangs(*args, **kwargs):
+        await asyncio.sleep(3600)
+
+    monkeypatch.setattr(a.dht, "get_many", hangs)
+    ex_b.publish(0, b"D" * 100, 1)
+    started = time.monotonic()
+    assert ex_a.gather(0, staleness=0, timeout_s=1.0, wait_for={b.peer_id}) == []
+    assert time.monotonic() - started < 3
+    monkeypatch.setattr(a.dht, "get_many", real_get_many)  # the DHT answers again: so does the exchange
+    assert [item.payload for item in ex_a.gather(0, staleness=0, timeout_s=10, wait_for={b.peer_id})] == [b"D" * 100]
 
 
 def test_heartbeats_show_live_peers_of_the_run_only(start_runtime):

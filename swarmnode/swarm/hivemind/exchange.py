@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 MANIFEST_TTL_S = 600.0
 MAX_FETCH_ATTEMPTS = 3
 FORGET_AFTER_ROUNDS = 8
+GATHER_GRACE_S = 30.0  # how long past its deadline a gather may run before the node goes on without it
 
 Key = tuple[str, int]  # (peer, round)
 
@@ -87,9 +88,14 @@ class HivemindExchange:
         wait_for_any: bool = False,
     ) -> list[Received]:
         deadline = time.monotonic() + timeout_s
-        return self.runtime.call(
-            self._gather(round_, staleness, deadline, set(wait_for), wait_for_any), timeout=timeout_s + 30
-        )
+        try:
+            return self.runtime.call(
+                self._gather(round_, staleness, deadline, set(wait_for), wait_for_any),
+                timeout=timeout_s + GATHER_GRACE_S,
+            )
+        except TimeoutError:  # the swarm loop is stuck: train on what we have, try again next round
+            log.warning("gathering round %d ran %.0f s past its deadline; going on without peers", round_, GATHER_GRACE_S)
+            return []
 
     def probe(self, wanted: dict[str, int], timeout_s: float) -> concurrent.futures.Future:
         """Start fetching each peer's batch of the given round; the future's result is a list of
@@ -121,7 +127,7 @@ class HivemindExchange:
         window = set(range(max(0, round_ - staleness), round_ + 1))
         arrived_at = {key: 0.0 for key in self._ready}  # already here when the gather began
         while True:
-            self._start_fetches(await self._new_manifests(sorted(window)))
+            self._start_fetches(await self._new_manifests(sorted(window), deadline))
             for key in list(self._ready):
                 arrived_at.setdefault(key, time.monotonic() - started)
             delivered = {peer for peer, r in self._ready if r in window}
@@ -187,12 +193,17 @@ class HivemindExchange:
             if self._attempts[key] >= MAX_FETCH_ATTEMPTS:
                 self._seen.add(key)  # unreachable: stop asking, without blaming it
 
-    async def _new_manifests(self, rounds: list[int]) -> list[Manifest]:
-        """Manifests of the rounds not yet fetched: peers with deliveries first, then others."""
+    async def _new_manifests(self, rounds: list[int], deadline: float) -> list[Manifest]:
+        """Manifests of the rounds not yet fetched: peers with deliveries first, then others.
+        The lookup ends by the gather's deadline (at least one poll interval): a DHT that does
+        not answer costs a round its wait, never more."""
         keys = [manifest_key(self.run_id, r) for r in rounds]
+        bound_s = max(self.settings.poll_interval_s, deadline - time.monotonic())
         try:
-            results = await self.runtime.dht.get_many(keys, sufficient_expiration_time=float("inf"))
-        except Exception as err:  # a flaky DHT lookup must not end the round
+            results = await asyncio.wait_for(
+                self.runtime.dht.get_many(keys, sufficient_expiration_time=float("inf")), bound_s
+            )
+        except Exception as err:  # a flaky, slow or failing DHT lookup must not end the round
             log.debug("manifest lookup failed: %s", err)
             return []
         earned, others = [], []
