@@ -19,6 +19,7 @@ from swarmnode.swarm.hivemind import dht as records
 from swarmnode.swarm.hivemind.connect import attach
 from swarmnode.swarm.hivemind.dht import HEARTBEAT_KEY, Manifest, manifest_key, pack, payload_digest
 from swarmnode.swarm.hivemind.identity import ensure_identity, load_signing_key
+from swarmnode.swarm.hivemind.payloads import MAX_STREAMS_PER_PEER, PAYLOAD_PROTOCOL, fetch_payload
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 from swarmnode.swarm.ledger import PeerLedger
 
@@ -203,6 +204,36 @@ def test_a_dht_lookup_that_never_answers_costs_a_gather_its_deadline_only(start_
     assert time.monotonic() - started < 3
     monkeypatch.setattr(a.dht, "get_many", real_get_many)  # the DHT answers again: so does the exchange
     assert [item.payload for item in ex_a.gather(0, staleness=0, timeout_s=10, wait_for={b.peer_id})] == [b"D" * 100]
+
+
+def test_idle_payload_streams_from_one_identity_block_no_one(start_runtime):
+    """An identity that opens many streams and says nothing holds MAX_STREAMS_PER_PEER of them
+    for REQUEST_TIMEOUT_S at most, and no serving slot: an honest download goes straight through."""
+    a = start_runtime("a")
+    rogue = start_runtime("rogue", a.visible_maddrs())
+    b = start_runtime("b", a.visible_maddrs())
+    ex_a = _link(a).exchange
+    payload = b"E" * 100
+    ex_a.publish(0, payload, 1)
+
+    async def open_idle(count: int) -> list:
+        streams = []
+        for _ in range(count):
+            streams.append(await rogue.p2p.call_binary_stream_handler(PeerID.from_base58(a.peer_id), PAYLOAD_PROTOCOL))
+        return streams
+
+    idle = rogue.call(open_idle(16), timeout=30)
+    assert len(idle) == 16
+    time.sleep(0.3)
+    assert a.call(_open_streams(ex_a.server), timeout=5) <= MAX_STREAMS_PER_PEER
+    started = time.monotonic()
+    fetched = b.call(fetch_payload(b.p2p, a.peer_id, RUN, 0, len(payload), payload_digest(payload), 10), timeout=15)
+    assert fetched == payload
+    assert time.monotonic() - started < 2.0
+
+
+async def _open_streams(server) -> int:
+    return sum(server._open.values())
 
 
 def test_heartbeats_show_live_peers_of_the_run_only(start_runtime):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 
 import msgpack
 from hivemind.p2p import P2P, PeerID
@@ -26,7 +26,9 @@ PROTOCOL = PAYLOAD_PROTOCOL
 MAX_REQUEST_BYTES = 1024
 CHUNK_BYTES = 1 << 20
 OK, NOT_FOUND = 0, 1
-SERVE_TIMEOUT_S = 120.0  # one request, answer included; a stalled reader loses its slot
+SERVE_TIMEOUT_S = 120.0  # one answer; a stalled reader loses its slot
+REQUEST_TIMEOUT_S = 2.0  # a request is a few dozen bytes: an opened stream that says nothing is closed
+MAX_STREAMS_PER_PEER = 2  # streams one requester may hold open at once; more are closed at once
 
 
 class FetchError(RuntimeError):
@@ -46,6 +48,7 @@ class PayloadServer:
         self.keep_rounds = keep_rounds
         self._payloads: OrderedDict[int, bytes] = OrderedDict()
         self._slots = asyncio.Semaphore(max_concurrent)
+        self._open: Counter[str] = Counter()  # requester -> streams it holds open now
         self.served = 0
         self.served_to: dict[int, set[str]] = {}  # round -> peers that downloaded it
 
@@ -59,17 +62,27 @@ class PayloadServer:
         await p2p.add_binary_stream_handler(PROTOCOL, self._handle)
 
     async def _handle(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One request. Free identities buy nothing here: each requester holds at most
+        MAX_STREAMS_PER_PEER streams, and a stream holds one of the few serving slots only once
+        its request has arrived (within REQUEST_TIMEOUT_S), so idle streams block nobody."""
+        requester = info.peer_id.to_base58() if getattr(info, "peer_id", None) is not None else "?"
+        if self._open[requester] >= MAX_STREAMS_PER_PEER:
+            writer.close()
+            return
+        self._open[requester] += 1
         try:
+            request = await asyncio.wait_for(_read_request(reader), timeout=REQUEST_TIMEOUT_S)
             async with self._slots:  # a requester that stops reading holds a slot SERVE_TIMEOUT_S at most
-                await asyncio.wait_for(self._serve(info, reader, writer), timeout=SERVE_TIMEOUT_S)
+                await asyncio.wait_for(self._answer(requester, request, writer), timeout=SERVE_TIMEOUT_S)
         except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ValueError) as err:
-            log.debug("payload request from %s failed: %s", getattr(info, "peer_id", "?"), err)
+            log.debug("payload request from %s failed: %s", requester, err)
         finally:
+            self._open[requester] -= 1
+            if not self._open[requester]:
+                del self._open[requester]
             writer.close()
 
-
-    async def _serve(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:  # noqa: ANN001
-        request = await asyncio.wait_for(_read_request(reader), timeout=10)
+    async def _answer(self, requester: str, request: dict, writer: asyncio.StreamWriter) -> None:
         payload = None
         if request.get("run") == self.run_id and isinstance(request.get("round"), int):
             payload = self._payloads.get(request["round"])
@@ -82,9 +95,7 @@ class PayloadServer:
                 writer.write(view[offset : offset + CHUNK_BYTES])
                 await writer.drain()
             self.served += 1
-            requester = getattr(info, "peer_id", None)
-            if requester is not None:
-                self.served_to.setdefault(request["round"], set()).add(requester.to_base58())
+            self.served_to.setdefault(request["round"], set()).add(requester)
         await writer.drain()
 
 
