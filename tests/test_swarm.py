@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
+import struct
 import time
 
 import msgpack
@@ -16,8 +17,10 @@ from swarmnode.config import SwarmSettings, load_config
 from swarmnode.records import NodeStatus, RecordError
 from swarmnode.swarm.base import SwarmLink
 from swarmnode.swarm.hivemind import dht as records
+from swarmnode.swarm.hivemind import payloads
 from swarmnode.swarm.hivemind.connect import attach
 from swarmnode.swarm.hivemind.dht import HEARTBEAT_KEY, Manifest, manifest_key, pack, payload_digest
+from swarmnode.swarm.hivemind.exchange import choose_downloads
 from swarmnode.swarm.hivemind.identity import ensure_identity, load_signing_key
 from swarmnode.swarm.hivemind.payloads import MAX_STREAMS_PER_PEER, PAYLOAD_PROTOCOL, fetch_payload
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
@@ -234,6 +237,48 @@ def test_idle_payload_streams_from_one_identity_block_no_one(start_runtime):
 
 async def _open_streams(server) -> int:
     return sum(server._open.values())
+
+
+def test_a_cut_transfer_is_not_retried_and_costs_standing_not_a_strike(start_runtime):
+    honest = start_runtime("honest")
+    rogue = start_runtime("rogue", honest.visible_maddrs())
+    ledger = PeerLedger(SwarmSettings(max_missed=2))
+    ledger.delivered(rogue.peer_id, 0)  # it delivered before: waited for, fetched first
+    ex = _link(honest, ledger=ledger).exchange
+    size, streams = 1 << 20, []
+
+    async def cut(info, reader, writer):
+        streams.append(1)
+        await reader.read(1024)
+        writer.write(struct.pack(">BQ", payloads.OK, size) + bytes(size - 1))
+        await writer.drain()
+        writer.close()
+
+    rogue.call(rogue.p2p.add_binary_stream_handler(PAYLOAD_PROTOCOL, cut), timeout=10)
+    for r in (1, 2):
+        assert rogue.store_owned(manifest_key(RUN, r), Manifest(rogue.peer_id, r, size, b"d" * 32, 1).to_value(), 60)
+    assert ex.gather(2, staleness=1, timeout_s=3, wait_for={rogue.peer_id}) == []
+    assert len(streams) == 2, "one download per announced batch: a cut one is not retried"
+    assert ledger.counts[rogue.peer_id] == 0, "a crash looks the same: no strike"
+    assert not ledger.earned(rogue.peer_id), "no longer waited for or fetched first"
+
+
+def _manifest(peer: str, round_: int, size: int) -> Manifest:
+    return Manifest(peer, round_, size, b"d" * 32, 1)
+
+
+def test_downloads_one_per_peer_and_strangers_bounded_in_count_and_bytes():
+    mib = 1 << 20
+    earned = {"friend"}.__contains__
+    strangers = [_manifest(f"s{i}", 0, 32 * mib) for i in range(8)]
+    chosen = choose_downloads(
+        [_manifest("friend", 0, 32 * mib), _manifest("friend", 1, mib), *strangers], {}, earned, 64, 64 * mib
+    )
+    assert [(m.peer_id, m.round) for m in chosen] == [("friend", 0), ("s0", 0), ("s1", 0)]
+    running = {("s0", 0): 32 * mib}
+    assert [m.peer_id for m in choose_downloads(strangers, running, earned, 64, 64 * mib)] == ["s1"]
+    small = [_manifest(f"t{i}", 0, 1024) for i in range(8)]
+    assert len(choose_downloads(small, {}, earned, 3, 64 * mib)) == 3
 
 
 def test_heartbeats_show_live_peers_of_the_run_only(start_runtime):

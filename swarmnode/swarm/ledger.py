@@ -85,6 +85,13 @@ class PeerLedger:
             if record.missed == self.max_missed:
                 log.info("not waiting for %s until it delivers again (%d rounds missed)", peer_id, record.missed)
 
+    def cut(self, peer_id: str) -> None:
+        """The peer closed a download mid-payload: no strike (a crash looks the same), but it
+        is no longer waited for, nor fetched ahead of strangers, until it delivers again."""
+        with self._lock:
+            record = self.peers.setdefault(peer_id, PeerRecord())
+            record.missed = max(record.missed, self.max_missed)
+
     def earned(self, peer_id: str) -> bool:
         """Delivered a valid batch before, has not missed `max_missed` rounds since, not banned."""
         record = self.peers.get(peer_id)

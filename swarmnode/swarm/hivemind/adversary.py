@@ -4,7 +4,8 @@ identity that heartbeats under an honest run id and misbehaves in one way.
 - `far`: claims a round far ahead and delivers nothing (tries to make nodes skip rounds);
 - `silent`: claims the honest round and never publishes (tries to make nodes wait);
 - `mute`: publishes manifests, then accepts the download and never answers;
-- `drip`: publishes manifests and serves its payload a few bytes a second.
+- `drip`: publishes manifests and serves its payload a few bytes a second;
+- `cut`: publishes manifests of a large payload (32 MiB) and closes after all but its last byte.
 """
 
 from __future__ import annotations
@@ -32,9 +33,11 @@ from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 
 log = logging.getLogger(__name__)
 
-ATTACKS = ("far", "silent", "mute", "drip")
+ATTACKS = ("far", "silent", "mute", "drip", "cut")
 LOOPBACK = ["/ip4/127.0.0.1/tcp/0"]
 FAKE_PAYLOAD_BYTES = 4096
+CUT_PAYLOAD_BYTES = 32 * 1024 * 1024
+SERVES = ("mute", "drip", "cut")  # attacks that announce batches and answer downloads badly
 
 
 class LivenessAttacker:
@@ -51,7 +54,7 @@ class LivenessAttacker:
 
     def start(self) -> None:
         self.runtime.start()
-        if self.attack in ("mute", "drip"):
+        if self.attack in SERVES:
             self.runtime.call(self.runtime.p2p.add_binary_stream_handler(PROTOCOL, self._serve_badly), timeout=10)
         self._task = self.runtime.call(_spawn(self._loop()), timeout=5)
 
@@ -78,9 +81,9 @@ class LivenessAttacker:
         await self.runtime.dht.store(
             HEARTBEAT_KEY, pack(beat.model_dump()), get_dht_time() + 60, subkey=self.runtime.signer.local_public_key
         )
-        if self.attack in ("mute", "drip"):
+        if self.attack in SERVES:
             for r in (current, current + 1):  # announce a batch for the rounds nodes gather now
-                manifest = Manifest(self.runtime.peer_id, r, FAKE_PAYLOAD_BYTES, os.urandom(32), 100)
+                manifest = Manifest(self.runtime.peer_id, r, self._payload_bytes, os.urandom(32), 100)
                 await self.runtime.dht.store(
                     manifest_key(self.run_id, r), manifest.to_value(), get_dht_time() + 120,
                     subkey=self.runtime.signer.local_public_key,
@@ -97,12 +100,19 @@ class LivenessAttacker:
                 beats.append(beat)
         return beats
 
+    @property
+    def _payload_bytes(self) -> int:
+        return CUT_PAYLOAD_BYTES if self.attack == "cut" else FAKE_PAYLOAD_BYTES
+
     async def _serve_badly(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             await reader.read(1024)
             if self.attack == "mute":
                 await asyncio.sleep(3600)
-            writer.write(struct.pack(">BQ", OK, FAKE_PAYLOAD_BYTES))
+            writer.write(struct.pack(">BQ", OK, self._payload_bytes))
+            if self.attack == "cut":
+                await _send_zeros(writer, self._payload_bytes - 1)
+                return
             started = time.monotonic()
             while time.monotonic() - started < 3600:
                 writer.write(b"x" * 8)
@@ -112,6 +122,13 @@ class LivenessAttacker:
             pass  # the downloader gave up: what a drip is meant to cause
         finally:
             writer.close()
+
+
+async def _send_zeros(writer: asyncio.StreamWriter, count: int) -> None:
+    chunk = bytes(1 << 20)
+    for offset in range(0, count, len(chunk)):
+        writer.write(chunk[: min(len(chunk), count - offset)])
+        await writer.drain()
 
 
 async def _spawn(coro) -> asyncio.Task:  # noqa: ANN001

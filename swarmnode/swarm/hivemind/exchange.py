@@ -20,6 +20,7 @@ import concurrent.futures
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 
 from swarmnode.config import SwarmSettings
 from swarmnode.records import RecordError
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 MANIFEST_TTL_S = 600.0
 MAX_FETCH_ATTEMPTS = 3
 FORGET_AFTER_ROUNDS = 8
+UNEARNED_PAYLOADS_IN_FLIGHT = 2  # strangers' downloads at once, in promised bytes, as max-size payloads
 GATHER_GRACE_S = 30.0  # how long past its deadline a gather may run before the node goes on without it
 
 Key = tuple[str, int]  # (peer, round)
@@ -62,6 +64,7 @@ class HivemindExchange:
         self._seen: set[Key] = set()  # handed out, or given up on
         self._attempts: Counter[Key] = Counter()
         self._inflight: dict[Key, asyncio.Task] = {}
+        self._inflight_bytes: dict[Key, int] = {}  # what each running download's manifest promised
         self._ready: dict[Key, bytes] = {}  # downloaded, not yet handed out
         runtime.call(self.server.register(runtime.p2p), timeout=10)
 
@@ -155,18 +158,16 @@ class HivemindExchange:
         return found
 
     def _start_fetches(self, manifests: list[Manifest]) -> None:
-        """Download each new manifest's payload: peers that delivered before always, others up
-        to `max_peers_per_round` downloads at once (the rest are retried at the next poll)."""
-        others = sum(1 for (peer, _) in self._inflight if not self.ledger.earned(peer))
-        for manifest in manifests:
-            if not self.ledger.earned(manifest.peer_id):
-                if others >= self.settings.max_peers_per_round:
-                    continue
-                others += 1
+        """Start the downloads `choose_downloads` allows; the rest wait for a later poll."""
+        for manifest in choose_downloads(
+            manifests, self._inflight_bytes, self.ledger.earned, self.settings.max_peers_per_round,
+            UNEARNED_PAYLOADS_IN_FLIGHT * self.max_payload_bytes,
+        ):
             self._start_fetch(manifest)
 
     def _start_fetch(self, manifest: Manifest) -> None:
         key = (manifest.peer_id, manifest.round)  # _parse left out keys seen, in flight or ready
+        self._inflight_bytes[key] = manifest.size
         task = asyncio.create_task(
             fetch_payload(
                 self.runtime.p2p, manifest.peer_id, self.run_id, manifest.round, manifest.size, manifest.digest,
@@ -179,6 +180,7 @@ class HivemindExchange:
     def _settle(self, key: Key, task: asyncio.Task) -> None:
         """A download ended: keep the payload, blame the peer, or count a failed attempt."""
         self._inflight.pop(key, None)
+        self._inflight_bytes.pop(key, None)
         if task.cancelled():
             return
         result = task.exception() or task.result()
@@ -187,6 +189,10 @@ class HivemindExchange:
         elif isinstance(result, FetchError) and result.misbehaved:
             self._seen.add(key)
             self.ledger.reject(key[0], str(result))
+        elif isinstance(result, FetchError) and result.cut:
+            self._seen.add(key)
+            self.ledger.cut(key[0])
+            log.debug("fetch %s round %d: %s", key[0], key[1], result)
         else:
             self._attempts[key] += 1
             log.debug("fetch %s round %d: %s", key[0], key[1], result)
@@ -269,6 +275,35 @@ class HivemindExchange:
         for task in list(self._inflight.values()):
             task.cancel()
         self._inflight.clear()
+        self._inflight_bytes.clear()
+
+
+def choose_downloads(
+    manifests: list[Manifest],
+    inflight: dict[Key, int],
+    earned: Callable[[str], bool],
+    max_others: int,
+    max_other_bytes: int,
+) -> list[Manifest]:
+    """Which new manifests to download now, given the downloads running (key -> promised
+    bytes). One download per peer at a time, so identities cannot multiply their share by
+    announcing many batches; peers that delivered before always; others up to `max_others`
+    downloads and `max_other_bytes` promised bytes at once, so payloads promised by strangers
+    (and cut before their last byte) hold a bounded amount of memory."""
+    busy = {peer for peer, _ in inflight}
+    others = [size for (peer, _), size in inflight.items() if not earned(peer)]
+    count, promised = len(others), sum(others)
+    chosen = []
+    for manifest in manifests:
+        if manifest.peer_id in busy:
+            continue
+        if not earned(manifest.peer_id):
+            if count >= max_others or promised + manifest.size > max_other_bytes:
+                continue
+            count, promised = count + 1, promised + manifest.size
+        busy.add(manifest.peer_id)
+        chosen.append(manifest)
+    return chosen
 
 
 async def _copy_set(items: set[str]) -> set[str]:

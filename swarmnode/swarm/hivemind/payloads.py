@@ -35,9 +35,10 @@ class FetchError(RuntimeError):
     """A payload could not be fetched. `misbehaved` is True when the peer sent bad data (as
     opposed to being unreachable or slow), which counts against it."""
 
-    def __init__(self, message: str, misbehaved: bool) -> None:
+    def __init__(self, message: str, misbehaved: bool, cut: bool = False) -> None:
         super().__init__(message)
         self.misbehaved = misbehaved
+        self.cut = cut  # the peer closed mid-payload: not provably a lie (a crash looks alike), not retried
 
 
 class PayloadServer:
@@ -139,7 +140,13 @@ async def _fetch(p2p: P2P, peer_id: str, run_id: str, round_: int, size: int, di
                 f"{peer_id} sent status {status} and {length} bytes; its manifest promised {size}",
                 misbehaved=True,
             )
-        payload = await reader.readexactly(length)
+        try:
+            payload = await reader.readexactly(length)
+        except asyncio.IncompleteReadError as err:
+            raise FetchError(
+                f"{peer_id} closed after {len(err.partial)} of the {size} bytes its manifest promised",
+                misbehaved=False, cut=True,
+            ) from None
     finally:
         writer.close()
     if payload_digest(payload) != digest:
