@@ -37,7 +37,8 @@ from typing import Any
 
 from swarmnode.assemble import assemble
 from swarmnode.config import Config, load_config
-from swarmnode.node import Node, batch_split
+from swarmnode.intake import batch_split
+from swarmnode.node import Node
 from swarmnode.registry import OBJECTIVES
 from swarmnode.swarm.local import InMemoryHub
 

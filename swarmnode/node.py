@@ -22,6 +22,7 @@ from swarmnode import wire
 from swarmnode.checkpoint import load_checkpoint, save_checkpoint
 from swarmnode.clock import RoundClock
 from swarmnode.config import Config
+from swarmnode.intake import OfferedGroup, assigned_prompt_ids, batch_split, check_batch, fair_queue
 from swarmnode.loss import group_advantages
 from swarmnode.metrics import LiveView, MetricsLog
 from swarmnode.policy import OutOfMemory, Policy, StepResult, TrainSample
@@ -36,6 +37,7 @@ from swarmnode.trust import Screening, screen
 log = logging.getLogger(__name__)
 
 LINGER_S = 10.0  # the longest a finishing node keeps serving its last batch to peers
+SCREEN_PASSES = 3  # rounds of score-and-screen to fill the peers' share when the gate drops samples
 
 
 def run_id_for(config: Config, task: Task, policy: Policy) -> str:
@@ -46,38 +48,6 @@ def run_id_for(config: Config, task: Task, policy: Policy) -> str:
 def solo_peer_id(config: Config) -> str:
     """A node without a swarm: the configured id, else one derived from its run dir."""
     return config.node.peer_id or f"local-{fingerprint_of(str(config.node.run_dir))[:8]}"
-
-
-def assigned_prompt_ids(seed: int, peer_id: str, round_: int, count: int, num_train: int) -> list[int]:
-    """The prompts a peer must use in a round: fixed by (seed, peer, round), no cherry-picking.
-
-    The first `count` distinct ids of one seeded stream, so a peer that generates fewer prompts
-    (a smaller own share) uses a prefix of the same assignment, and any count can be checked."""
-    rng = random.Random(f"{seed}:{peer_id}:{round_}")
-    wanted = min(count, num_train)
-    ids: list[int] = []
-    seen: set[int] = set()
-    while len(ids) < wanted:
-        candidate = rng.randrange(num_train)
-        if candidate not in seen:
-            seen.add(candidate)
-            ids.append(candidate)
-    return ids
-
-
-def batch_split(config: Config) -> tuple[int, int]:
-    """(groups this node generates, most peers' groups it trains on) in one round.
-
-    The training batch is `rollout.prompts_per_round` groups. With `node.own_share` 1 the node
-    generates all of them and peers' groups come on top (up to `node.max_peer_groups`); below 1
-    it generates that share and peers' groups fill the rest, so it learns from a full batch for
-    a fraction of the generation (the paper's vertical setup, SAPO's local/external split)."""
-    batch = config.rollout.prompts_per_round
-    share = config.node.own_share
-    if share >= 1.0:
-        return batch, config.node.max_peer_groups
-    own = max(1, round(share * batch))
-    return own, min(config.node.max_peer_groups, batch - own)
 
 
 @dataclass
@@ -182,13 +152,11 @@ class Node:
 
     def consume(self, round_: int, state: RoundState) -> RoundRecord:
         """Gather peers' groups, screen them, take one optimiser step on everything, log it."""
-        peer_groups = self._gather(round_, state)
-        by_std = self.config.loss.advantage_std
-        own, peers = _train_samples(state.own_groups, by_std), _train_samples(peer_groups, by_std)
+        offered = self._gather(round_, state)
+        own = _train_samples(state.own_groups, self.config.loss.advantage_std)
         t = time.perf_counter()
-        screening = self._screen(own, peers)
-        state.timings["screen_s"] = time.perf_counter() - t
-        kept = [sample for sample, keep in zip(peers, screening.keep) if keep]
+        kept, screenings, peers = self._take_peers(offered, own, state)
+        state.timings["screen_s"] = time.perf_counter() - t - state.timings.get("score_s", 0.0)
         t = time.perf_counter()
         result = self.policy.train_step(
             [sample for sample, _, _ in own + kept], self.config.loss, self.config.rollout.temperature
@@ -196,10 +164,11 @@ class Node:
         state.timings["train_s"] = time.perf_counter() - t
         state.timings["sync_s"] = self.generator.sync_weights()
         self.consumed += len(kept)
-        return self._record(round_, state, own, kept, len({g.peer_id for g in peer_groups}), screening, result)
+        return self._record(round_, state, own, kept, peers, screenings, result)
 
-    def _gather(self, round_: int, state: RoundState) -> list[ScoredGroup]:
-        """Peers' batches for this round, checked and scored; the ledger learns who delivered."""
+    def _gather(self, round_: int, state: RoundState) -> list[OfferedGroup]:
+        """Peers' batches for this round, checked, their groups in the order the peers' share
+        takes them (swarmnode.intake.fair_queue); the ledger learns who delivered."""
         t = time.perf_counter()
         live = set(self.membership.live_peers())
         expected = self.ledger.expected(live)
@@ -213,7 +182,7 @@ class Node:
         received = self.exchange.gather(round_, self.config.node.staleness, deadline_s, expected, bootstrap)
         state.timings["gather_s"] = time.perf_counter() - t
         t = time.perf_counter()
-        peer_groups, delivered = self._accept(received)
+        offers, delivered = self._accept(received)
         for peer in expected - delivered.keys():
             self.ledger.missed(peer)
         if delivered:
@@ -221,8 +190,55 @@ class Node:
         elif bootstrap:
             self._vain_bootstrap += 1
         self.clock.check_claims(delivered)
-        state.timings["decode_score_s"] = time.perf_counter() - t
-        return peer_groups
+        state.timings["decode_s"] = time.perf_counter() - t
+        rng = random.Random(f"{self.config.node.seed}:{self.peer_id}:{round_}:intake")
+        return fair_queue(offers, {peer: self.ledger.standing(peer) for peer in offers}, rng)
+
+    def _take_peers(
+        self, offered: list[OfferedGroup], own: list[SourcedSample], state: RoundState
+    ) -> tuple[list[SourcedSample], list[Screening], int]:
+        """Fill the peers' share of the batch from `offered`, in its order, with samples that
+        pass screening: a gated sample takes no room, the next groups are screened in its place
+        (at most SCREEN_PASSES times). Returns the kept samples, each pass's screening and how
+        many peers' groups were taken."""
+        _, budget = batch_split(self.config)
+        group_size = self.config.rollout.group_size
+        wanted = budget * group_size
+        kept: list[SourcedSample] = []
+        screenings: list[Screening] = []
+        struck: set[str] = set()
+        peers: set[str] = set()
+        queue = list(offered)
+        state.timings["score_s"] = 0.0
+        for _ in range(SCREEN_PASSES):
+            missing = wanted - len(kept)
+            if missing <= 0 or not queue:
+                break
+            count = -(-missing // group_size)
+            chunk, queue = queue[:count], queue[count:]
+            t = time.perf_counter()
+            scored = [self._score_offer(group) for group in chunk]
+            state.timings["score_s"] += time.perf_counter() - t
+            samples = _train_samples(scored, self.config.loss.advantage_std)
+            screening = self._screen(own, samples, struck)
+            taken = [sample for sample, keep in zip(samples, screening.keep) if keep]
+            kept += taken
+            screenings.append(screening)
+            peers.update(group.peer_id for group in chunk)
+            self._note_standing(samples, screening)
+        return kept, screenings, len(peers)
+
+    def _note_standing(self, samples: list[SourcedSample], screening: Screening) -> None:
+        """Tell the ledger how many of each peer's screened samples were useful: kept, not
+        under the gate's bar, and carrying a non-zero advantage (a group all right or all wrong
+        teaches nothing)."""
+        offered: Counter[str] = Counter()
+        useful: Counter[str] = Counter()
+        for (sample, _, peer), kept, unlikely in zip(samples, screening.keep, screening.below_bar_flags):
+            offered[peer] += 1
+            useful[peer] += int(kept and not unlikely and sample.advantage != 0)
+        for peer, count in offered.items():
+            self.ledger.screened(peer, count, useful[peer])
 
     def _record(
         self,
@@ -231,7 +247,7 @@ class Node:
         own: list[SourcedSample],
         kept: list[SourcedSample],
         peers: int,
-        screening: Screening,
+        screenings: list[Screening],
         result: StepResult,
     ) -> RoundRecord:
         own_rewards = [reward for _, reward, _ in own]
@@ -245,9 +261,11 @@ class Node:
             own_samples=len(own_rewards),
             peer_samples=len(peer_rewards),
             peers=peers,
-            gated=screening.gated,
-            below_bar=screening.below_bar,
-            peer_weight_scale=min((v.weight_scale for v in screening.verdicts.values()), default=None),
+            gated=sum(screening.gated for screening in screenings),
+            below_bar=sum(screening.below_bar for screening in screenings),
+            peer_weight_scale=min(
+                (v.weight_scale for screening in screenings for v in screening.verdicts.values()), default=None
+            ),
             filtered=s.filtered,
             filtered_frac=s.filtered_frac,
             weight_mean=s.weight_mean,
@@ -272,14 +290,16 @@ class Node:
 
     # -- peers' data -----------------------------------------------------------------------
 
-    def _screen(self, own: list[SourcedSample], peers: list[SourcedSample]) -> Screening:
+    def _screen(self, own: list[SourcedSample], peers: list[SourcedSample], struck: set[str]) -> Screening:
         """Judge peers' samples by our own model (swarmnode.trust): which to keep (the gate
         drops only unlikely samples with a positive advantage), how much their weights count; a
         peer whose log-probs claim more weight than an honest generator's gets a strike in the
         ledger (failing the gate is none: see swarmnode.trust)."""
         trust = self.config.trust
         if not peers or not (trust.likelihood_gate or trust.weight_budget):
-            return Screening(keep=[True] * len(peers), weight_scale=[1.0] * len(peers), bar=None, verdicts={})
+            everyone = [True] * len(peers)
+            return Screening(keep=everyone, below_bar_flags=[False] * len(peers), weight_scale=[1.0] * len(peers),
+                             bar=None, verdicts={})
         theta = self.policy.token_logprobs(
             [sample.prompt_ids for sample, _, _ in peers],
             [sample.completion_ids for sample, _, _ in peers],
@@ -297,16 +317,17 @@ class Node:
         for (sample, _, _), scale in zip(peers, screening.weight_scale):
             sample.weight_scale = scale
         for peer, verdict in screening.verdicts.items():
-            for strike in verdict.strikes:
-                self._reject(peer, strike)
+            if verdict.strikes and peer not in struck:  # one batch, one strike, however many passes
+                struck.add(peer)
+                self._reject(peer, verdict.strikes[0])
         return screening
 
-    def _accept(self, received: list[Received]) -> tuple[list[ScoredGroup], dict[str, int]]:
-        """Decode strictly, check each batch belongs to this run and round, score it ourselves.
-        Also returns the round each peer proved with a valid batch (recorded in the ledger)."""
-        accepted: list[ScoredGroup] = []
+    def _accept(self, received: list[Received]) -> tuple[dict[str, list[OfferedGroup]], dict[str, int]]:
+        """Decode strictly and check each batch belongs to this run and round; returns each
+        peer's groups (at most `node.peer_quota`) and the round each peer proved with a valid
+        batch (recorded in the ledger)."""
+        offers: dict[str, list[OfferedGroup]] = {}
         delivered: dict[str, int] = {}
-        _, budget = batch_split(self.config)
         for item in received:
             if self.ledger.is_banned(item.peer_id):
                 continue
@@ -320,44 +341,17 @@ class Node:
                 continue
             self.ledger.delivered(item.peer_id, batch.round, item.after_s)
             delivered[item.peer_id] = max(batch.round, delivered.get(item.peer_id, batch.round))
-            if budget <= 0:
-                continue
-            for group in batch.groups[: min(self.config.node.peer_quota, budget)]:
-                problem = self.task.train_problem(group.prompt_id)
-                prompt = self.policy.encode_prompt(self.task.system_prompt, problem.question)
-                accepted.append(self._score(item.peer_id, problem, prompt, group.completions()))
-                budget -= 1
-        return accepted, delivered
+            groups = offers.setdefault(item.peer_id, [])
+            room = max(0, self.config.node.peer_quota - len(groups))
+            groups.extend(OfferedGroup(item.peer_id, g.prompt_id, g.completions()) for g in batch.groups[:room])
+        return offers, delivered
 
     def _verify(self, item: Received) -> wire.RolloutBatch:
         """The batch, decoded and checked as one this node may train on; WireError if not."""
         batch = wire.decode(item.payload, self.config.wire, self.policy.vocab_size)
-        self._check_batch(batch, item)
+        check_batch(batch, item.peer_id, item.round, self.config, self.run_id, self.policy.fingerprint,
+                    self.task.num_train)
         return batch
-
-    def _check_batch(self, batch: wire.RolloutBatch, item: Received) -> None:
-        if batch.run_id != self.run_id:
-            raise wire.WireError(f"run id {batch.run_id} is not this run ({self.run_id})")
-        if batch.peer_id != item.peer_id:
-            raise wire.WireError(f"claims to be {batch.peer_id} but came from {item.peer_id}")
-        if batch.round != item.round:
-            raise wire.WireError(f"round {batch.round} published as round {item.round}")
-        if batch.tokenizer_fingerprint != self.policy.fingerprint:
-            raise wire.WireError("tokenizer differs from ours")
-        if not batch.groups:
-            raise wire.WireError("a batch without groups")
-        expected = assigned_prompt_ids(
-            self.config.node.seed, batch.peer_id, batch.round, len(batch.groups), self.task.num_train
-        )  # a peer may generate any number of prompts (its own share), always its first ones
-        if sorted(g.prompt_id for g in batch.groups) != sorted(expected):
-            raise wire.WireError("prompt ids differ from the peer's assignment for that round")
-        if any(len(g.lengths) != self.config.rollout.group_size for g in batch.groups):
-            raise wire.WireError("group size differs from this run's")
-        longest = max((int(g.lengths.max()) for g in batch.groups if len(g.lengths)), default=0)
-        if longest > self.config.rollout.max_new_tokens:
-            raise wire.WireError(
-                f"a completion of {longest} tokens; this run generates at most {self.config.rollout.max_new_tokens}"
-            )
 
     @property
     def rejected(self) -> Counter[str]:
@@ -365,6 +359,11 @@ class Node:
 
     def _reject(self, peer_id: str, reason: str) -> None:
         self.ledger.reject(peer_id, reason)
+
+    def _score_offer(self, group: OfferedGroup) -> ScoredGroup:
+        problem = self.task.train_problem(group.prompt_id)
+        prompt = self.policy.encode_prompt(self.task.system_prompt, problem.question)
+        return self._score(group.peer_id, problem, prompt, group.completions)
 
     def _score(
         self,

@@ -91,6 +91,7 @@ class Screening:
     """Per sample (in input order): kept or not, and the factor on its importance weights."""
 
     keep: list[bool]
+    below_bar_flags: list[bool]  # per sample: under the gate's bar (gated or kept)
     weight_scale: list[float]
     bar: float | None
     verdicts: dict[str, PeerVerdict]
@@ -126,6 +127,7 @@ def screen(
     """
     bar = gate_bar(own_logprobs, trust) if trust.likelihood_gate else None
     keep = [True] * len(peers)
+    below = [False] * len(peers)
     verdicts: dict[str, PeerVerdict] = defaultdict(PeerVerdict)
     weighting = OBJECTIVES.get(loss.objective).weighting
     weight_sums: dict[str, float] = defaultdict(float)
@@ -136,6 +138,7 @@ def screen(
         verdict.samples += 1
         if bar is not None and least_likely_window(theta, trust.gate_window) < bar:
             verdict.below_bar += 1
+            below[i] = True
             if gateable(advantage, trust):
                 keep[i] = False
                 verdict.gated += 1
@@ -155,5 +158,5 @@ def screen(
                 f"(an honest generator's is at most 1)"
             )
     scales = [verdicts[peer].weight_scale for peer in peers]
-    return Screening(keep=keep, weight_scale=scales, bar=bar, verdicts=dict(verdicts))
+    return Screening(keep=keep, below_bar_flags=below, weight_scale=scales, bar=bar, verdicts=dict(verdicts))
 

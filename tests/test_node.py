@@ -6,8 +6,9 @@ import torch
 
 from swarmnode import wire
 from swarmnode.config import load_config
+from swarmnode.intake import assigned_prompt_ids, batch_split
 from swarmnode.metrics import eval_lines, read_metrics, round_lines
-from swarmnode.node import Node, assigned_prompt_ids, batch_split
+from swarmnode.node import Node
 from swarmnode.policy import OutOfMemory
 from swarmnode.rollout.hf import HFGenerator
 from swarmnode.swarm.local import InMemoryHub, solo_link

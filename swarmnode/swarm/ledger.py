@@ -25,6 +25,7 @@ from swarmnode.config import SwarmSettings
 log = logging.getLogger(__name__)
 
 DELIVERY_HISTORY = 32  # recent delivery times kept for the adaptive deadline
+STANDING_WEIGHT = 0.2  # how far one screened batch moves a peer's standing
 
 
 @dataclass
@@ -34,6 +35,8 @@ class PeerRecord:
     proven_round: int | None = None  # highest round of a verified batch
     delivered: int = 0  # verified batches
     missed: int = 0  # rounds in a row waited for in vain
+    screened: int = 0  # samples screened
+    standing: float = 0.0  # recent share of its screened samples that were useful (kept, advantage != 0)
 
 
 class PeerLedger:
@@ -91,6 +94,25 @@ class PeerLedger:
         with self._lock:
             record = self.peers.setdefault(peer_id, PeerRecord())
             record.missed = max(record.missed, self.max_missed)
+
+    def screened(self, peer_id: str, offered: int, useful: int) -> None:
+        """`useful` of the peer's `offered` samples were kept by screening and carried a
+        non-zero advantage: its standing moves toward that share (STANDING_WEIGHT per batch)."""
+        if offered <= 0:
+            return
+        with self._lock:
+            record = self.peers.setdefault(peer_id, PeerRecord())
+            share = useful / offered
+            record.standing = share if not record.screened else record.standing + STANDING_WEIGHT * (share - record.standing)
+            record.screened += offered
+
+    def standing(self, peer_id: str) -> float | None:
+        """How useful the peer's samples have been lately, None for a peer never screened: the
+        order in which peers share a batch (swarmnode.intake.fair_queue)."""
+        record = self.peers.get(peer_id)
+        if record is None or not record.screened:
+            return None
+        return 0.0 if self.is_banned(peer_id) else record.standing
 
     def earned(self, peer_id: str) -> bool:
         """Delivered a valid batch before, has not missed `max_missed` rounds since, not banned."""

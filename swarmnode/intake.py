@@ -1,0 +1,125 @@
+"""Peers' batches on their way in: whose prompts they must be, what a valid one is, and in
+which order their groups are offered to the training batch.
+
+Identities are free, so nothing here counts them: a batch is checked against what the node can
+compute itself (its run, the sender's prompt assignment, the run's limits), and the peers' share
+of a batch is handed out in turns, peers with a record of useful samples first, a fixed share
+of the turns kept for newcomers, and peers whose samples proved useless last.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+
+from swarmnode import wire
+from swarmnode.config import Config
+
+NEWCOMER_EVERY = 4  # every 4th turn of the peers' share goes to a peer without a useful record
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class OfferedGroup:
+    """One group of a peer's verified batch, not yet scored: what the peers' share picks from."""
+
+    peer_id: str
+    prompt_id: int
+    completions: list[tuple[np.ndarray, np.ndarray]]  # (token ids, reported log-probs) each
+
+
+def assigned_prompt_ids(seed: int, peer_id: str, round_: int, count: int, num_train: int) -> list[int]:
+    """The prompts a peer must use in a round: fixed by (seed, peer, round), no cherry-picking.
+
+    The first `count` distinct ids of one seeded stream, so a peer that generates fewer prompts
+    (a smaller own share) uses a prefix of the same assignment, and any count can be checked."""
+    rng = random.Random(f"{seed}:{peer_id}:{round_}")
+    wanted = min(count, num_train)
+    ids: list[int] = []
+    seen: set[int] = set()
+    while len(ids) < wanted:
+        candidate = rng.randrange(num_train)
+        if candidate not in seen:
+            seen.add(candidate)
+            ids.append(candidate)
+    return ids
+
+
+def batch_split(config: Config) -> tuple[int, int]:
+    """(groups this node generates, most peers' groups it trains on) in one round.
+
+    The training batch is `rollout.prompts_per_round` groups. With `node.own_share` 1 the node
+    generates all of them and peers' groups come on top (up to `node.max_peer_groups`); below 1
+    it generates that share and peers' groups fill the rest, so it learns from a full batch for
+    a fraction of the generation (the paper's vertical setup, SAPO's local/external split)."""
+    batch = config.rollout.prompts_per_round
+    share = config.node.own_share
+    if share >= 1.0:
+        return batch, config.node.max_peer_groups
+    own = max(1, round(share * batch))
+    return own, min(config.node.max_peer_groups, batch - own)
+
+
+def check_batch(
+    batch: wire.RolloutBatch, sender: str, round_: int, config: Config, run_id: str, tokenizer: str, num_train: int
+) -> None:
+    """WireError unless `batch` is one this node may train on: this run, from its sender, of
+    the round it was published as, our tokenizer, the sender's assigned prompts, the run's
+    group size and completion length."""
+    if batch.run_id != run_id:
+        raise wire.WireError(f"run id {batch.run_id} is not this run ({run_id})")
+    if batch.peer_id != sender:
+        raise wire.WireError(f"claims to be {batch.peer_id} but came from {sender}")
+    if batch.round != round_:
+        raise wire.WireError(f"round {batch.round} published as round {round_}")
+    if batch.tokenizer_fingerprint != tokenizer:
+        raise wire.WireError("tokenizer differs from ours")
+    if not batch.groups:
+        raise wire.WireError("a batch without groups")
+    expected = assigned_prompt_ids(config.node.seed, batch.peer_id, batch.round, len(batch.groups), num_train)
+    # a peer may generate any number of prompts (its own share), always its first ones
+    if sorted(g.prompt_id for g in batch.groups) != sorted(expected):
+        raise wire.WireError("prompt ids differ from the peer's assignment for that round")
+    if any(len(g.lengths) != config.rollout.group_size for g in batch.groups):
+        raise wire.WireError("group size differs from this run's")
+    longest = max((int(g.lengths.max()) for g in batch.groups if len(g.lengths)), default=0)
+    if longest > config.rollout.max_new_tokens:
+        raise wire.WireError(
+            f"a completion of {longest} tokens; this run generates at most {config.rollout.max_new_tokens}"
+        )
+
+
+def fair_queue(
+    offers: Mapping[str, list[T]], standing: Mapping[str, float | None], rng: random.Random,
+    newcomer_every: int = NEWCOMER_EVERY,
+) -> list[T]:
+    """Every offered group once, in the order the peers' share of a batch takes them.
+
+    Peers take turns, one group a turn, so no peer takes the share by offering more, and no
+    peer id by sorting first (ties are broken by `rng`). Peers whose samples have been useful
+    (standing > 0) go first, the most useful first; every `newcomer_every`-th turn goes to a
+    newcomer (standing None: never screened) while one has groups left, so a new peer is heard
+    at once; peers screened and found useless (standing 0) only fill what is left."""
+    peers = list(offers)
+    rng.shuffle(peers)
+    proven = sorted((p for p in peers if (standing.get(p) or 0.0) > 0), key=lambda p: -(standing[p] or 0.0))
+    newcomers = [p for p in peers if standing.get(p) is None]
+    useless = [p for p in peers if standing.get(p) is not None and standing[p] <= 0]
+    proven_turns, newcomer_turns = _turns(offers, proven), _turns(offers, newcomers)
+    queue: list[T] = []
+    while proven_turns or newcomer_turns:
+        newcomers_turn = (len(queue) + 1) % newcomer_every == 0
+        source = newcomer_turns if (newcomers_turn and newcomer_turns) or not proven_turns else proven_turns
+        queue.append(source.pop(0))
+    return queue + _turns(offers, useless)
+
+
+def _turns(offers: Mapping[str, list[T]], peers: list[str]) -> list[T]:
+    """Round robin: each peer's first group, then each one's second, ..."""
+    deepest = max((len(offers[p]) for p in peers), default=0)
+    return [offers[p][i] for i in range(deepest) for p in peers if i < len(offers[p])]

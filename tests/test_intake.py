@@ -1,0 +1,103 @@
+"""The peers' share of a batch: taken in turns, useful peers first, screened before it counts."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+
+import pytest
+
+from swarmnode.assemble import assemble
+from swarmnode.config import load_config
+from swarmnode.intake import fair_queue
+from swarmnode.poison import poisoning_link
+from swarmnode.policy import Policy
+from swarmnode.swarm.ledger import PeerLedger
+from swarmnode.swarm.local import InMemoryHub
+
+
+def _offers(**counts: int) -> dict[str, list[str]]:
+    return {peer: [f"{peer}{i}" for i in range(count)] for peer, count in counts.items()}
+
+
+def test_peers_take_turns_whatever_they_offer_and_whatever_their_ids():
+    queue = fair_queue(_offers(aaa=6, zzz=2), {"aaa": 0.5, "zzz": 0.5}, random.Random(0))
+    assert sorted(queue[:4]) == ["aaa0", "aaa1", "zzz0", "zzz1"], "one group a turn: offering more buys no turns"
+    assert queue[4:] == ["aaa2", "aaa3", "aaa4", "aaa5"]
+    firsts = {fair_queue(_offers(aaa=1, zzz=1), {}, random.Random(seed))[0] for seed in range(20)}
+    assert firsts == {"aaa0", "zzz0"}, "ties are broken at random, not by peer id"
+
+
+def test_useful_peers_first_newcomers_every_fourth_turn_useless_last():
+    offers = _offers(good=8, better=8, new=8, junk=8)
+    standing = {"good": 0.3, "better": 0.6, "new": None, "junk": 0.0}
+    queue = fair_queue(offers, standing, random.Random(0))
+    assert len(queue) == 32 and sorted(queue) == sorted(g for groups in offers.values() for g in groups)
+    assert queue[:3] == ["better0", "good0", "better1"]
+    assert [queue[i] for i in (3, 7, 11)] == ["new0", "new1", "new2"]
+    assert not any(g.startswith("junk") for g in queue[:24]) and queue[24:] == [f"junk{i}" for i in range(8)]
+    assert fair_queue(_offers(new=2, junk=1), {"junk": 0.0}, random.Random(0)) == ["new0", "new1", "junk0"]
+
+
+def test_standing_follows_the_share_of_useful_samples():
+    ledger = PeerLedger()
+    assert ledger.standing("p") is None, "never screened: a newcomer"
+    ledger.screened("p", 8, 0)
+    assert ledger.standing("p") == 0.0, "first impression: nothing useful"
+    ledger.screened("q", 8, 4)
+    assert ledger.standing("q") == 0.5
+    ledger.screened("q", 8, 8)
+    assert 0.5 < ledger.standing("q") < 1.0
+
+
+def _config(tmp_path, name, *sets):
+    return load_config(None, [
+        f"node.run_dir={tmp_path / name}", "model.device=cpu", "task.system_prompt=''", "rollout.backend=hf",
+        "rollout.group_size=8", "rollout.max_new_tokens=10", "train.lr=1e-4", "node.eval_size=8",
+        "node.checkpoint_every=0", "node.gather_timeout_s=5", "swarm.enabled=false", *sets,
+    ])
+
+
+@pytest.mark.slow
+def test_crowding_identities_with_many_useless_groups_lose_the_batch_to_the_honest_peer(tmp_path):
+    """Four identities each offer 16 valid groups of wrong answers (no advantage, nothing to
+    learn) next to one honest peer offering 4: after the first rounds, the honest peer's groups
+    fill the peers' share, whatever the crowd's ids or volume."""
+    hub = InMemoryHub()
+    honest_sets = ["rollout.prompts_per_round=8", "node.own_share=0.5"]
+    with contextlib.ExitStack() as stack:
+        nodes = [
+            stack.enter_context(assemble(_config(tmp_path, name, *honest_sets), join=lambda run, n=name: hub.join(n)))
+            for name in ("honest-a", "honest-b")
+        ]
+        crowd = []
+        for i in range(4):
+            name = f"0000-crowd-{i}"  # ids that sort first
+            config = _config(tmp_path, name, "rollout.prompts_per_round=16")
+            policy = Policy.load(config.model, config.train)
+            crowd.append(stack.enter_context(assemble(
+                config, policy=policy,
+                join=lambda run, n=name, c=config, p=policy: poisoning_link(hub.join(n), "wrong", c, nodes[0].task, p),
+            )))
+        taken: list[list[str]] = []
+        take = nodes[0]._take_peers
+
+        def recording(offered, own, state):
+            kept, screenings, peers = take(offered, own, state)
+            taken.append([peer for _, _, peer in kept])
+            return kept, screenings, peers
+
+        nodes[0]._take_peers = recording
+        for round_ in range(5):
+            states = [node.produce(round_) for node in nodes]
+            for junk in crowd:
+                junk.produce(round_)
+            for node, state in zip(nodes, states):
+                node.consume(round_, state)
+    assert all(len(samples) == 32 for samples in taken), "the peers' share is filled every round"
+    late = [peer for samples in taken[3:] for peer in samples]
+    assert late.count("honest-b") / len(late) >= 0.9, [samples.count("honest-b") for samples in taken]
+    ledger = nodes[0].ledger
+    assert ledger.standing("honest-b") > 0
+    assert all(ledger.standing(f"0000-crowd-{i}") in (None, 0.0) for i in range(4))
+    assert ledger.total == 0, "wrong answers are no lie"
