@@ -211,7 +211,7 @@ def run_condition(
                         condition_overrides,
                     )
                     name = member.label  # the peer id, hence the prompts, are the member's in every condition
-                    nodes.append(stack.enter_context(assemble(config, join=lambda run, n=name, h=hub: h.join(n))))
+                    nodes.append(stack.enter_context(assemble(config, join=lambda run, n=name, h=hub: h.join(n, run))))
                 runs.update(_train_together(together, nodes, shape, progress))
     return ConditionRun(condition, accounting, seed, [runs[m.label] for m in setting.members])
 

@@ -192,7 +192,7 @@ def _link(
         return join(run_id)
     if runtime is not None:
         return attach(runtime, run_id, config, ledger)
-    return solo_link(solo_peer_id(config))
+    return solo_link(solo_peer_id(config), run_id)
 
 
 def _serve_health(config: Config, node: Node) -> HealthServer:

@@ -145,9 +145,16 @@ class NodeSettings(_Section):
     seed: int = 0
     peer_id: str | None = Field(None, description="None = derived from the run dir")
     run_dir: Path = Path("runs/default")
-    staleness: int = Field(1, ge=0, description="peer rollouts from rounds r-s..r are used")
-    max_catch_up: int = Field(
-        1000, ge=1, description="most rounds one catch-up jump may skip (jumps need peers' valid batches)"
+    staleness: int = Field(
+        1, ge=0, description="a peer's groups are used while they are at most this many of its rounds behind its newest"
+    )
+    max_age_s: float = Field(
+        300.0, gt=0, description="a peer's groups are used at most this long (our clock) after they arrived"
+    )
+    wait_share: float = Field(
+        0.25, ge=0,
+        description="the longest a round waits for peers' groups, as a share of this node's own round time "
+        "(generation and training; capped by gather_timeout_s)",
     )
     own_share: float = Field(
         1.0, gt=0, le=1,
@@ -157,7 +164,7 @@ class NodeSettings(_Section):
     peer_quota: int = Field(64, ge=0, description="max peer groups from one peer per round")
     max_peer_groups: int = Field(256, ge=0, description="max peer groups in one step")
     gather_timeout_s: float = Field(
-        30.0, ge=0, description="round deadline: how long to wait for live peers' batches"
+        30.0, ge=0, description="the longest a round ever waits for peers' groups"
     )
     eval_every: int = Field(0, ge=0, description="0 = only before and after")
     eval_size: int = Field(200, ge=1)
@@ -202,10 +209,6 @@ class SwarmSettings(_Section):
     max_missed: int = Field(
         2, ge=1, description="rounds in a row a peer may fail to deliver before it is no longer waited for"
     )
-    deadline_slack: float = Field(
-        2.0, ge=1.0, description="a round waits this many times the slowest recent delivery (capped)"
-    )
-    min_deadline_s: float = Field(2.0, ge=0, description="the adaptive round deadline is never shorter")
     max_peers_per_round: int = Field(64, ge=1, description="manifests considered per round")
 
 

@@ -9,6 +9,7 @@ of the turns kept for newcomers, and peers whose samples proved useless last.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,17 +21,95 @@ from swarmnode import wire
 from swarmnode.config import Config
 
 NEWCOMER_EVERY = 4  # every 4th turn of the peers' share goes to a peer without a useful record
+SPACING_WEIGHT = 0.5  # how far one new gap between a peer's batches moves its measured spacing
 
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class OfferedGroup:
     """One group of a peer's verified batch, not yet scored: what the peers' share picks from."""
 
     peer_id: str
+    round: int  # the sender's round
     prompt_id: int
     completions: list[tuple[np.ndarray, np.ndarray]]  # (token ids, reported log-probs) each
+    arrived: float = 0.0  # time.monotonic() when this node accepted it
+
+
+class PeerPool:
+    """Peers' verified groups waiting for a place in a batch. Each is used once; a peer's
+    rounds are accepted only in increasing order; groups leave when stale by the sender's
+    rounds (`staleness` behind its newest) or by our clock (`max_age_s` after arrival).
+    Nothing a peer claims moves this node: it takes what is fresh when it trains.
+
+    A slower peer's batch is paced over the rounds until its next one is due (its batches'
+    spacing in our rounds, measured), so a fast node learns from it in most rounds rather than
+    all at once and then not at all; a peer as fast as us is offered all it holds."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, list[OfferedGroup]] = {}
+        self._newest: dict[str, int] = {}  # peer -> newest round accepted
+        self._arrived_in: dict[str, int] = {}  # peer -> our round its newest batch arrived in
+        self._spacing: dict[str, float] = {}  # peer -> our rounds between its batches (moving mean)
+
+    def add(self, peer_id: str, round_: int, groups: list[OfferedGroup], our_round: int) -> bool:
+        """Hold a verified batch's groups, accepted in our round `our_round`; False (and
+        nothing held) for a round not newer than the peer's newest (a replay, or a restarted
+        peer repeating rounds)."""
+        if round_ <= self._newest.get(peer_id, -1):
+            return False
+        if peer_id in self._arrived_in:
+            gap = max(1, our_round - self._arrived_in[peer_id])
+            self._spacing[peer_id] = self._spacing.get(peer_id, gap) + SPACING_WEIGHT * (gap - self._spacing.get(peer_id, gap))
+        self._newest[peer_id] = round_
+        self._arrived_in[peer_id] = our_round
+        self._held.setdefault(peer_id, []).extend(groups)
+        return True
+
+    def expire(self, now: float, max_age_s: float, staleness: int) -> None:
+        for peer, groups in list(self._held.items()):
+            newest = self._newest[peer]
+            fresh = [g for g in groups if now - g.arrived <= max_age_s and g.round >= newest - staleness]
+            if fresh:
+                self._held[peer] = fresh
+            else:
+                del self._held[peer]
+
+    def drop(self, peer_id: str) -> None:
+        """Forget a peer's held groups (it was banned)."""
+        self._held.pop(peer_id, None)
+
+    def take(self, groups: list[OfferedGroup]) -> None:
+        """These groups were used: never offer them again."""
+        used = {id(g) for g in groups}
+        for peer in {g.peer_id for g in groups}:
+            rest = [g for g in self._held.get(peer, []) if id(g) not in used]
+            if rest:
+                self._held[peer] = rest
+            else:
+                self._held.pop(peer, None)
+
+    def offers(self, our_round: int) -> dict[str, list[OfferedGroup]]:
+        """What each peer offers this round, its newest round first: all it holds, or for a
+        peer slower than us the share that spreads its batch over the rounds until its next."""
+        offers = {}
+        for peer, groups in self._held.items():
+            due_in = self._spacing.get(peer, 1.0) - (our_round - self._arrived_in.get(peer, our_round))
+            count = math.ceil(len(groups) / max(1.0, due_in))
+            offers[peer] = sorted(groups, key=lambda g: -g.round)[:count]
+        return offers
+
+    def lag(self, group: OfferedGroup) -> int:
+        """How many of its sender's rounds the group is behind the sender's newest we hold."""
+        return self._newest.get(group.peer_id, group.round) - group.round
+
+    @property
+    def peers(self) -> set[str]:
+        return set(self._held)
+
+    def __len__(self) -> int:
+        return sum(len(groups) for groups in self._held.values())
 
 
 def assigned_prompt_ids(seed: int, peer_id: str, round_: int, count: int, num_train: int) -> list[int]:

@@ -1,5 +1,9 @@
 """The round loop: choose prompts, generate, publish, gather, score, train, log, checkpoint.
 
+Each node counts its own rounds: nothing a peer claims or sends changes how many rounds it
+trains, which prompts it gets, or when it stops. Peers' verified groups wait in a pool and are
+taken while fresh (swarmnode.intake); a round waits for them at most a share of its own time.
+
 It knows the other parts only through small interfaces (Task, Generator, Policy, and the
 swarm's RolloutExchange and Membership), so the same loop runs alone, with in-memory peers in
 one process, or over hivemind. swarmnode.assemble builds it; tests may build it by hand.
@@ -10,7 +14,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -20,9 +24,8 @@ import torch
 
 from swarmnode import wire
 from swarmnode.checkpoint import load_checkpoint, save_checkpoint
-from swarmnode.clock import RoundClock
 from swarmnode.config import Config
-from swarmnode.intake import OfferedGroup, assigned_prompt_ids, batch_split, check_batch, fair_queue
+from swarmnode.intake import OfferedGroup, PeerPool, assigned_prompt_ids, batch_split, check_batch, fair_queue
 from swarmnode.loss import group_advantages
 from swarmnode.metrics import LiveView, MetricsLog
 from swarmnode.policy import OutOfMemory, Policy, StepResult, TrainSample
@@ -37,6 +40,7 @@ from swarmnode.trust import Screening, screen
 log = logging.getLogger(__name__)
 
 LINGER_S = 10.0  # the longest a finishing node keeps serving its last batch to peers
+OWN_ROUND_HISTORY = 16  # recent own round times behind the wait for peers
 SCREEN_PASSES = 3  # rounds of score-and-screen to fill the peers' share when the gate drops samples
 
 
@@ -71,6 +75,8 @@ class RoundState:
     payload_bytes: int = 0
     payload_tokens: int = 0
     timings: dict[str, float] = field(default_factory=dict)
+    peer_ages_s: list[float] = field(default_factory=list)  # per peers' group taken: seconds since it arrived
+    peer_lags: list[int] = field(default_factory=list)  # per peers' group taken: its sender's rounds since
 
 
 SourcedSample = tuple[TrainSample, float, str]  # a sample, its reward, who generated it ("" = us)
@@ -97,16 +103,17 @@ class Node:
         self.policy = policy
         self.generator = generator
         self.task = task
-        link = link or solo_link(solo_peer_id(config))
+        self.run_id = run_id or run_id_for(config, task, policy)
+        link = link or solo_link(solo_peer_id(config), self.run_id)
         self.exchange, self.membership = link.exchange, link.membership
         self.peer_id = self.exchange.peer_id
         self.view = view or LiveView(quiet=True)
-        self.run_id = run_id or run_id_for(config, task, policy)
         self.run_dir = Path(config.node.run_dir)
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
         self.ledger = ledger or PeerLedger(config.swarm)
-        self._vain_bootstrap = 0  # rounds in a row spent waiting for a first delivery in vain
-        self.clock = RoundClock(config, self.membership, self.exchange, self.ledger, self._verify, self.view.note)
+        self.pool = PeerPool()  # peers' verified groups, waiting for a place in a batch
+        self._vain_waits = 0  # rounds in a row spent waiting for a first delivery in vain
+        self._own_round_s: deque[float] = deque(maxlen=OWN_ROUND_HISTORY)  # recent rounds, waiting excluded
         self.published = 0  # rollouts (completions) this node published
         self.consumed = 0  # peers' rollouts this node trained on
         self.last_eval: float | None = None
@@ -167,32 +174,42 @@ class Node:
         return self._record(round_, state, own, kept, peers, screenings, result)
 
     def _gather(self, round_: int, state: RoundState) -> list[OfferedGroup]:
-        """Peers' batches for this round, checked, their groups in the order the peers' share
-        takes them (swarmnode.intake.fair_queue); the ledger learns who delivered."""
+        """Collect peers' new batches into the pool, waiting a bounded time when the pool
+        cannot fill the peers' share; returns the pool's fresh groups in the order the share
+        takes them (swarmnode.intake.fair_queue). The ledger learns who delivered."""
         t = time.perf_counter()
+        node = self.config.node
+        self.pool.expire(time.monotonic(), node.max_age_s, node.staleness)
         live = set(self.membership.live_peers())
-        expected = self.ledger.expected(live)
-        # A node nobody has delivered to yet (it just started) waits for the first valid batch
-        # from anyone, so nodes that start together fall into step; at most `swarm.max_missed`
-        # rounds in a row, so identities that never deliver cost little.
-        bootstrap = (
-            bool(live) and not self.ledger.peers and self._vain_bootstrap < self.config.swarm.max_missed
+        _, budget = batch_split(self.config)
+        short = sum(len(groups) for groups in self.pool.offers(round_).values()) < budget
+        # Wait only when the pool cannot fill the peers' share, only for peers that delivered
+        # before and hold nothing fresh here (and, before anyone ever delivered, for anyone
+        # live, at most `swarm.max_missed` rounds in a row), and at most a share of our own
+        # round time: nobody waits long for the slow, and silent identities cost little.
+        waiting = self.ledger.expected(live) - self.pool.peers if short else set()
+        anyone = (
+            short and bool(live) and not self.ledger.ever_delivered
+            and self._vain_waits < self.config.swarm.max_missed
         )
-        deadline_s = self.ledger.deadline_s(self.config.node.gather_timeout_s)
-        received = self.exchange.gather(round_, self.config.node.staleness, deadline_s, expected, bootstrap)
+        timeout_s = self._wait_s(state) if waiting or anyone else 0.0
+        received = self.exchange.gather(timeout_s, waiting, anyone)
         state.timings["gather_s"] = time.perf_counter() - t
         t = time.perf_counter()
-        offers, delivered = self._accept(received)
-        for peer in expected - delivered.keys():
+        delivered = self._accept(received, round_)
+        for peer in waiting - delivered:
             self.ledger.missed(peer)
-        if delivered:
-            self._vain_bootstrap = 0
-        elif bootstrap:
-            self._vain_bootstrap += 1
-        self.clock.check_claims(delivered)
+        self._vain_waits = 0 if delivered or not anyone else self._vain_waits + 1
         state.timings["decode_s"] = time.perf_counter() - t
+        offers = self.pool.offers(round_)
         rng = random.Random(f"{self.config.node.seed}:{self.peer_id}:{round_}:intake")
         return fair_queue(offers, {peer: self.ledger.standing(peer) for peer in offers}, rng)
+
+    def _wait_s(self, state: RoundState) -> float:
+        """The longest this round waits for peers: `node.wait_share` of our own recent round
+        time (this round's generation before there is any), at most `node.gather_timeout_s`."""
+        own_s = float(np.median(self._own_round_s)) if self._own_round_s else state.timings["generate_s"]
+        return min(self.config.node.gather_timeout_s, self.config.node.wait_share * own_s)
 
     def _take_peers(
         self, offered: list[OfferedGroup], own: list[SourcedSample], state: RoundState
@@ -216,6 +233,10 @@ class Node:
                 break
             count = -(-missing // group_size)
             chunk, queue = queue[:count], queue[count:]
+            self.pool.take(chunk)
+            now = time.monotonic()
+            state.peer_ages_s += [now - group.arrived for group in chunk]
+            state.peer_lags += [self.pool.lag(group) for group in chunk]
             t = time.perf_counter()
             scored = [self._score_offer(group) for group in chunk]
             state.timings["score_s"] += time.perf_counter() - t
@@ -277,6 +298,8 @@ class Node:
             wire_bytes=state.payload_bytes,
             wire_tokens=state.payload_tokens,
             rejected=self.ledger.total,
+            peer_age_s=float(np.mean(state.peer_ages_s)) if state.peer_ages_s else None,
+            peer_lag=float(np.mean(state.peer_lags)) if state.peer_lags else None,
             tokens_per_s=state.payload_tokens / max(state.timings["generate_s"], 1e-9),
             timings=state.timings,
         )
@@ -286,6 +309,7 @@ class Node:
         state = self.produce(round_)
         record = self.consume(round_, state)
         record.timings["round_s"] = time.perf_counter() - started
+        self._own_round_s.append(record.timings["round_s"] - record.timings.get("gather_s", 0.0))
         return record
 
     # -- peers' data -----------------------------------------------------------------------
@@ -322,12 +346,11 @@ class Node:
                 self._reject(peer, verdict.strikes[0])
         return screening
 
-    def _accept(self, received: list[Received]) -> tuple[dict[str, list[OfferedGroup]], dict[str, int]]:
-        """Decode strictly and check each batch belongs to this run and round; returns each
-        peer's groups (at most `node.peer_quota`) and the round each peer proved with a valid
-        batch (recorded in the ledger)."""
-        offers: dict[str, list[OfferedGroup]] = {}
-        delivered: dict[str, int] = {}
+    def _accept(self, received: list[Received], our_round: int) -> set[str]:
+        """Decode strictly, check each batch belongs to this run and its sender's round, and
+        hold its groups (at most `node.peer_quota`) in the pool; returns who delivered."""
+        delivered: set[str] = set()
+        now = time.monotonic()
         for item in received:
             if self.ledger.is_banned(item.peer_id):
                 continue
@@ -336,15 +359,14 @@ class Node:
             except wire.WireError as err:
                 self._reject(item.peer_id, str(err))
                 continue
-            if item.stale:
-                self.ledger.delivered(item.peer_id, batch.round)
-                continue
-            self.ledger.delivered(item.peer_id, batch.round, item.after_s)
-            delivered[item.peer_id] = max(batch.round, delivered.get(item.peer_id, batch.round))
-            groups = offers.setdefault(item.peer_id, [])
-            room = max(0, self.config.node.peer_quota - len(groups))
-            groups.extend(OfferedGroup(item.peer_id, g.prompt_id, g.completions()) for g in batch.groups[:room])
-        return offers, delivered
+            self.ledger.delivered(item.peer_id)
+            delivered.add(item.peer_id)
+            groups = [
+                OfferedGroup(item.peer_id, batch.round, g.prompt_id, g.completions(), now)
+                for g in batch.groups[: self.config.node.peer_quota]
+            ]
+            self.pool.add(item.peer_id, batch.round, groups, our_round)
+        return delivered
 
     def _verify(self, item: Received) -> wire.RolloutBatch:
         """The batch, decoded and checked as one this node may train on; WireError if not."""
@@ -359,6 +381,8 @@ class Node:
 
     def _reject(self, peer_id: str, reason: str) -> None:
         self.ledger.reject(peer_id, reason)
+        if self.ledger.is_banned(peer_id):
+            self.pool.drop(peer_id)
 
     def _score_offer(self, group: OfferedGroup) -> ScoredGroup:
         problem = self.task.train_problem(group.prompt_id)
@@ -425,7 +449,8 @@ class Node:
         return True
 
     def run(self, rounds: int | None = None) -> dict[str, Any]:
-        """Run until round `rounds` (the swarm's clock); checkpoint on the way and on Ctrl-C."""
+        """Run this node's rounds up to `rounds` (its own count, earlier runs of a resumed one
+        included); checkpoint on the way and on Ctrl-C."""
         total = self.config.node.rounds if rounds is None else rounds
         cfg = self.config.node
         summary: dict[str, Any] = {"eval_before": None, "eval_after": None}
@@ -434,7 +459,7 @@ class Node:
             summary["eval_before"], summary["ood_before"] = before.eval_acc, before.ood_acc
             self.view.note(f"eval before training: {before.eval_acc:.3f}")
         self._wait_for_peers()
-        round_ = self.clock.next_round(self.next_round)
+        round_ = self.next_round
         last_done = self.next_round - 1
         try:
             while round_ < total:
@@ -449,7 +474,7 @@ class Node:
                     self.view.note(f"eval after round {round_ + 1}: {self._evaluate_all(round_, 'during').eval_acc:.3f}")
                 if cfg.checkpoint_every and (round_ + 1) % cfg.checkpoint_every == 0:
                     self.save(round_)
-                round_ = self.clock.next_round(round_ + 1)
+                round_ += 1
         except KeyboardInterrupt:
             self.view.note("interrupted: writing a checkpoint before exiting")
             if last_done >= 0:

@@ -112,9 +112,6 @@ class PoisoningExchange:
     def linger(self, *args, **kwargs) -> None:
         self.inner.linger(*args, **kwargs)
 
-    def probe(self, *args, **kwargs):
-        return self.inner.probe(*args, **kwargs)
-
     def close(self) -> None:
         self.inner.close()
 

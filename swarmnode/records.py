@@ -24,8 +24,8 @@ from swarmnode.tasks.base import fingerprint_of
 
 WIRE_VERSION = 1  # the rollout message layout (swarmnode.wire)
 RUN_ID_SCHEME = "swarmnode-run-v2"  # what the run id hashes
-DHT_NAMESPACE = "swarmnode/v1"  # prefix of every DHT key
-PAYLOAD_PROTOCOL = "/swarmnode/payload/1"  # libp2p stream protocol for payloads
+DHT_NAMESPACE = "swarmnode/v2"  # prefix of every DHT key (v2: one manifest key per run, no shared round)
+PAYLOAD_PROTOCOL = "/swarmnode/payload/2"  # libp2p stream protocol for payloads
 CHECKPOINT_FORMAT = 1  # checkpoint directory layout (local only, not in the run id)
 
 
@@ -132,6 +132,8 @@ class RoundRecord:
     wire_bytes: int
     wire_tokens: int
     rejected: int
+    peer_age_s: float | None  # mean seconds the peers' groups trained on waited since they arrived
+    peer_lag: float | None  # mean of how many of its sender's rounds each such group was behind its newest
     tokens_per_s: float
     timings: dict[str, float] = field(default_factory=dict)  # generate_s, train_s, ... round_s
 

@@ -136,10 +136,16 @@ def test_a_health_port_in_use_closes_everything(tmp_path, make_policy, nothing_l
 
 def test_a_failure_inside_the_run_closes_everything_and_says_goodbye(tmp_path, make_policy, nothing_left_running):
     hub = InMemoryHub()
-    watcher = hub.join("watcher").membership
+    watchers = []
+
+    def join(run_id):
+        watchers.append(hub.join("watcher", run_id).membership)
+        return hub.join("n", run_id)
+
     config = _config(tmp_path, "n")
     with pytest.raises(RuntimeError, match="boom"):
-        with assemble(config, policy=make_policy(), join=lambda run_id: hub.join("n")) as node:
+        with assemble(config, policy=make_policy(), join=join) as node:
+            (watcher,) = watchers
             assert set(watcher.live_peers()) == {"n"}
             node.run_round(0)
             raise RuntimeError("boom")

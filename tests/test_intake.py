@@ -67,7 +67,7 @@ def test_crowding_identities_with_many_useless_groups_lose_the_batch_to_the_hone
     honest_sets = ["rollout.prompts_per_round=8", "node.own_share=0.5"]
     with contextlib.ExitStack() as stack:
         nodes = [
-            stack.enter_context(assemble(_config(tmp_path, name, *honest_sets), join=lambda run, n=name: hub.join(n)))
+            stack.enter_context(assemble(_config(tmp_path, name, *honest_sets), join=lambda run, n=name: hub.join(n, run)))
             for name in ("honest-a", "honest-b")
         ]
         crowd = []
@@ -77,7 +77,7 @@ def test_crowding_identities_with_many_useless_groups_lose_the_batch_to_the_hone
             policy = Policy.load(config.model, config.train)
             crowd.append(stack.enter_context(assemble(
                 config, policy=policy,
-                join=lambda run, n=name, c=config, p=policy: poisoning_link(hub.join(n), "wrong", c, nodes[0].task, p),
+                join=lambda run, n=name, c=config, p=policy: poisoning_link(hub.join(n, run), "wrong", c, nodes[0].task, p),
             )))
         taken: list[list[str]] = []
         take = nodes[0]._take_peers

@@ -8,7 +8,7 @@ from swarmnode import wire
 from swarmnode.config import load_config
 from swarmnode.intake import assigned_prompt_ids, batch_split
 from swarmnode.metrics import eval_lines, read_metrics, round_lines
-from swarmnode.node import Node
+from swarmnode.node import Node, run_id_for
 from swarmnode.policy import OutOfMemory
 from swarmnode.rollout.hf import HFGenerator
 from swarmnode.swarm.local import InMemoryHub, solo_link
@@ -31,12 +31,15 @@ def _config(tmp_path, name, **sets):
 def _node(tmp_path, make_policy, name, hub=None, staleness=1, max_rejects=3, sets=None, **policy_kwargs):
     config = _config(tmp_path, name, **{"node.staleness": staleness, "swarm.max_rejects": max_rejects, **(sets or {})})
     policy = make_policy(**policy_kwargs)
+    task = ArithmeticTask()
+    run = run_id_for(config, task, policy)
     return Node(
         config,
         policy,
         HFGenerator(policy, config.rollout),
-        ArithmeticTask(),
-        hub.join(name) if hub else solo_link(name),
+        task,
+        hub.join(name, run) if hub else solo_link(name, run),
+        run_id=run,
     )
 
 
@@ -92,14 +95,26 @@ def test_a_smaller_own_share_uses_a_prefix_of_the_same_assignment():
     assert sorted(assigned_prompt_ids(0, "peer", 7, 50, 10)) == list(range(10))  # capped by the data
 
 
-def test_each_peer_batch_is_used_once(tmp_path, make_policy):
+def test_each_peer_batch_is_used_once_and_rounds_only_forward(tmp_path, make_policy):
     hub = InMemoryHub()
     a = _node(tmp_path, make_policy, "a", hub)
     b = _node(tmp_path, make_policy, "b", hub)
-    a.produce(0)
-    assert len(b.exchange.gather(0, 1)) == 1
-    assert b.exchange.gather(0, 1) == []
-    assert b.exchange.gather(5, 1) == []  # too stale
+    a.produce(3)
+    assert [item.round for item in b.exchange.gather()] == [3]
+    assert b.exchange.gather() == []
+    a.produce(1)  # an older round (a restarted peer, or a replay) after a newer one
+    assert b.exchange.gather() == []
+    a.produce(4)
+    assert [item.round for item in b.exchange.gather()] == [4]
+
+
+def test_members_of_other_runs_never_meet_in_the_hub(tmp_path, make_policy):
+    hub = InMemoryHub()
+    a = _node(tmp_path, make_policy, "a", hub)
+    other = hub.join("other", "another-run")
+    other.exchange.publish(0, b"junk of another run")
+    assert a.exchange.gather() == [] and "other" not in a.membership.live_peers()
+    assert a.ledger.total == 0
 
 
 def test_rogue_payloads_are_rejected_and_counted(tmp_path, make_policy):
@@ -107,7 +122,7 @@ def test_rogue_payloads_are_rejected_and_counted(tmp_path, make_policy):
     honest = _node(tmp_path, make_policy, "honest", hub, staleness=3, max_rejects=10)
     rogue = _node(tmp_path, make_policy, "rogue", hub)
     state = rogue.produce(0)
-    good = hub.payloads[("", "rogue", 0)]
+    good = hub.payloads[(rogue.run_id, "rogue", 0)]
     batch = wire.decode(good)
     # 1: garbage bytes, 2: claims another peer's identity, 3: prompts it was not assigned,
     # 4: another run id. Published under distinct rounds so each is gathered.
@@ -145,7 +160,7 @@ def test_a_batch_must_hold_the_first_prompts_of_its_assignment_and_some(tmp_path
     peer = _node(tmp_path, make_policy, "peer", hub)
     peer.produce(0)
     peer.produce(1)
-    batches = {r: wire.decode(hub.payloads[("", "peer", r)]) for r in (0, 1)}
+    batches = {r: wire.decode(hub.payloads[(peer.run_id, "peer", r)]) for r in (0, 1)}
     hub.payloads.clear()
 
     def reissue(round_, groups):

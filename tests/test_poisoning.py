@@ -46,13 +46,13 @@ def _swarm(tmp_path, attack, honest=("h1", "h2"), sets=()):
     hub = InMemoryHub()
     with contextlib.ExitStack() as stack:
         nodes = [
-            stack.enter_context(assemble(_config(tmp_path, name, *sets), join=lambda run, n=name: hub.join(n)))
+            stack.enter_context(assemble(_config(tmp_path, name, *sets), join=lambda run, n=name: hub.join(n, run)))
             for name in honest
         ]
         config = _config(tmp_path, "evil", *sets)
         policy = Policy.load(config.model, config.train)
         evil = stack.enter_context(
-            assemble(config, policy=policy, join=lambda run: poisoning_link(hub.join("evil"), attack, config, nodes[0].task, policy))
+            assemble(config, policy=policy, join=lambda run: poisoning_link(hub.join("evil", run), attack, config, nodes[0].task, policy))
         )
         yield nodes, evil, hub
 
@@ -124,7 +124,7 @@ def test_wrong_answers_earn_nothing_and_are_no_offence(tmp_path):
     them scores 0, so their groups carry no advantage and move nothing."""
     with _swarm(tmp_path, "wrong") as (nodes, evil, hub):
         _rounds(nodes, evil, range(2))
-        payload = hub.payloads[("", "evil", 1)]
+        payload = hub.payloads[(evil.run_id, "evil", 1)]
         batch = wire.decode(payload, nodes[0].config.wire, nodes[0].policy.vocab_size)
         node = nodes[0]
         for group in batch.groups:

@@ -31,8 +31,8 @@ def test_a_heartbeat_is_parsed_strictly_and_newer_fields_are_dropped():
 
 @pytest.mark.parametrize(
     "setting",
-    ["node.max_catch_up=0", "swarm.max_missed=0", "swarm.deadline_slack=0.5", "swarm.min_deadline_s=-1",
-     "task.strict_format=maybe"],
+    ["node.max_age_s=0", "node.wait_share=-0.1", "node.staleness=-1", "swarm.max_missed=0",
+     "trust.gate_scope=some", "task.strict_format=maybe"],
 )
 def test_new_settings_refuse_bad_values_by_name(setting):
     with pytest.raises(ConfigError, match=setting.split("=")[0]):

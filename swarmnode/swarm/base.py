@@ -1,13 +1,13 @@
 """The two seams between the round loop and the swarm.
 
 `RolloutExchange` carries data: publish my batch, gather peers' batches. `Membership` carries
-who is there: my heartbeat, the live peers, the round they claim. The round loop sees only
+who is there: my heartbeat, the live peers, what they claim. There is no shared round: each
+node counts its own rounds, and a batch names its sender's. The round loop sees only
 these, so it runs the same alone, with in-memory peers, or over hivemind.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -19,43 +19,32 @@ class Received:
     """A peer's encoded batch, not yet decoded or trusted."""
 
     peer_id: str
-    round: int
+    round: int  # the sender's own round, as its manifest says (the batch must agree)
     payload: bytes
     after_s: float | None = None  # seconds into the gather it arrived (0: already there)
-    stale: bool = False  # arrived after its round left the window: to check, not to train on
-
-
-# A probe's answer: (peer, round, its payload, or None when it has none to show).
-ProbeResult = tuple[str, int, bytes | None]
 
 
 class RolloutExchange(Protocol):
     peer_id: str
 
     def publish(self, round_: int, payload: bytes, tokens: int) -> None:
-        """Make this node's batch for `round_` (of `tokens` completion tokens) available to peers."""
+        """Make this node's batch of its round `round_` (of `tokens` completion tokens)
+        available to peers."""
         ...
 
     def gather(
         self,
-        round_: int,
-        staleness: int,
         timeout_s: float,
         wait_for: set[str] | frozenset[str] = frozenset(),
         wait_for_any: bool = False,
     ) -> list[Received]:
-        """Peers' batches of rounds round_-staleness..round_ not returned before; waits until
-        every peer in `wait_for` delivered one (and, with `wait_for_any`, at least one peer
-        did), or `timeout_s`."""
+        """Peers' batches that arrived since the last call, each (peer, round) once and only
+        rounds newer than any handed out for that peer; waits until every peer in `wait_for`
+        delivered one (and, with `wait_for_any`, at least one peer did), or `timeout_s`."""
         ...
 
     def linger(self, round_: int, peers: set[str], timeout_s: float) -> None:
         """Before leaving: keep serving until `peers` fetched our batch of `round_`, or the timeout."""
-        ...
-
-    def probe(self, wanted: dict[str, int], timeout_s: float) -> concurrent.futures.Future:
-        """Fetch each peer's batch of the given round, without blocking; the future's result
-        is a list of ProbeResult."""
         ...
 
     def close(self) -> None: ...

@@ -3,28 +3,26 @@
 Identities are free and heartbeats are claims, so a peer weighs only by what it delivered: a
 batch this node fetched, decoded and checked itself. The ledger keeps, per peer, its bad data
 (from the exchange's transport checks and the node's content checks, adding up to one ban
-after `max_rejects`), the last round it proved with a valid batch, how many rounds in a row it
-failed to deliver while waited for, and how long its deliveries took. From that:
+after `max_rejects`), its verified batches, how many rounds in a row it failed to deliver
+while waited for, and how useful its samples were. Lag is never bad data. From that:
 
 - who is waited for (`expected`): peers that delivered before and have not missed
-  `max_missed` rounds in a row; a peer that never delivered costs no waiting at all;
-- how long to wait (`deadline_s`): a margin over recent delivery times, capped by the
-  configured timeout, so a slow or silent peer costs a bounded, adaptive amount.
+  `max_missed` rounds in a row; a peer that never delivered costs no waiting at all (how
+  long a round waits is the node's own: a share of its own round time);
+- in which order peers share a batch (`standing`): how useful their screened samples were.
 """
 
 from __future__ import annotations
 
 import logging
-import statistics
 import threading
-from collections import Counter, deque
+from collections import Counter
 from dataclasses import dataclass
 
 from swarmnode.config import SwarmSettings
 
 log = logging.getLogger(__name__)
 
-DELIVERY_HISTORY = 32  # recent delivery times kept for the adaptive deadline
 STANDING_WEIGHT = 0.2  # how far one screened batch moves a peer's standing
 
 
@@ -32,7 +30,6 @@ STANDING_WEIGHT = 0.2  # how far one screened batch moves a peer's standing
 class PeerRecord:
     """What one peer has shown this node."""
 
-    proven_round: int | None = None  # highest round of a verified batch
     delivered: int = 0  # verified batches
     missed: int = 0  # rounds in a row waited for in vain
     screened: int = 0  # samples screened
@@ -46,7 +43,6 @@ class PeerLedger:
         self.max_missed = self.settings.max_missed
         self.counts: Counter[str] = Counter()
         self.peers: dict[str, PeerRecord] = {}
-        self._delivery_s: deque[float] = deque(maxlen=DELIVERY_HISTORY)
         self._lock = threading.Lock()
 
     # -- bad data ------------------------------------------------------------------------------
@@ -69,16 +65,12 @@ class PeerLedger:
 
     # -- deliveries --------------------------------------------------------------------------
 
-    def delivered(self, peer_id: str, round_: int, after_s: float | None = None) -> None:
-        """A batch of `round_` from the peer passed every check; `after_s`: how long after the
-        gather began it arrived (None when it was already there)."""
+    def delivered(self, peer_id: str) -> None:
+        """A batch from the peer passed every check."""
         with self._lock:
             record = self.peers.setdefault(peer_id, PeerRecord())
             record.delivered += 1
             record.missed = 0
-            record.proven_round = max(round_, record.proven_round if record.proven_round is not None else round_)
-            if after_s is not None:
-                self._delivery_s.append(after_s)
 
     def missed(self, peer_id: str) -> None:
         """The peer was waited for this round and delivered nothing valid."""
@@ -114,6 +106,11 @@ class PeerLedger:
             return None
         return 0.0 if self.is_banned(peer_id) else record.standing
 
+    @property
+    def ever_delivered(self) -> bool:
+        """Some peer delivered a valid batch to this node at some point."""
+        return any(record.delivered for record in self.peers.values())
+
     def earned(self, peer_id: str) -> bool:
         """Delivered a valid batch before, has not missed `max_missed` rounds since, not banned."""
         record = self.peers.get(peer_id)
@@ -127,18 +124,3 @@ class PeerLedger:
         with self._lock:
             peers = [p for p in self.peers if self.earned(p)]
         return {p for p in peers if live is None or p in live}
-
-    def deadline_s(self, cap_s: float) -> float:
-        """How long to wait for expected peers this round: `deadline_slack` x the slowest
-        recent delivery (90th percentile), at least `min_deadline_s`, at most `cap_s`."""
-        with self._lock:
-            recent = list(self._delivery_s)
-        if not recent:
-            return cap_s
-        slowest = statistics.quantiles(recent, n=10)[-1] if len(recent) >= 4 else max(recent)
-        return min(cap_s, max(self.settings.min_deadline_s, self.settings.deadline_slack * slowest))
-
-    def proven_round(self, peer_id: str) -> int | None:
-        record = self.peers.get(peer_id)
-        return None if record is None else record.proven_round
-

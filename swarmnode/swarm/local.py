@@ -1,35 +1,34 @@
 """Peers in one process: an in-memory hub that implements both seams, and a node alone.
 
-Every exchange made from a hub is a member of its run until its membership closes. `gather`
-returns what the other members published for the window and stops waiting once each peer it
-was told to wait for has delivered, so nodes stepped in turn (tests, bench/) and threads both
+Every exchange made from a hub is a member of its run (runs never see each other) until its
+membership closes. `gather` returns what the other members of the run published since it last
+looked and stops waiting once each peer it was told to wait for has delivered, so nodes stepped in turn (tests, bench/) and threads both
 behave as over hivemind, minus the network.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import threading
 import time
 
 from swarmnode.records import Heartbeat, NodeStatus
-from swarmnode.swarm.base import ProbeResult, Received, SwarmLink
+from swarmnode.swarm.base import Received, SwarmLink
 
 
 class InMemoryHub:
     """Holds every member's payloads and status, per run."""
 
     def __init__(self, keep_rounds: int = 8) -> None:
-        self.keep_rounds = keep_rounds
+        self.keep_rounds = keep_rounds  # per peer: its newest rounds kept
         self.lock = threading.Condition()
         self.payloads: dict[tuple[str, str, int], bytes] = {}  # (run, peer, round) -> payload
         self.status: dict[tuple[str, str], Heartbeat] = {}  # (run, peer) -> last status
 
-    def join(self, peer_id: str, run_id: str = "") -> SwarmLink:
-        """Both seams for one member of `run_id`."""
+    def join(self, peer_id: str, run_id: str) -> SwarmLink:
+        """Both seams for one member of `run_id`; members of other runs never see each other."""
         return SwarmLink(self.exchange(peer_id, run_id), InMemoryMembership(self, peer_id, run_id))
 
-    def exchange(self, peer_id: str, run_id: str = "") -> InMemoryExchange:
+    def exchange(self, peer_id: str, run_id: str) -> InMemoryExchange:
         with self.lock:
             self.status.setdefault((run_id, peer_id), _heartbeat(peer_id, run_id, NodeStatus()))
         return InMemoryExchange(self, peer_id, run_id)
@@ -37,7 +36,7 @@ class InMemoryHub:
     def publish(self, run_id: str, peer_id: str, round_: int, payload: bytes) -> None:
         with self.lock:
             self.payloads[(run_id, peer_id, round_)] = payload
-            for key in [k for k in self.payloads if k[2] < round_ - self.keep_rounds]:
+            for key in [k for k in self.payloads if k[:2] == (run_id, peer_id) and k[2] <= round_ - self.keep_rounds]:
                 del self.payloads[key]
             self.lock.notify_all()
 
@@ -56,21 +55,20 @@ def _heartbeat(peer_id: str, run_id: str, status: NodeStatus, state: str = "trai
 
 
 class InMemoryExchange:
-    """One member's data seam; each peer batch is handed out at most once."""
+    """One member's data seam; each peer batch is handed out at most once, and a peer's rounds
+    only in increasing order."""
 
-    def __init__(self, hub: InMemoryHub, peer_id: str, run_id: str = "") -> None:
+    def __init__(self, hub: InMemoryHub, peer_id: str, run_id: str) -> None:
         self.hub = hub
         self.peer_id = peer_id
         self.run_id = run_id
-        self._seen: set[tuple[str, int]] = set()
+        self._newest: dict[str, int] = {}  # peer -> newest round handed out
 
     def publish(self, round_: int, payload: bytes, tokens: int = 0) -> None:
         self.hub.publish(self.run_id, self.peer_id, round_, payload)
 
     def gather(
         self,
-        round_: int,
-        staleness: int,
         timeout_s: float = 0.0,
         wait_for: set[str] | frozenset[str] = frozenset(),
         wait_for_any: bool = False,
@@ -78,39 +76,27 @@ class InMemoryExchange:
         started = time.monotonic()
 
         def done() -> bool:
-            delivered = self._delivered(round_, staleness)
+            delivered = {peer for (peer, _) in self._new()}
             return set(wait_for) <= delivered and (bool(delivered) or not wait_for_any)
 
         with self.hub.lock:
             self.hub.lock.wait_for(done, timeout=timeout_s)
             found = [
-                Received(peer, r, payload, after_s=time.monotonic() - started)
-                for (run, peer, r), payload in sorted(self.hub.payloads.items())
-                if run == self.run_id and self._fresh(peer, r, round_, staleness)
+                Received(peer, r, self.hub.payloads[(self.run_id, peer, r)], after_s=time.monotonic() - started)
+                for peer, r in sorted(self._new())
             ]
-        self._seen.update((item.peer_id, item.round) for item in found)
+        for item in found:
+            self._newest[item.peer_id] = max(item.round, self._newest.get(item.peer_id, item.round))
         return found
+
+    def _new(self) -> list[tuple[str, int]]:
+        return [
+            (peer, r) for (run, peer, r) in self.hub.payloads
+            if run == self.run_id and peer != self.peer_id and r > self._newest.get(peer, -1)
+        ]
 
     def linger(self, round_: int, peers: set[str], timeout_s: float) -> None:
         """Nothing to wait for: the hub keeps what was published after a member leaves."""
-
-    def probe(self, wanted: dict[str, int], timeout_s: float = 0.0) -> concurrent.futures.Future:
-        """Answered at once: the hub holds every payload it still keeps."""
-        with self.hub.lock:
-            results: list[ProbeResult] = [
-                (peer, r, self.hub.payloads.get((self.run_id, peer, r))) for peer, r in wanted.items()
-            ]
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        future.set_result(results)
-        return future
-
-    def _delivered(self, round_: int, staleness: int) -> set[str]:
-        return {
-            peer for (run, peer, r) in self.hub.payloads if run == self.run_id and self._fresh(peer, r, round_, staleness)
-        }
-
-    def _fresh(self, peer: str, r: int, round_: int, staleness: int) -> bool:
-        return peer != self.peer_id and round_ - staleness <= r <= round_ and (peer, r) not in self._seen
 
     def close(self) -> None:
         """Nothing to release; leaving is the membership's to say."""
@@ -119,7 +105,7 @@ class InMemoryExchange:
 class InMemoryMembership:
     """One member's view of who else is in its run."""
 
-    def __init__(self, hub: InMemoryHub, peer_id: str, run_id: str = "") -> None:
+    def __init__(self, hub: InMemoryHub, peer_id: str, run_id: str) -> None:
         self.hub = hub
         self.peer_id = peer_id
         self.run_id = run_id
@@ -147,6 +133,6 @@ class InMemoryMembership:
             self.hub.set_status(self.run_id, self.peer_id, last.model_copy(update={"state": "left"}))
 
 
-def solo_link(peer_id: str) -> SwarmLink:
-    """A node alone: a hub of one, so publishing costs nothing and gathering never waits."""
-    return InMemoryHub(keep_rounds=0).join(peer_id)
+def solo_link(peer_id: str, run_id: str) -> SwarmLink:
+    """A node alone: a hub of one, so publishing costs little and gathering never waits."""
+    return InMemoryHub(keep_rounds=1).join(peer_id, run_id)

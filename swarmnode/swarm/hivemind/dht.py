@@ -29,8 +29,9 @@ DIGEST_BYTES = 32
 _OWNER_RE = re.compile(rb"\[owner:([^\]]+)\]")
 
 
-def manifest_key(run_id: str, round_: int) -> str:
-    return f"{DHT_NAMESPACE}/{run_id}/round/{round_}"
+def manifest_key(run_id: str) -> str:
+    """The run's manifests: one owned subkey per peer, holding its newest batch's manifest."""
+    return f"{DHT_NAMESPACE}/{run_id}/manifests"
 
 
 def subkey_items(entry: Any) -> list[tuple[Any, Any]]:
@@ -80,7 +81,7 @@ def owner_peer_id(subkey: Any) -> str:
 
 @dataclass(frozen=True)
 class Manifest:
-    """A peer's announcement that its batch for `round` is ready to download."""
+    """A peer's announcement that its batch of its own round `round` is ready to download."""
 
     peer_id: str
     round: int
@@ -95,7 +96,7 @@ class Manifest:
         )
 
     @classmethod
-    def from_record(cls, subkey: Any, raw: Any, round_: int, max_bytes: int) -> Manifest:
+    def from_record(cls, subkey: Any, raw: Any, max_bytes: int) -> Manifest:
         """Parse and check a manifest; the writer's key must be the peer it names."""
         owner = owner_peer_id(subkey)
         value = unpack(raw)
@@ -103,8 +104,8 @@ class Manifest:
         digest, tokens = value.get("digest"), value.get("tokens")
         if peer != owner:
             raise RecordError(f"manifest names {peer!r} but is signed by {owner}")
-        if r != round_:
-            raise RecordError(f"manifest for round {r!r} stored under round {round_}")
+        if not (isinstance(r, int) and 0 <= r < 2**62):
+            raise RecordError(f"manifest round {r!r} is not a round number")
         if not (isinstance(size, int) and 0 < size <= max_bytes):
             raise RecordError(f"payload size {size!r} outside 1..{max_bytes}")
         if not (isinstance(digest, bytes) and len(digest) == DIGEST_BYTES):

@@ -1,22 +1,20 @@
 """The rollout exchange over hivemind: signed manifests in the DHT, payloads pulled peer to peer.
 
-publish(r): keep the payload in memory for a few rounds, announce it with a manifest (size,
-digest, tokens) in our own subkey of the round's DHT key.
-gather(r): poll the manifests of rounds r-s..r and pull each new one from its producer,
+There is no shared round. publish(r): keep the payload of our round r in memory for a few
+rounds and announce it with a manifest (our round, size, digest, tokens) in our own subkey of
+the run's manifest key, which holds each peer's newest manifest. gather(): poll that key and
+pull every new batch (a round newer than any handed out for its peer) from its producer,
 checked against the manifest, until every peer the node waits for has delivered or the
-deadline passes. Downloads run as tasks of their own: a round never waits for a peer it was
-not told to wait for, and a download still running at the deadline goes on in the background
-(up to `swarm.fetch_timeout_s`) and is handed out by a later gather. Peers the ledger has seen
-deliver are fetched first; at most `swarm.max_peers_per_round` downloads of others run at once,
-so a thousand junk manifests cost a bounded number of doomed downloads, not a round.
-probe(): fetch given peers' batches of given rounds in the background, for the node's round
-clock (a claim is believed only once the batch behind it has been checked).
+deadline passes. Downloads run as tasks of their own: a download still running at the deadline
+goes on in the background (up to `swarm.fetch_timeout_s`) and is handed out by a later gather.
+One download per peer at a time; peers the ledger has seen deliver are fetched first, others
+within a bound on count and promised bytes (`choose_downloads`), so a thousand junk manifests
+cost a bounded number of doomed downloads and bounded memory, not a round.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import time
 from collections import Counter
@@ -34,11 +32,10 @@ log = logging.getLogger(__name__)
 
 MANIFEST_TTL_S = 600.0
 MAX_FETCH_ATTEMPTS = 3
-FORGET_AFTER_ROUNDS = 8
-UNEARNED_PAYLOADS_IN_FLIGHT = 2  # strangers' downloads at once, in promised bytes, as max-size payloads
 GATHER_GRACE_S = 30.0  # how long past its deadline a gather may run before the node goes on without it
+UNEARNED_PAYLOADS_IN_FLIGHT = 2  # strangers' downloads at once, in promised bytes, as max-size payloads
 
-Key = tuple[str, int]  # (peer, round)
+Key = tuple[str, int]  # (peer, its round)
 
 
 class HivemindExchange:
@@ -61,7 +58,8 @@ class HivemindExchange:
         self.server = server
         self.ledger = ledger
         self.max_payload_bytes = max_payload_bytes
-        self._seen: set[Key] = set()  # handed out, or given up on
+        self._newest: dict[str, int] = {}  # peer -> newest round handed out or given up on
+        self._blamed: set[tuple[str, bytes]] = set()  # (owner, record) of bad manifests already counted
         self._attempts: Counter[Key] = Counter()
         self._inflight: dict[Key, asyncio.Task] = {}
         self._inflight_bytes: dict[Key, int] = {}  # what each running download's manifest promised
@@ -71,7 +69,7 @@ class HivemindExchange:
     def publish(self, round_: int, payload: bytes, tokens: int = 0) -> None:
         self.runtime.loop.call_soon_threadsafe(self.server.put, round_, payload)
         manifest = Manifest(self.peer_id, round_, len(payload), payload_digest(payload), tokens)
-        key = manifest_key(self.run_id, round_)
+        key = manifest_key(self.run_id)
         try:
             ok = self.runtime.store_owned(key, manifest.to_value(), MANIFEST_TTL_S)
             # hivemind reports the last replica's answer, which is False when a peer's lookup
@@ -84,8 +82,6 @@ class HivemindExchange:
 
     def gather(
         self,
-        round_: int,
-        staleness: int,
         timeout_s: float,
         wait_for: set[str] | frozenset[str] = frozenset(),
         wait_for_any: bool = False,
@@ -93,17 +89,11 @@ class HivemindExchange:
         deadline = time.monotonic() + timeout_s
         try:
             return self.runtime.call(
-                self._gather(round_, staleness, deadline, set(wait_for), wait_for_any),
-                timeout=timeout_s + GATHER_GRACE_S,
+                self._gather(deadline, set(wait_for), wait_for_any), timeout=timeout_s + GATHER_GRACE_S
             )
         except TimeoutError:  # the swarm loop is stuck: train on what we have, try again next round
-            log.warning("gathering round %d ran %.0f s past its deadline; going on without peers", round_, GATHER_GRACE_S)
+            log.warning("a gather ran %.0f s past its deadline; going on without peers", GATHER_GRACE_S)
             return []
-
-    def probe(self, wanted: dict[str, int], timeout_s: float) -> concurrent.futures.Future:
-        """Start fetching each peer's batch of the given round; the future's result is a list of
-        (peer, round, payload or None). Runs on the swarm loop, so the caller does not wait."""
-        return asyncio.run_coroutine_threadsafe(self._probe(wanted, timeout_s), self.runtime.loop)
 
     def linger(self, round_: int, peers: set[str], timeout_s: float) -> None:
         """Keep serving until each of `peers` downloaded our batch of `round_`, or `timeout_s`."""
@@ -123,19 +113,15 @@ class HivemindExchange:
 
     # -- inside the swarm loop ---------------------------------------------------------------
 
-    async def _gather(
-        self, round_: int, staleness: int, deadline: float, wait_for: set[str], wait_for_any: bool
-    ) -> list[Received]:
+    async def _gather(self, deadline: float, wait_for: set[str], wait_for_any: bool) -> list[Received]:
         started = time.monotonic()
-        window = set(range(max(0, round_ - staleness), round_ + 1))
         arrived_at = {key: 0.0 for key in self._ready}  # already here when the gather began
         while True:
-            self._start_fetches(await self._new_manifests(sorted(window), deadline))
+            self._start_fetches(await self._new_manifests(deadline))
             for key in list(self._ready):
                 arrived_at.setdefault(key, time.monotonic() - started)
-            delivered = {peer for peer, r in self._ready if r in window}
-            in_window = {(peer, r): t for (peer, r), t in self._inflight.items() if r in window}
-            busy = [t for (peer, _), t in in_window.items() if wait_for_any or peer in wait_for]
+            delivered = {peer for peer, _ in self._ready}
+            busy = [t for (peer, _), t in self._inflight.items() if wait_for_any or peer in wait_for]
             if time.monotonic() >= deadline or (wait_for <= delivered and (delivered or not wait_for_any)):
                 break
             pause = min(self.settings.poll_interval_s, max(0.0, deadline - time.monotonic()))
@@ -143,19 +129,19 @@ class HivemindExchange:
                 await asyncio.wait(busy, timeout=pause, return_when=asyncio.FIRST_COMPLETED)
             else:
                 await asyncio.sleep(pause)
-        # Batches that arrived after their round left the window are handed out as stale: the
-        # node checks them (bad data is counted, a late peer still proves it delivers) but does
-        # not train on them.
         found = [
-            Received(peer, r, payload, after_s=arrived_at.get((peer, r)), stale=r not in window)
+            Received(peer, r, payload, after_s=arrived_at.get((peer, r)))
             for (peer, r), payload in sorted(self._ready.items())
-            if r <= round_
         ]
+        self._ready.clear()
         for item in found:
-            del self._ready[(item.peer_id, item.round)]
-            self._seen.add((item.peer_id, item.round))
-        self._forget_old(round_ - staleness - FORGET_AFTER_ROUNDS)
+            self._handed_out(item.peer_id, item.round)
         return found
+
+    def _handed_out(self, peer: str, round_: int) -> None:
+        """From now on only rounds newer than `round_` of `peer` are fetched."""
+        self._newest[peer] = max(round_, self._newest.get(peer, round_))
+        self._attempts = Counter({k: v for k, v in self._attempts.items() if k[1] > self._newest.get(k[0], -1)})
 
     def _start_fetches(self, manifests: list[Manifest]) -> None:
         """Start the downloads `choose_downloads` allows; the rest wait for a later poll."""
@@ -166,7 +152,7 @@ class HivemindExchange:
             self._start_fetch(manifest)
 
     def _start_fetch(self, manifest: Manifest) -> None:
-        key = (manifest.peer_id, manifest.round)  # _parse left out keys seen, in flight or ready
+        key = (manifest.peer_id, manifest.round)  # _parse left out rounds handed out, in flight or ready
         self._inflight_bytes[key] = manifest.size
         task = asyncio.create_task(
             fetch_payload(
@@ -187,89 +173,56 @@ class HivemindExchange:
         if isinstance(result, bytes):
             self._ready[key] = result
         elif isinstance(result, FetchError) and result.misbehaved:
-            self._seen.add(key)
+            self._handed_out(*key)
             self.ledger.reject(key[0], str(result))
         elif isinstance(result, FetchError) and result.cut:
-            self._seen.add(key)
+            self._handed_out(*key)
             self.ledger.cut(key[0])
             log.debug("fetch %s round %d: %s", key[0], key[1], result)
         else:
             self._attempts[key] += 1
             log.debug("fetch %s round %d: %s", key[0], key[1], result)
             if self._attempts[key] >= MAX_FETCH_ATTEMPTS:
-                self._seen.add(key)  # unreachable: stop asking, without blaming it
+                self._handed_out(*key)  # unreachable: stop asking for this round, without blaming it
 
-    async def _new_manifests(self, rounds: list[int], deadline: float) -> list[Manifest]:
-        """Manifests of the rounds not yet fetched: peers with deliveries first, then others.
+    async def _new_manifests(self, deadline: float) -> list[Manifest]:
+        """Peers' newest manifests not yet fetched: peers with deliveries first, then others.
         The lookup ends by the gather's deadline (at least one poll interval): a DHT that does
-        not answer costs a round its wait, never more."""
-        keys = [manifest_key(self.run_id, r) for r in rounds]
+        not answer costs a gather its wait, never more."""
         bound_s = max(self.settings.poll_interval_s, deadline - time.monotonic())
         try:
-            results = await asyncio.wait_for(
-                self.runtime.dht.get_many(keys, sufficient_expiration_time=float("inf")), bound_s
+            entry = await asyncio.wait_for(
+                self.runtime.dht.get(manifest_key(self.run_id), latest=True), bound_s
             )
         except Exception as err:  # a flaky, slow or failing DHT lookup must not end the round
             log.debug("manifest lookup failed: %s", err)
             return []
         earned, others = [], []
-        for r, key in zip(rounds, keys):
-            for subkey, raw in subkey_items(results.get(key)):
-                manifest = self._parse(subkey, raw, r)
-                if manifest is not None:
-                    (earned if self.ledger.earned(manifest.peer_id) else others).append(manifest)
+        for subkey, raw in subkey_items(entry):
+            manifest = self._parse(subkey, raw)
+            if manifest is not None:
+                (earned if self.ledger.earned(manifest.peer_id) else others).append(manifest)
         return earned + others
 
-    def _parse(self, subkey: object, raw: object, round_: int) -> Manifest | None:
+    def _parse(self, subkey: object, raw: object) -> Manifest | None:
         try:
             owner = owner_peer_id(subkey)
         except RecordError:
             return None  # unowned records never pass validation; nothing to blame
-        key = (owner, round_)
-        if owner == self.peer_id or key in self._seen or key in self._inflight or key in self._ready:
-            return None
-        if self.ledger.is_banned(owner):
+        if owner == self.peer_id or self.ledger.is_banned(owner):
             return None
         try:
-            return Manifest.from_record(subkey, raw, round_, self.max_payload_bytes)
+            manifest = Manifest.from_record(subkey, raw, self.max_payload_bytes)
         except RecordError as err:
-            self._seen.add(key)
-            self.ledger.reject(owner, f"bad manifest for round {round_}: {err}")
+            blame = (owner, raw if isinstance(raw, bytes) else repr(raw).encode())
+            if blame not in self._blamed:  # one bad record, one strike, however often it is read
+                self._blamed.add(blame)
+                self.ledger.reject(owner, f"bad manifest: {err}")
             return None
-
-    async def _probe(self, wanted: dict[str, int], timeout_s: float) -> list[tuple[str, int, bytes | None]]:
-        """Each wanted (peer, round): the verified-against-manifest payload, or None."""
-        rounds = sorted(set(wanted.values()))
-        keys = [manifest_key(self.run_id, r) for r in rounds]
-        try:
-            found = await asyncio.wait_for(
-                self.runtime.dht.get_many(keys, sufficient_expiration_time=float("inf")), timeout_s
-            )
-        except Exception as err:  # no answer counts as no batch
-            log.debug("probe lookup failed: %s", err)
-            found = {}
-        manifests: dict[str, Manifest] = {}
-        for r, key in zip(rounds, keys):
-            for subkey, raw in subkey_items(found.get(key)):
-                try:
-                    manifest = Manifest.from_record(subkey, raw, r, self.max_payload_bytes)
-                except RecordError:
-                    continue
-                if wanted.get(manifest.peer_id) == r:
-                    manifests[manifest.peer_id] = manifest
-        fetched = await asyncio.gather(
-            *(fetch_payload(self.runtime.p2p, m.peer_id, self.run_id, m.round, m.size, m.digest, timeout_s)
-              for m in manifests.values()),
-            return_exceptions=True,
-        )
-        payloads = {m.peer_id: p for m, p in zip(manifests.values(), fetched) if isinstance(p, bytes)}
-        return [(peer, r, payloads.get(peer)) for peer, r in wanted.items()]
-
-    def _forget_old(self, before_round: int) -> None:
-        self._seen = {k for k in self._seen if k[1] >= before_round}
-        self._attempts = Counter({k: v for k, v in self._attempts.items() if k[1] >= before_round})
-        for key in [k for k in self._ready if k[1] < before_round]:
-            del self._ready[key]
+        key = (owner, manifest.round)
+        if manifest.round <= self._newest.get(owner, -1) or key in self._inflight or key in self._ready:
+            return None
+        return manifest
 
     async def _cancel_all(self) -> None:
         for task in list(self._inflight.values()):
