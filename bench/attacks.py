@@ -1,6 +1,6 @@
 """Attacks on honest nodes, and what they achieve against swarmnode's defences.
 
-    python bench/attacks.py liveness [--rounds 24] [--deadline 8] [--attacks far silent mute drip]
+    python bench/attacks.py liveness [--rounds 24] [--deadline 8] [--attacks far silent mute drip cut idle]
     python bench/attacks.py sybil [--identities 1000] [--rounds 8]
     python bench/attacks.py content [--rounds 40] [--attacks before after low-lp high-lp wrong long]
     python bench/attacks.py honest [--rounds 40] [--seeds 5] [--models tiny tiny-large tiny]
@@ -9,9 +9,12 @@ Liveness: two honest `swarmnode join` processes (the tiny default, on 127.0.0.1)
 `--rounds` rounds together while a lying identity joins their run (see
 swarmnode/swarm/hivemind/adversary.py): `far` claims round 1,000,000 from two identities,
 `silent` heartbeats and never publishes, `mute` announces batches and never answers a
-download, `drip` serves its batch a few bytes a second. Printed per attack: the rounds each
-honest node trained against the rounds configured, its median round time (rounds 3 on)
-next to the same run without an attacker, and how often the liar was counted as bad.
+download, `drip` serves its batch a few bytes a second, `cut` announces 32 MiB payloads and
+closes after all but the last byte, `idle` holds 16 silent payload streams to each honest node,
+re-opened every 10 s. Printed per attack, next to the same run without an attacker: the rounds
+each honest node trained against the rounds configured, its median round time and median
+peers' samples a round (rounds 3 on), the peak resident memory of its process, and how often
+the liar was counted as bad.
 
 Sybil: one process writes, from `--identities` keys of its own, a junk heartbeat (the honest
 run, the honest round) and a junk manifest for every round into the DHT of two honest nodes
@@ -48,6 +51,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import yaml
 from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.dht.validation import CompositeValidator, DHTRecord, RecordValidatorBase
@@ -124,8 +128,7 @@ def run_scenario(attack: str | None, rounds: int, deadline_s: float, root: Path)
         for _ in range(2 if attack == "far" else 1 if attack else 0):
             attackers.append(LivenessAttacker(attack, maddrs))
             attackers[-1].start()
-        for process in processes:
-            process.wait(timeout=1800)
+        peak_rss = watch_rss(processes, timeout_s=1800)
     finally:
         for attacker in attackers:
             attacker.stop()
@@ -134,15 +137,28 @@ def run_scenario(attack: str | None, rounds: int, deadline_s: float, root: Path)
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
     result = {}
-    for name in HONEST:
+    for name, rss in zip(HONEST, peak_rss):
         lines = round_lines(read_metrics(directory / name / "run" / "metrics.jsonl"))
         result[name] = {
             "rounds": len(lines),
             "round_s": statistics.median(m["round_s"] for m in lines[2:]) if len(lines) > 2 else float("nan"),
             "rejected": lines[-1]["rejected"] if lines else 0,
-            "peer_samples": sum(m["peer_samples"] for m in lines),
+            "peer_samples": statistics.median(m["peer_samples"] for m in lines[2:]) if len(lines) > 2 else 0,
+            "rss_mb": rss / 2**20,
         }
     return result
+
+
+def watch_rss(processes: list[subprocess.Popen], timeout_s: float) -> list[int]:
+    """Wait for the processes to end; the peak resident memory of each (its Python process)."""
+    peaks = [0] * len(processes)
+    deadline = time.monotonic() + timeout_s
+    while any(p.poll() is None for p in processes) and time.monotonic() < deadline:
+        for i, process in enumerate(processes):
+            with contextlib.suppress(psutil.Error):
+                peaks[i] = max(peaks[i], psutil.Process(process.pid).memory_info().rss)
+        time.sleep(0.25)
+    return peaks
 
 
 def liveness(args: argparse.Namespace) -> None:
@@ -153,12 +169,15 @@ def liveness(args: argparse.Namespace) -> None:
         baseline = run_scenario(None, args.rounds, args.deadline, root)
         rows = [("none", baseline)] + [(a, run_scenario(a, args.rounds, args.deadline, root)) for a in args.attacks]
     print(f"liveness: 2 honest tiny nodes, {args.rounds} rounds, gather_timeout_s {args.deadline:.0f}")
-    print(f"{'attack':<8} {'node':<4} {'rounds':>9} {'median round s':>15} {'vs none':>8} {'liar counted':>13} {'peer samples':>13}")
+    print(f"{'attack':<8} {'node':<4} {'rounds':>9} {'median round s':>15} {'vs none':>8} {'liar counted':>13} "
+          f"{'peer samples/round':>19} {'vs none':>8} {'peak RSS MB':>12} {'vs none':>8}")
     for attack, result in rows:
         for name in HONEST:
             r, base = result[name], baseline[name]
             print(f"{attack:<8} {name:<4} {r['rounds']:>4}/{args.rounds:<4} {r['round_s']:>15.2f} "
-                  f"{r['round_s'] / base['round_s']:>7.2f}x {r['rejected']:>13} {r['peer_samples']:>13}", flush=True)
+                  f"{r['round_s'] / base['round_s']:>7.2f}x {r['rejected']:>13} {r['peer_samples']:>19.0f} "
+                  f"{r['peer_samples'] / max(base['peer_samples'], 1):>7.2f}x {r['rss_mb']:>12.0f} "
+                  f"{r['rss_mb'] / max(base['rss_mb'], 1):>7.2f}x", flush=True)
 
 
 class ManyKeySigner(RecordValidatorBase):
@@ -204,7 +223,7 @@ def sybil(args: argparse.Namespace) -> None:
     signers = [RSASignatureValidator(RSAPrivateKey()) for _ in range(args.identities)]
     print(f"{args.identities} identities made in {time.perf_counter() - started:.0f} s", flush=True)
     attacker.dht.protocol.record_validator = CompositeValidator([ManyKeySigner(signers), SwarmRecordValidator()])
-    ledger.delivered(peer.peer_id, -1)  # the honest pair know each other: the peer is waited for
+    ledger.delivered(peer.peer_id)  # the honest pair know each other: the peer is waited for
 
     owners = [(signer.local_public_key, owner_peer_id(signer.local_public_key)) for signer in signers]
 
@@ -214,7 +233,7 @@ def sybil(args: argparse.Namespace) -> None:
         keys, values, subkeys = [], [], []
         for marker, who in owners:
             beat = Heartbeat(peer=who, run=run, time=now, round=round_)
-            keys += [HEARTBEAT_KEY, manifest_key(run, round_)]
+            keys += [HEARTBEAT_KEY, manifest_key(run)]
             values += [pack(beat.model_dump()), Manifest(who, round_, 4096, os.urandom(32), 100).to_value()]
             subkeys += [marker, marker]
         attacker.call(attacker.dht.store_many(keys, values, now + 120, subkeys=subkeys), timeout=600)
@@ -229,7 +248,7 @@ def sybil(args: argparse.Namespace) -> None:
             honest.call(link.membership.read(), timeout=60)
             reads.append(time.perf_counter() - t)
             t = time.perf_counter()
-            got = link.exchange.gather(r, 1, 30.0, {peer.peer_id})
+            got = link.exchange.gather(30.0, {peer.peer_id})
             gathers.append(time.perf_counter() - t)
             arrived += any(item.peer_id == peer.peer_id for item in got)
         return reads, gathers, arrived
@@ -292,14 +311,14 @@ def run_content(attack: str | None, defences: bool, args: argparse.Namespace, se
         nodes = []
         for name, model in zip(CONTENT_HONEST, args.models):
             config = content_config(directory, name, seed, args.eval_size, defences, [f"model.name={model}", *args.overrides])
-            nodes.append(stack.enter_context(assemble(config, join=lambda run, n=name: hub.join(n))))
+            nodes.append(stack.enter_context(assemble(config, join=lambda run, n=name: hub.join(n, run))))
         attacker = None
         if attack:
             config = content_config(directory, ATTACKER, seed, args.eval_size, defences, args.overrides)
             evil_policy = Policy.load(config.model, config.train)
             attacker = stack.enter_context(assemble(
                 config, policy=evil_policy,
-                join=lambda run: poisoning_link(hub.join(ATTACKER), attack, config, nodes[0].task, evil_policy),
+                join=lambda run: poisoning_link(hub.join(ATTACKER, run), attack, config, nodes[0].task, evil_policy),
             ))
         before = [strict_accuracy(node, args.eval_size)[0] for node in nodes]
         ignored_at: list[int | None] = [None] * len(nodes)

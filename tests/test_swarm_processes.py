@@ -139,11 +139,13 @@ def _trained_with_peers(node: NodeProcess, since: int = 1) -> bool:
 def test_three_heterogeneous_nodes_train_on_each_others_samples(swarm):
     nodes, _ = swarm
     live = list(nodes.values())
-    wait_for(lambda: all(len(n.rounds()) >= 6 for n in live), 240, "6 rounds on every node", live)
+    wait_for(lambda: all(len(n.rounds()) >= 10 for n in live), 240, "10 rounds on every node", live)
     for node in live:
-        rounds = node.rounds()
-        assert all(r["peer_samples"] > 0 for r in rounds[1:]), (node.name, [r["peer_samples"] for r in rounds])
-        assert rounds[-1]["peers"] == 2
+        rounds = node.rounds()[2:]  # each counts its own rounds; the first ones may find nobody yet
+        used = [r["peer_samples"] > 0 for r in rounds]
+        assert sum(used) >= 0.8 * len(used), (node.name, [r["peer_samples"] for r in rounds])
+        assert max(r["peers"] for r in rounds[-6:]) == 2, (node.name, [r["peers"] for r in rounds])
+        assert rounds[-1]["rejected"] == 0, "unequal speeds are no lie"
     peer_ids = {n.info["peer_id"] for n in live}
     assert len(peer_ids) == 3
 
@@ -196,21 +198,17 @@ def test_a_rogue_peer_is_refused_counted_and_ignored(swarm, tmp_path):
         assert not rogue.call(rogue.dht.store(HEARTBEAT_KEY, forged, get_dht_time() + 60, subkey=victim_subkey), 10)
         server = PayloadServer(run_id, keep_rounds=20)  # serves whatever the rogue announces
         rogue.call(server.register(rogue.p2p), timeout=10)
-        start_round = max(hb["round"] for _, hb in beats.values())
         bad_payloads = [
             b"SNRB" + os.urandom(500),  # malformed wire message
             wire.encode(wire.RolloutBatch(run_id, rogue.peer_id, 0, wire.PolicyInfo("x", 1, None), "t", [])),  # wrong round/tokenizer
             msgpack.packb({"flood": "x" * 200_000}),  # big junk
         ]
         before = {n.name: (n.rounds()[-1]["rejected"] if n.rounds() else 0) for n in honest}
-        r = start_round - 1
-        for i in range(12):  # junk for a new round the nodes are at now, and one lie about its digest
-            now = [heartbeat_from_record(k, v).round for k, v in rogue.get_subkeys(HEARTBEAT_KEY).items()]
-            r = max([r + 1, *now])
-            payload = bad_payloads[i % len(bad_payloads)]
+        for r in range(1, 13):  # junk as its own rounds 1..12, and one lie about its digest
+            payload = bad_payloads[r % len(bad_payloads)]
             rogue.loop.call_soon_threadsafe(server.put, r, payload)
-            digest = payload_digest(payload) if i % 4 else payload_digest(b"other")
-            rogue.store_owned(manifest_key(run_id, r), Manifest(rogue.peer_id, r, len(payload), digest, 1).to_value(), 60)
+            digest = payload_digest(payload) if r % 4 else payload_digest(b"other")
+            rogue.store_owned(manifest_key(run_id), Manifest(rogue.peer_id, r, len(payload), digest, 1).to_value(), 60)
             time.sleep(0.5)
         wait_for(
             lambda: all(n.rounds()[-1]["rejected"] >= 3 for n in honest), 120, "rogue rejected 3 times", honest
@@ -222,13 +220,15 @@ def test_a_rogue_peer_is_refused_counted_and_ignored(swarm, tmp_path):
         mark = {n.name: len(n.rounds()) for n in honest}
         wait_for(lambda: all(len(n.rounds()) >= mark[n.name] + 3 for n in honest), 120, "3 more rounds", honest)
         for node in honest:
-            assert all(r["peer_samples"] > 0 for r in node.rounds()[mark[node.name]:]), "honest training goes on"
+            after = [r["peer_samples"] > 0 for r in node.rounds()[mark[node.name]:]]
+            assert sum(after) >= 0.8 * len(after), "honest training goes on"
     finally:
         rogue.shutdown()
 
 
 def test_liars_about_liveness_neither_stop_nor_slow_the_swarm(swarm):
-    """Two identities claim round 1,000,000, a third announces batches it never serves."""
+    """Two identities claim round 1,000,000, a third announces batches it never serves: no
+    honest round is skipped or slowed, and none of it is counted (a claim proves nothing)."""
     nodes, bootstrap = swarm
     honest = list(nodes.values())
     mark = {n.name: len(n.rounds()) for n in honest}
@@ -238,7 +238,6 @@ def test_liars_about_liveness_neither_stop_nor_slow_the_swarm(swarm):
         for attacker in attackers:
             attacker.start()
         wait_for(lambda: all(len(n.rounds()) >= mark[n.name] + 14 for n in honest), 240, "14 rounds under attack", honest)
-        wait_for(lambda: all("shows no valid batch" in n.output() for n in honest), 120, "liars counted", honest)
     finally:
         for attacker in attackers:
             attacker.stop()
@@ -247,7 +246,8 @@ def test_liars_about_liveness_neither_stop_nor_slow_the_swarm(swarm):
         numbers = [r["round"] for r in attacked]
         assert numbers == list(range(numbers[0], numbers[0] + len(numbers))), (node.name, numbers)
         assert statistics.median(r["round_s"] for r in attacked) <= 1.5 * base[node.name] + 0.5, node.name
-        assert all(r["peer_samples"] > 0 for r in attacked), "honest peers go on training together"
+        used = [r["peer_samples"] > 0 for r in attacked]
+        assert sum(used) >= 0.8 * len(used), "honest peers go on training together"
 
 
 def test_kills_restart_and_clean_shutdown(swarm):
@@ -259,7 +259,8 @@ def test_kills_restart_and_clean_shutdown(swarm):
     wait_for(lambda: all(len(n.rounds()) >= mark[n.name] + 6 for n in (b, c)), 180, "rounds after a died", [b, c])
     for node in (b, c):
         tail = node.rounds()[mark[node.name] + 3 :]  # a's heartbeat goes stale within a few rounds
-        assert all(r["peer_samples"] > 0 for r in tail), (node.name, [r["peer_samples"] for r in tail])
+        used = [r["peer_samples"] > 0 for r in tail]
+        assert sum(used) >= 0.8 * len(used), (node.name, [r["peer_samples"] for r in tail])
     # c killed mid-round: b goes on, never waiting longer than its deadline
     c_peer = c.info["peer_id"]
     c.kill_group()

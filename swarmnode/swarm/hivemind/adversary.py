@@ -1,11 +1,13 @@
 """Peers that lie about liveness, for tests and bench/attacks.py: each is a real hivemind
 identity that heartbeats under an honest run id and misbehaves in one way.
 
-- `far`: claims a round far ahead and delivers nothing (tries to make nodes skip rounds);
+- `far`: claims a round far ahead and delivers nothing (once made nodes skip rounds);
 - `silent`: claims the honest round and never publishes (tries to make nodes wait);
 - `mute`: publishes manifests, then accepts the download and never answers;
 - `drip`: publishes manifests and serves its payload a few bytes a second;
-- `cut`: publishes manifests of a large payload (32 MiB) and closes after all but its last byte.
+- `cut`: publishes manifests of a large payload (32 MiB) and closes after all but its last byte;
+- `idle`: opens IDLE_STREAMS payload streams to every honest node and says nothing, again
+  every IDLE_REOPEN_S (tries to take every serving slot).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 import struct
 import time
 
+from hivemind.p2p import PeerID
 from hivemind.utils.timed_storage import get_dht_time
 
 from swarmnode.config import SwarmSettings
@@ -33,11 +36,13 @@ from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 
 log = logging.getLogger(__name__)
 
-ATTACKS = ("far", "silent", "mute", "drip", "cut")
+ATTACKS = ("far", "silent", "mute", "drip", "cut", "idle")
 LOOPBACK = ["/ip4/127.0.0.1/tcp/0"]
 FAKE_PAYLOAD_BYTES = 4096
 CUT_PAYLOAD_BYTES = 32 * 1024 * 1024
 SERVES = ("mute", "drip", "cut")  # attacks that announce batches and answer downloads badly
+IDLE_STREAMS = 16
+IDLE_REOPEN_S = 10.0
 
 
 class LivenessAttacker:
@@ -51,6 +56,9 @@ class LivenessAttacker:
         self.beat_s = beat_s
         self.runtime = SwarmRuntime(SwarmSettings(initial_peers=initial_peers, host_maddrs=LOOPBACK))
         self._task: asyncio.Task | None = None
+        self._announced = 0  # the last round it announced a batch of
+        self._idle: list[asyncio.StreamWriter] = []  # streams it holds open and says nothing on
+        self._reopen_at = 0.0
 
     def start(self) -> None:
         self.runtime.start()
@@ -81,13 +89,21 @@ class LivenessAttacker:
         await self.runtime.dht.store(
             HEARTBEAT_KEY, pack(beat.model_dump()), get_dht_time() + 60, subkey=self.runtime.signer.local_public_key
         )
-        if self.attack in SERVES:
-            for r in (current, current + 1):  # announce a batch for the rounds nodes gather now
-                manifest = Manifest(self.runtime.peer_id, r, self._payload_bytes, os.urandom(32), 100)
-                await self.runtime.dht.store(
-                    manifest_key(self.run_id, r), manifest.to_value(), get_dht_time() + 120,
-                    subkey=self.runtime.signer.local_public_key,
-                )
+        if self.attack == "idle" and time.monotonic() >= self._reopen_at:
+            self._reopen_at = time.monotonic() + IDLE_REOPEN_S
+            for stream in self._idle:
+                stream.close()
+            self._idle = [
+                writer for beat in honest for _ in range(IDLE_STREAMS)
+                for _, _, writer in [await self.runtime.p2p.call_binary_stream_handler(PeerID.from_base58(beat.peer), PROTOCOL)]
+            ]
+        if self.attack in SERVES:  # announce a new batch of its own every beat
+            self._announced += 1
+            manifest = Manifest(self.runtime.peer_id, self._announced, self._payload_bytes, os.urandom(32), 100)
+            await self.runtime.dht.store(
+                manifest_key(self.run_id), manifest.to_value(), get_dht_time() + 120,
+                subkey=self.runtime.signer.local_public_key,
+            )
 
     async def _honest_heartbeats(self) -> list[Heartbeat]:
         beats = []
