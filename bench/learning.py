@@ -47,7 +47,7 @@ def main() -> None:
     )
     started = time.perf_counter()
     with assemble(config) as node:
-        before = np.array(node.evaluate_scores())
+        before = np.array(node.evaluator.scores())
         t = time.perf_counter()
         for round_ in range(args.rounds):
             record = node.run_round(round_)
@@ -57,7 +57,7 @@ def main() -> None:
                     flush=True,
                 )
         train_s = time.perf_counter() - t
-        after = np.array(node.evaluate_scores())
+        after = np.array(node.evaluator.scores())
     shutil.rmtree(run_dir, ignore_errors=True)
     diff = after - before
     se = diff.std(ddof=1) / math.sqrt(len(diff))

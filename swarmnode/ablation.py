@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from swarmnode.assemble import assemble
+from swarmnode.batches import batch_split
 from swarmnode.config import Config, load_config
-from swarmnode.intake import batch_split
 from swarmnode.node import Node
 from swarmnode.registry import OBJECTIVES
 from swarmnode.swarm.local import InMemoryHub

@@ -1,204 +1,216 @@
-"""Peers' batches on their way in: whose prompts they must be, what a valid one is, and in
-which order their groups are offered to the training batch.
+"""Peers' batches on their way from the exchange into a training batch.
 
-Identities are free, so nothing here counts them: a batch is checked against what the node can
-compute itself (its run, the sender's prompt assignment, the run's limits), and the peers' share
-of a batch is handed out in turns, peers with a record of useful samples first, a fixed share
-of the turns kept for newcomers, and peers whose samples proved useless last.
+Each round: collect what peers published into the pool (waiting a bounded time when the pool
+cannot fill the peers' share), check every batch strictly, then fill the peers' share in the
+pool's fair order with samples that pass screening by our own model (swarmnode.trust). This is
+the only place that writes verdicts about peers' content to the ledger: bad batches, and
+log-probs that claim more weight than an honest generator's.
 """
 
 from __future__ import annotations
 
-import math
 import random
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TypeVar
-
-import numpy as np
+import time
+from collections import Counter
+from dataclasses import dataclass, field
 
 from swarmnode import wire
+from swarmnode.batches import batch_split, check_batch
 from swarmnode.config import Config
+from swarmnode.policy import Policy
+from swarmnode.pool import OfferedGroup, PeerPool, fair_queue
+from swarmnode.samples import Sample, ScoredGroup, score_group, train_samples
+from swarmnode.swarm.base import Membership, Received, RolloutExchange
+from swarmnode.swarm.ledger import PeerLedger
+from swarmnode.tasks.base import Task
+from swarmnode.trust import Screening, screen
 
-NEWCOMER_EVERY = 4  # every 4th turn of the peers' share goes to a peer without a useful record
-SPACING_WEIGHT = 0.5  # how far one new gap between a peer's batches moves its measured spacing
-
-T = TypeVar("T")
-
-
-@dataclass(frozen=True, eq=False)
-class OfferedGroup:
-    """One group of a peer's verified batch, not yet scored: what the peers' share picks from."""
-
-    peer_id: str
-    round: int  # the sender's round
-    prompt_id: int
-    completions: list[tuple[np.ndarray, np.ndarray]]  # (token ids, reported log-probs) each
-    arrived: float = 0.0  # time.monotonic() when this node accepted it
+SCREEN_PASSES = 3  # rounds of score-and-screen to fill the peers' share when the gate drops samples
 
 
-class PeerPool:
-    """Peers' verified groups waiting for a place in a batch. Each is used once; a peer's
-    rounds are accepted only in increasing order; groups leave when stale by the sender's
-    rounds (`staleness` behind its newest) or by our clock (`max_age_s` after arrival).
-    Nothing a peer claims moves this node: it takes what is fresh when it trains.
+@dataclass
+class Taken:
+    """The peers' samples a round trains on, and what screening and the pool said of them."""
 
-    A slower peer's batch is paced over the rounds until its next one is due (its batches'
-    spacing in our rounds, measured), so a fast node learns from it in most rounds rather than
-    all at once and then not at all; a peer as fast as us is offered all it holds."""
-
-    def __init__(self) -> None:
-        self._held: dict[str, list[OfferedGroup]] = {}
-        self._newest: dict[str, int] = {}  # peer -> newest round accepted
-        self._arrived_in: dict[str, int] = {}  # peer -> our round its newest batch arrived in
-        self._spacing: dict[str, float] = {}  # peer -> our rounds between its batches (moving mean)
-
-    def add(self, peer_id: str, round_: int, groups: list[OfferedGroup], our_round: int) -> bool:
-        """Hold a verified batch's groups, accepted in our round `our_round`; False (and
-        nothing held) for a round not newer than the peer's newest (a replay, or a restarted
-        peer repeating rounds)."""
-        if round_ <= self._newest.get(peer_id, -1):
-            return False
-        if peer_id in self._arrived_in:
-            gap = max(1, our_round - self._arrived_in[peer_id])
-            self._spacing[peer_id] = self._spacing.get(peer_id, gap) + SPACING_WEIGHT * (gap - self._spacing.get(peer_id, gap))
-        self._newest[peer_id] = round_
-        self._arrived_in[peer_id] = our_round
-        self._held.setdefault(peer_id, []).extend(groups)
-        return True
-
-    def expire(self, now: float, max_age_s: float, staleness: int) -> None:
-        for peer, groups in list(self._held.items()):
-            newest = self._newest[peer]
-            fresh = [g for g in groups if now - g.arrived <= max_age_s and g.round >= newest - staleness]
-            if fresh:
-                self._held[peer] = fresh
-            else:
-                del self._held[peer]
-
-    def drop(self, peer_id: str) -> None:
-        """Forget a peer's held groups (it was banned)."""
-        self._held.pop(peer_id, None)
-
-    def take(self, groups: list[OfferedGroup]) -> None:
-        """These groups were used: never offer them again."""
-        used = {id(g) for g in groups}
-        for peer in {g.peer_id for g in groups}:
-            rest = [g for g in self._held.get(peer, []) if id(g) not in used]
-            if rest:
-                self._held[peer] = rest
-            else:
-                self._held.pop(peer, None)
-
-    def offers(self, our_round: int) -> dict[str, list[OfferedGroup]]:
-        """What each peer offers this round, its newest round first: all it holds, or for a
-        peer slower than us the share that spreads its batch over the rounds until its next."""
-        offers = {}
-        for peer, groups in self._held.items():
-            due_in = self._spacing.get(peer, 1.0) - (our_round - self._arrived_in.get(peer, our_round))
-            count = math.ceil(len(groups) / max(1.0, due_in))
-            offers[peer] = sorted(groups, key=lambda g: -g.round)[:count]
-        return offers
-
-    def lag(self, group: OfferedGroup) -> int:
-        """How many of its sender's rounds the group is behind the sender's newest we hold."""
-        return self._newest.get(group.peer_id, group.round) - group.round
+    kept: list[Sample] = field(default_factory=list)
+    screenings: list[Screening] = field(default_factory=list)
+    peers: set[str] = field(default_factory=set)  # whose groups were taken
+    ages_s: list[float] = field(default_factory=list)  # per group taken: seconds since it arrived
+    lags: list[int] = field(default_factory=list)  # per group taken: its sender's rounds since
 
     @property
-    def peers(self) -> set[str]:
-        return set(self._held)
+    def gated(self) -> int:
+        return sum(s.gated for s in self.screenings)
 
-    def __len__(self) -> int:
-        return sum(len(groups) for groups in self._held.values())
+    @property
+    def below_bar(self) -> int:
+        return sum(s.below_bar for s in self.screenings)
 
-
-def assigned_prompt_ids(seed: int, peer_id: str, round_: int, count: int, num_train: int) -> list[int]:
-    """The prompts a peer must use in a round: fixed by (seed, peer, round), no cherry-picking.
-
-    The first `count` distinct ids of one seeded stream, so a peer that generates fewer prompts
-    (a smaller own share) uses a prefix of the same assignment, and any count can be checked."""
-    rng = random.Random(f"{seed}:{peer_id}:{round_}")
-    wanted = min(count, num_train)
-    ids: list[int] = []
-    seen: set[int] = set()
-    while len(ids) < wanted:
-        candidate = rng.randrange(num_train)
-        if candidate not in seen:
-            seen.add(candidate)
-            ids.append(candidate)
-    return ids
+    @property
+    def min_weight_scale(self) -> float | None:
+        return min((v.weight_scale for s in self.screenings for v in s.verdicts.values()), default=None)
 
 
-def batch_split(config: Config) -> tuple[int, int]:
-    """(groups this node generates, most peers' groups it trains on) in one round.
+class Intake:
+    def __init__(
+        self,
+        config: Config,
+        policy: Policy,
+        task: Task,
+        run_id: str,
+        exchange: RolloutExchange,
+        membership: Membership,
+        ledger: PeerLedger,
+    ) -> None:
+        self.config = config
+        self.policy = policy
+        self.task = task
+        self.run_id = run_id
+        self.exchange = exchange
+        self.membership = membership
+        self.ledger = ledger
+        self.pool = PeerPool()
+        self._vain_waits = 0  # rounds in a row spent waiting for a first delivery in vain
 
-    The training batch is `rollout.prompts_per_round` groups. With `node.own_share` 1 the node
-    generates all of them and peers' groups come on top (up to `node.max_peer_groups`); below 1
-    it generates that share and peers' groups fill the rest, so it learns from a full batch for
-    a fraction of the generation (the paper's vertical setup, SAPO's local/external split)."""
-    batch = config.rollout.prompts_per_round
-    share = config.node.own_share
-    if share >= 1.0:
-        return batch, config.node.max_peer_groups
-    own = max(1, round(share * batch))
-    return own, min(config.node.max_peer_groups, batch - own)
+    # -- collecting ----------------------------------------------------------------------------
 
-
-def check_batch(
-    batch: wire.RolloutBatch, sender: str, round_: int, config: Config, run_id: str, tokenizer: str, num_train: int
-) -> None:
-    """WireError unless `batch` is one this node may train on: this run, from its sender, of
-    the round it was published as, our tokenizer, the sender's assigned prompts, the run's
-    group size and completion length."""
-    if batch.run_id != run_id:
-        raise wire.WireError(f"run id {batch.run_id} is not this run ({run_id})")
-    if batch.peer_id != sender:
-        raise wire.WireError(f"claims to be {batch.peer_id} but came from {sender}")
-    if batch.round != round_:
-        raise wire.WireError(f"round {batch.round} published as round {round_}")
-    if batch.tokenizer_fingerprint != tokenizer:
-        raise wire.WireError("tokenizer differs from ours")
-    if not batch.groups:
-        raise wire.WireError("a batch without groups")
-    expected = assigned_prompt_ids(config.node.seed, batch.peer_id, batch.round, len(batch.groups), num_train)
-    # a peer may generate any number of prompts (its own share), always its first ones
-    if sorted(g.prompt_id for g in batch.groups) != sorted(expected):
-        raise wire.WireError("prompt ids differ from the peer's assignment for that round")
-    if any(len(g.lengths) != config.rollout.group_size for g in batch.groups):
-        raise wire.WireError("group size differs from this run's")
-    longest = max((int(g.lengths.max()) for g in batch.groups if len(g.lengths)), default=0)
-    if longest > config.rollout.max_new_tokens:
-        raise wire.WireError(
-            f"a completion of {longest} tokens; this run generates at most {config.rollout.max_new_tokens}"
+    def collect(self, round_: int, wait_s: float, timings: dict[str, float]) -> list[OfferedGroup]:
+        """Bring peers' new batches into the pool, waiting at most `wait_s` when the pool
+        cannot fill the peers' share; the pool's fresh groups in the order the share takes them."""
+        t = time.perf_counter()
+        node = self.config.node
+        self.pool.expire(time.monotonic(), node.max_age_s, node.staleness)
+        live = set(self.membership.live_peers())
+        _, budget = batch_split(self.config)
+        short = sum(len(groups) for groups in self.pool.offers(round_).values()) < budget
+        # Wait only when the pool cannot fill the peers' share, only for peers that delivered
+        # before and hold nothing fresh here (and, before anyone ever delivered, for anyone
+        # live, at most `swarm.max_missed` rounds in a row): nobody waits long for the slow,
+        # and silent identities cost little.
+        waiting = self.ledger.expected(live) - self.pool.peers if short else set()
+        anyone = (
+            short and bool(live) and not self.ledger.ever_delivered
+            and self._vain_waits < self.config.swarm.max_missed
         )
+        received = self.exchange.gather(wait_s if waiting or anyone else 0.0, waiting, anyone)
+        timings["gather_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        delivered = self._accept(received, round_)
+        for peer in waiting - delivered:
+            self.ledger.missed(peer)
+        self._vain_waits = 0 if delivered or not anyone else self._vain_waits + 1
+        timings["decode_s"] = time.perf_counter() - t
+        offers = self.pool.offers(round_)
+        rng = random.Random(f"{node.seed}:{self.exchange.peer_id}:{round_}:intake")
+        return fair_queue(offers, {peer: self.ledger.standing(peer) for peer in offers}, rng)
 
+    def _accept(self, received: list[Received], our_round: int) -> set[str]:
+        """Decode strictly, check each batch belongs to this run and its sender's round, and
+        hold its groups (at most `node.peer_quota`) in the pool; returns who delivered."""
+        delivered: set[str] = set()
+        now = time.monotonic()
+        for item in received:
+            if self.ledger.is_banned(item.peer_id):
+                continue
+            try:
+                batch = self.verify(item)
+            except wire.WireError as err:
+                self.reject(item.peer_id, str(err))
+                continue
+            self.ledger.delivered(item.peer_id)
+            delivered.add(item.peer_id)
+            groups = [
+                OfferedGroup(item.peer_id, batch.round, g.prompt_id, g.completions(), now)
+                for g in batch.groups[: self.config.node.peer_quota]
+            ]
+            self.pool.add(item.peer_id, batch.round, groups, our_round)
+        return delivered
 
-def fair_queue(
-    offers: Mapping[str, list[T]], standing: Mapping[str, float | None], rng: random.Random,
-    newcomer_every: int = NEWCOMER_EVERY,
-) -> list[T]:
-    """Every offered group once, in the order the peers' share of a batch takes them.
+    def verify(self, item: Received) -> wire.RolloutBatch:
+        """The batch, decoded and checked as one this node may train on; WireError if not."""
+        batch = wire.decode(item.payload, self.config.wire, self.policy.vocab_size)
+        check_batch(batch, item.peer_id, item.round, self.config, self.run_id, self.policy.fingerprint,
+                    self.task.num_train)
+        return batch
 
-    Peers take turns, one group a turn, so no peer takes the share by offering more, and no
-    peer id by sorting first (ties are broken by `rng`). Peers whose samples have been useful
-    (standing > 0) go first, the most useful first; every `newcomer_every`-th turn goes to a
-    newcomer (standing None: never screened) while one has groups left, so a new peer is heard
-    at once; peers screened and found useless (standing 0) only fill what is left."""
-    peers = list(offers)
-    rng.shuffle(peers)
-    proven = sorted((p for p in peers if (standing.get(p) or 0.0) > 0), key=lambda p: -(standing[p] or 0.0))
-    newcomers = [p for p in peers if standing.get(p) is None]
-    useless = [p for p in peers if standing.get(p) is not None and standing[p] <= 0]
-    proven_turns, newcomer_turns = _turns(offers, proven), _turns(offers, newcomers)
-    queue: list[T] = []
-    while proven_turns or newcomer_turns:
-        newcomers_turn = (len(queue) + 1) % newcomer_every == 0
-        source = newcomer_turns if (newcomers_turn and newcomer_turns) or not proven_turns else proven_turns
-        queue.append(source.pop(0))
-    return queue + _turns(offers, useless)
+    def reject(self, peer_id: str, reason: str) -> None:
+        self.ledger.reject(peer_id, reason)
+        if self.ledger.is_banned(peer_id):
+            self.pool.drop(peer_id)
 
+    # -- taking --------------------------------------------------------------------------------
 
-def _turns(offers: Mapping[str, list[T]], peers: list[str]) -> list[T]:
-    """Round robin: each peer's first group, then each one's second, ..."""
-    deepest = max((len(offers[p]) for p in peers), default=0)
-    return [offers[p][i] for i in range(deepest) for p in peers if i < len(offers[p])]
+    def take(self, offered: list[OfferedGroup], own: list[Sample], timings: dict[str, float]) -> Taken:
+        """Fill the peers' share of the batch from `offered`, in its order, with samples that
+        pass screening: a gated sample takes no room, the next groups are screened in its place
+        (at most SCREEN_PASSES times). Every group screened is used up."""
+        _, budget = batch_split(self.config)
+        group_size = self.config.rollout.group_size
+        wanted = budget * group_size
+        taken = Taken()
+        struck: set[str] = set()
+        queue = list(offered)
+        timings["score_s"] = timings["screen_s"] = 0.0
+        for _ in range(SCREEN_PASSES):
+            missing = wanted - len(taken.kept)
+            if missing <= 0 or not queue:
+                break
+            count = -(-missing // group_size)
+            chunk, queue = queue[:count], queue[count:]
+            self.pool.take(chunk)
+            now = time.monotonic()
+            taken.ages_s += [now - group.arrived for group in chunk]
+            taken.lags += [self.pool.lag(group) for group in chunk]
+            taken.peers.update(group.peer_id for group in chunk)
+            t = time.perf_counter()
+            samples = train_samples([self._score(group) for group in chunk], self.config.loss.advantage_std)
+            timings["score_s"] += time.perf_counter() - t
+            t = time.perf_counter()
+            screening = self._screen(own, samples, struck)
+            timings["screen_s"] += time.perf_counter() - t
+            taken.kept += [sample for sample, keep in zip(samples, screening.keep) if keep]
+            taken.screenings.append(screening)
+            self._note_standing(samples, screening)
+        return taken
+
+    def _score(self, group: OfferedGroup) -> ScoredGroup:
+        problem = self.task.train_problem(group.prompt_id)
+        prompt = self.policy.encode_prompt(self.task.system_prompt, problem.question)
+        return score_group(self.task, self.policy, group.peer_id, problem, prompt, group.completions)
+
+    def _screen(self, own: list[Sample], peers: list[Sample], struck: set[str]) -> Screening:
+        """Judge peers' samples by our own model (swarmnode.trust): which to keep (the gate
+        drops only unlikely samples with a positive advantage), how much their weights count; a
+        peer whose log-probs claim more weight than an honest generator's gets one strike a
+        round (failing the gate is none: see swarmnode.trust)."""
+        trust = self.config.trust
+        if not peers or not (trust.likelihood_gate or trust.weight_budget):
+            return Screening(keep=[True] * len(peers), below_bar_flags=[False] * len(peers),
+                             weight_scale=[1.0] * len(peers), bar=None, verdicts={})
+        theta = self.policy.token_logprobs(
+            [s.train.prompt_ids for s in peers], [s.train.completion_ids for s in peers],
+            self.config.rollout.temperature,
+        )
+        screening = screen(
+            [s.peer_id for s in peers], [s.train.advantage for s in peers], [s.train.gen_logprobs for s in peers],
+            theta, [s.train.gen_logprobs for s in own], trust, self.config.loss,
+        )
+        for sample, scale in zip(peers, screening.weight_scale):
+            sample.train.weight_scale = scale
+        for peer, verdict in screening.verdicts.items():
+            if verdict.strikes and peer not in struck:  # one batch, one strike, however many passes
+                struck.add(peer)
+                self.reject(peer, verdict.strikes[0])
+        return screening
+
+    def _note_standing(self, samples: list[Sample], screening: Screening) -> None:
+        """Tell the ledger how many of each peer's screened samples were useful: kept, not
+        under the gate's bar, and carrying a non-zero advantage (a group all right or all wrong
+        teaches nothing)."""
+        offered: Counter[str] = Counter()
+        useful: Counter[str] = Counter()
+        for sample, kept, unlikely in zip(samples, screening.keep, screening.below_bar_flags):
+            offered[sample.peer_id] += 1
+            useful[sample.peer_id] += int(kept and not unlikely and sample.train.advantage != 0)
+        for peer, count in offered.items():
+            self.ledger.screened(peer, count, useful[peer])

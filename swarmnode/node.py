@@ -12,7 +12,6 @@ one process, or over hivemind. swarmnode.assemble builds it; tests may build it 
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field, replace
@@ -20,28 +19,27 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from swarmnode import wire
+from swarmnode.batches import assigned_prompt_ids, batch_split
 from swarmnode.checkpoint import load_checkpoint, save_checkpoint
 from swarmnode.config import Config
-from swarmnode.intake import OfferedGroup, PeerPool, assigned_prompt_ids, batch_split, check_batch, fair_queue
-from swarmnode.loss import group_advantages
+from swarmnode.evaluation import Evaluator
+from swarmnode.intake import Intake, Taken
 from swarmnode.metrics import LiveView, MetricsLog
-from swarmnode.policy import OutOfMemory, Policy, StepResult, TrainSample
+from swarmnode.policy import OutOfMemory, Policy, StepResult
 from swarmnode.records import EvalRecord, NodeStatus, RoundRecord, run_id
 from swarmnode.rollout.base import Completion, Generator
-from swarmnode.swarm.base import Received, SwarmLink
+from swarmnode.samples import OWN, Sample, ScoredGroup, score_group, train_samples
+from swarmnode.swarm.base import SwarmLink
 from swarmnode.swarm.ledger import PeerLedger
 from swarmnode.swarm.local import solo_link
-from swarmnode.tasks.base import Problem, Task, fingerprint_of
-from swarmnode.trust import Screening, screen
+from swarmnode.tasks.base import Task, fingerprint_of
 
 log = logging.getLogger(__name__)
 
 LINGER_S = 10.0  # the longest a finishing node keeps serving its last batch to peers
 OWN_ROUND_HISTORY = 16  # recent own round times behind the wait for peers
-SCREEN_PASSES = 3  # rounds of score-and-screen to fill the peers' share when the gate drops samples
 
 
 def run_id_for(config: Config, task: Task, policy: Policy) -> str:
@@ -55,31 +53,11 @@ def solo_peer_id(config: Config) -> str:
 
 
 @dataclass
-class ScoredGroup:
-    """One generator's completions for one prompt, scored by this node."""
-
-    peer_id: str
-    problem: Problem
-    prompt_ids: list[int]
-    completions: list[tuple[np.ndarray, np.ndarray]]
-    rewards: list[float]
-
-    @property
-    def own(self) -> bool:
-        return self.peer_id == ""
-
-
-@dataclass
 class RoundState:
     own_groups: list[ScoredGroup] = field(default_factory=list)
     payload_bytes: int = 0
     payload_tokens: int = 0
     timings: dict[str, float] = field(default_factory=dict)
-    peer_ages_s: list[float] = field(default_factory=list)  # per peers' group taken: seconds since it arrived
-    peer_lags: list[int] = field(default_factory=list)  # per peers' group taken: its sender's rounds since
-
-
-SourcedSample = tuple[TrainSample, float, str]  # a sample, its reward, who generated it ("" = us)
 
 
 class Node:
@@ -111,8 +89,8 @@ class Node:
         self.run_dir = Path(config.node.run_dir)
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
         self.ledger = ledger or PeerLedger(config.swarm)
-        self.pool = PeerPool()  # peers' verified groups, waiting for a place in a batch
-        self._vain_waits = 0  # rounds in a row spent waiting for a first delivery in vain
+        self.intake = Intake(config, policy, task, self.run_id, self.exchange, self.membership, self.ledger)
+        self.evaluator = Evaluator(task, policy, generator, config.node.eval_size, ood_eval)
         self._own_round_s: deque[float] = deque(maxlen=OWN_ROUND_HISTORY)  # recent rounds, waiting excluded
         self.published = 0  # rollouts (completions) this node published
         self.consumed = 0  # peers' rollouts this node trained on
@@ -121,8 +99,6 @@ class Node:
         self.started_at = time.time()
         self.last_progress = time.monotonic()  # a round or an eval finished; read by /health
         self.next_round = 0
-        self._eval_problems: list[Problem] | None = None
-        self.ood_eval = ood_eval  # e.g. Math500Eval: scored like the task, never trained on
 
     # -- one round -------------------------------------------------------------------------
 
@@ -154,56 +130,22 @@ class Node:
         self.published += sum(len(g.lengths) for g in batch.groups)
         for problem, prompt, group in zip(problems, prompts, groups):
             completions = [(c.tokens, c.logprobs) for c in group]
-            state.own_groups.append(self._score("", problem, prompt, completions))
+            state.own_groups.append(score_group(self.task, self.policy, OWN, problem, prompt, completions))
         return state
 
     def consume(self, round_: int, state: RoundState) -> RoundRecord:
         """Gather peers' groups, screen them, take one optimiser step on everything, log it."""
-        offered = self._gather(round_, state)
-        own = _train_samples(state.own_groups, self.config.loss.advantage_std)
-        t = time.perf_counter()
-        kept, screenings, peers = self._take_peers(offered, own, state)
-        state.timings["screen_s"] = time.perf_counter() - t - state.timings.get("score_s", 0.0)
+        offered = self.intake.collect(round_, self._wait_s(state), state.timings)
+        own = train_samples(state.own_groups, self.config.loss.advantage_std)
+        taken = self.intake.take(offered, own, state.timings)
         t = time.perf_counter()
         result = self.policy.train_step(
-            [sample for sample, _, _ in own + kept], self.config.loss, self.config.rollout.temperature
+            [sample.train for sample in own + taken.kept], self.config.loss, self.config.rollout.temperature
         )
         state.timings["train_s"] = time.perf_counter() - t
         state.timings["sync_s"] = self.generator.sync_weights()
-        self.consumed += len(kept)
-        return self._record(round_, state, own, kept, peers, screenings, result)
-
-    def _gather(self, round_: int, state: RoundState) -> list[OfferedGroup]:
-        """Collect peers' new batches into the pool, waiting a bounded time when the pool
-        cannot fill the peers' share; returns the pool's fresh groups in the order the share
-        takes them (swarmnode.intake.fair_queue). The ledger learns who delivered."""
-        t = time.perf_counter()
-        node = self.config.node
-        self.pool.expire(time.monotonic(), node.max_age_s, node.staleness)
-        live = set(self.membership.live_peers())
-        _, budget = batch_split(self.config)
-        short = sum(len(groups) for groups in self.pool.offers(round_).values()) < budget
-        # Wait only when the pool cannot fill the peers' share, only for peers that delivered
-        # before and hold nothing fresh here (and, before anyone ever delivered, for anyone
-        # live, at most `swarm.max_missed` rounds in a row), and at most a share of our own
-        # round time: nobody waits long for the slow, and silent identities cost little.
-        waiting = self.ledger.expected(live) - self.pool.peers if short else set()
-        anyone = (
-            short and bool(live) and not self.ledger.ever_delivered
-            and self._vain_waits < self.config.swarm.max_missed
-        )
-        timeout_s = self._wait_s(state) if waiting or anyone else 0.0
-        received = self.exchange.gather(timeout_s, waiting, anyone)
-        state.timings["gather_s"] = time.perf_counter() - t
-        t = time.perf_counter()
-        delivered = self._accept(received, round_)
-        for peer in waiting - delivered:
-            self.ledger.missed(peer)
-        self._vain_waits = 0 if delivered or not anyone else self._vain_waits + 1
-        state.timings["decode_s"] = time.perf_counter() - t
-        offers = self.pool.offers(round_)
-        rng = random.Random(f"{self.config.node.seed}:{self.peer_id}:{round_}:intake")
-        return fair_queue(offers, {peer: self.ledger.standing(peer) for peer in offers}, rng)
+        self.consumed += len(taken.kept)
+        return self._record(round_, state, own, taken, result)
 
     def _wait_s(self, state: RoundState) -> float:
         """The longest this round waits for peers: `node.wait_share` of our own recent round
@@ -211,68 +153,11 @@ class Node:
         own_s = float(np.median(self._own_round_s)) if self._own_round_s else state.timings["generate_s"]
         return min(self.config.node.gather_timeout_s, self.config.node.wait_share * own_s)
 
-    def _take_peers(
-        self, offered: list[OfferedGroup], own: list[SourcedSample], state: RoundState
-    ) -> tuple[list[SourcedSample], list[Screening], int]:
-        """Fill the peers' share of the batch from `offered`, in its order, with samples that
-        pass screening: a gated sample takes no room, the next groups are screened in its place
-        (at most SCREEN_PASSES times). Returns the kept samples, each pass's screening and how
-        many peers' groups were taken."""
-        _, budget = batch_split(self.config)
-        group_size = self.config.rollout.group_size
-        wanted = budget * group_size
-        kept: list[SourcedSample] = []
-        screenings: list[Screening] = []
-        struck: set[str] = set()
-        peers: set[str] = set()
-        queue = list(offered)
-        state.timings["score_s"] = 0.0
-        for _ in range(SCREEN_PASSES):
-            missing = wanted - len(kept)
-            if missing <= 0 or not queue:
-                break
-            count = -(-missing // group_size)
-            chunk, queue = queue[:count], queue[count:]
-            self.pool.take(chunk)
-            now = time.monotonic()
-            state.peer_ages_s += [now - group.arrived for group in chunk]
-            state.peer_lags += [self.pool.lag(group) for group in chunk]
-            t = time.perf_counter()
-            scored = [self._score_offer(group) for group in chunk]
-            state.timings["score_s"] += time.perf_counter() - t
-            samples = _train_samples(scored, self.config.loss.advantage_std)
-            screening = self._screen(own, samples, struck)
-            taken = [sample for sample, keep in zip(samples, screening.keep) if keep]
-            kept += taken
-            screenings.append(screening)
-            peers.update(group.peer_id for group in chunk)
-            self._note_standing(samples, screening)
-        return kept, screenings, len(peers)
-
-    def _note_standing(self, samples: list[SourcedSample], screening: Screening) -> None:
-        """Tell the ledger how many of each peer's screened samples were useful: kept, not
-        under the gate's bar, and carrying a non-zero advantage (a group all right or all wrong
-        teaches nothing)."""
-        offered: Counter[str] = Counter()
-        useful: Counter[str] = Counter()
-        for (sample, _, peer), kept, unlikely in zip(samples, screening.keep, screening.below_bar_flags):
-            offered[peer] += 1
-            useful[peer] += int(kept and not unlikely and sample.advantage != 0)
-        for peer, count in offered.items():
-            self.ledger.screened(peer, count, useful[peer])
-
     def _record(
-        self,
-        round_: int,
-        state: RoundState,
-        own: list[SourcedSample],
-        kept: list[SourcedSample],
-        peers: int,
-        screenings: list[Screening],
-        result: StepResult,
+        self, round_: int, state: RoundState, own: list[Sample], taken: Taken, result: StepResult
     ) -> RoundRecord:
-        own_rewards = [reward for _, reward, _ in own]
-        peer_rewards = [reward for _, reward, _ in kept]
+        own_rewards = [sample.reward for sample in own]
+        peer_rewards = [sample.reward for sample in taken.kept]
         s = result.stats
         return RoundRecord(
             round=round_,
@@ -281,12 +166,10 @@ class Node:
             peer_reward_mean=float(np.mean(peer_rewards)) if peer_rewards else None,
             own_samples=len(own_rewards),
             peer_samples=len(peer_rewards),
-            peers=peers,
-            gated=sum(screening.gated for screening in screenings),
-            below_bar=sum(screening.below_bar for screening in screenings),
-            peer_weight_scale=min(
-                (v.weight_scale for screening in screenings for v in screening.verdicts.values()), default=None
-            ),
+            peers=len(taken.peers),
+            gated=taken.gated,
+            below_bar=taken.below_bar,
+            peer_weight_scale=taken.min_weight_scale,
             filtered=s.filtered,
             filtered_frac=s.filtered_frac,
             weight_mean=s.weight_mean,
@@ -298,8 +181,8 @@ class Node:
             wire_bytes=state.payload_bytes,
             wire_tokens=state.payload_tokens,
             rejected=self.ledger.total,
-            peer_age_s=float(np.mean(state.peer_ages_s)) if state.peer_ages_s else None,
-            peer_lag=float(np.mean(state.peer_lags)) if state.peer_lags else None,
+            peer_age_s=float(np.mean(taken.ages_s)) if taken.ages_s else None,
+            peer_lag=float(np.mean(taken.lags)) if taken.lags else None,
             tokens_per_s=state.payload_tokens / max(state.timings["generate_s"], 1e-9),
             timings=state.timings,
         )
@@ -312,117 +195,17 @@ class Node:
         self._own_round_s.append(record.timings["round_s"] - record.timings.get("gather_s", 0.0))
         return record
 
-    # -- peers' data -----------------------------------------------------------------------
-
-    def _screen(self, own: list[SourcedSample], peers: list[SourcedSample], struck: set[str]) -> Screening:
-        """Judge peers' samples by our own model (swarmnode.trust): which to keep (the gate
-        drops only unlikely samples with a positive advantage), how much their weights count; a
-        peer whose log-probs claim more weight than an honest generator's gets a strike in the
-        ledger (failing the gate is none: see swarmnode.trust)."""
-        trust = self.config.trust
-        if not peers or not (trust.likelihood_gate or trust.weight_budget):
-            everyone = [True] * len(peers)
-            return Screening(keep=everyone, below_bar_flags=[False] * len(peers), weight_scale=[1.0] * len(peers),
-                             bar=None, verdicts={})
-        theta = self.policy.token_logprobs(
-            [sample.prompt_ids for sample, _, _ in peers],
-            [sample.completion_ids for sample, _, _ in peers],
-            self.config.rollout.temperature,
-        )
-        screening = screen(
-            [peer for _, _, peer in peers],
-            [sample.advantage for sample, _, _ in peers],
-            [sample.gen_logprobs for sample, _, _ in peers],
-            theta,
-            [sample.gen_logprobs for sample, _, _ in own],
-            trust,
-            self.config.loss,
-        )
-        for (sample, _, _), scale in zip(peers, screening.weight_scale):
-            sample.weight_scale = scale
-        for peer, verdict in screening.verdicts.items():
-            if verdict.strikes and peer not in struck:  # one batch, one strike, however many passes
-                struck.add(peer)
-                self._reject(peer, verdict.strikes[0])
-        return screening
-
-    def _accept(self, received: list[Received], our_round: int) -> set[str]:
-        """Decode strictly, check each batch belongs to this run and its sender's round, and
-        hold its groups (at most `node.peer_quota`) in the pool; returns who delivered."""
-        delivered: set[str] = set()
-        now = time.monotonic()
-        for item in received:
-            if self.ledger.is_banned(item.peer_id):
-                continue
-            try:
-                batch = self._verify(item)
-            except wire.WireError as err:
-                self._reject(item.peer_id, str(err))
-                continue
-            self.ledger.delivered(item.peer_id)
-            delivered.add(item.peer_id)
-            groups = [
-                OfferedGroup(item.peer_id, batch.round, g.prompt_id, g.completions(), now)
-                for g in batch.groups[: self.config.node.peer_quota]
-            ]
-            self.pool.add(item.peer_id, batch.round, groups, our_round)
-        return delivered
-
-    def _verify(self, item: Received) -> wire.RolloutBatch:
-        """The batch, decoded and checked as one this node may train on; WireError if not."""
-        batch = wire.decode(item.payload, self.config.wire, self.policy.vocab_size)
-        check_batch(batch, item.peer_id, item.round, self.config, self.run_id, self.policy.fingerprint,
-                    self.task.num_train)
-        return batch
-
     @property
     def rejected(self) -> Counter[str]:
         return self.ledger.counts
-
-    def _reject(self, peer_id: str, reason: str) -> None:
-        self.ledger.reject(peer_id, reason)
-        if self.ledger.is_banned(peer_id):
-            self.pool.drop(peer_id)
-
-    def _score_offer(self, group: OfferedGroup) -> ScoredGroup:
-        problem = self.task.train_problem(group.prompt_id)
-        prompt = self.policy.encode_prompt(self.task.system_prompt, problem.question)
-        return self._score(group.peer_id, problem, prompt, group.completions)
-
-    def _score(
-        self,
-        peer_id: str,
-        problem: Problem,
-        prompt_ids: list[int],
-        completions: list[tuple[np.ndarray, np.ndarray]],
-    ) -> ScoredGroup:
-        rewards = [self.task.reward(self.policy.decode(tokens), problem) for tokens, _ in completions]
-        return ScoredGroup(peer_id, problem, prompt_ids, completions, rewards)
 
     # -- evaluation, checkpoints, the whole run ----------------------------------------------
 
     def evaluate(self) -> float:
         """Greedy pass@1 on the task's held-out problems."""
-        return float(np.mean(self.evaluate_scores()))
-
-    def evaluate_scores(self, source: Any = None) -> list[float]:
-        """Per-problem greedy rewards on held-out problems (for paired comparisons).
-
-        `source` defaults to the task's own eval split; pass `self.ood_eval` for OOD.
-        """
-        source = source or self.task
-        if source is self.task and self._eval_problems is None:
-            self._eval_problems = self.task.eval_problems(self.config.node.eval_size)
-        problems = (
-            self._eval_problems if source is self.task else source.eval_problems(self.config.node.eval_size)
-        )
-        prompts = [self.policy.encode_prompt(self.task.system_prompt, p.question) for p in problems]
-        outputs = self.generator.greedy(prompts)
+        accuracy = self.evaluator.accuracy()
         self.last_progress = time.monotonic()
-        return [source.reward(self.policy.decode(o.tokens), p) for o, p in zip(outputs, problems)]
-
-    def _ood(self) -> float | None:
-        return float(np.mean(self.evaluate_scores(self.ood_eval))) if self.ood_eval else None
+        return accuracy
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -497,7 +280,7 @@ class Node:
 
     def _evaluate_all(self, last_round: int, phase: str) -> EvalRecord:
         """Held-out (and OOD) accuracy, logged as an eval line of metrics.jsonl."""
-        record = EvalRecord(round=last_round, phase=phase, eval_acc=self.evaluate(), ood_acc=self._ood())
+        record = EvalRecord(round=last_round, phase=phase, eval_acc=self.evaluate(), ood_acc=self.evaluator.ood_accuracy())
         self.last_eval = record.eval_acc
         self.metrics.write(record.to_json())
         return record
@@ -546,16 +329,6 @@ class Node:
     def close(self) -> None:
         """Close what the node opened itself (its metrics file)."""
         self.metrics.close()
-
-
-def _train_samples(groups: list[ScoredGroup], scale_by_std: bool) -> list[SourcedSample]:
-    """Every completion of the groups with its group-relative advantage."""
-    samples: list[SourcedSample] = []
-    for group in groups:
-        advantages = group_advantages(torch.tensor(group.rewards), scale_by_std)
-        for (tokens, logprobs), advantage, reward in zip(group.completions, advantages.tolist(), group.rewards):
-            samples.append((TrainSample(group.prompt_ids, tokens, logprobs, advantage, group.own), reward, group.peer_id))
-    return samples
 
 
 def _to_wire_group(prompt_id: int, completions: list[Completion]) -> wire.CompletionGroup:

@@ -12,8 +12,8 @@ import time
 
 from swarmnode import wire
 from swarmnode.assemble import assemble
+from swarmnode.batches import assigned_prompt_ids
 from swarmnode.config import load_config
-from swarmnode.intake import assigned_prompt_ids
 from swarmnode.metrics import read_metrics, round_lines
 from swarmnode.records import NodeStatus
 from swarmnode.swarm.local import InMemoryHub

@@ -9,9 +9,9 @@ import pytest
 
 from swarmnode.assemble import assemble
 from swarmnode.config import load_config
-from swarmnode.intake import fair_queue
 from swarmnode.poison import poisoning_link
 from swarmnode.policy import Policy
+from swarmnode.pool import fair_queue
 from swarmnode.swarm.ledger import PeerLedger
 from swarmnode.swarm.local import InMemoryHub
 
@@ -80,14 +80,14 @@ def test_crowding_identities_with_many_useless_groups_lose_the_batch_to_the_hone
                 join=lambda run, n=name, c=config, p=policy: poisoning_link(hub.join(n, run), "wrong", c, nodes[0].task, p),
             )))
         taken: list[list[str]] = []
-        take = nodes[0]._take_peers
+        take = nodes[0].intake.take
 
-        def recording(offered, own, state):
-            kept, screenings, peers = take(offered, own, state)
-            taken.append([peer for _, _, peer in kept])
-            return kept, screenings, peers
+        def recording(offered, own, timings):
+            result = take(offered, own, timings)
+            taken.append([sample.peer_id for sample in result.kept])
+            return result
 
-        nodes[0]._take_peers = recording
+        nodes[0].intake.take = recording
         for round_ in range(5):
             states = [node.produce(round_) for node in nodes]
             for junk in crowd:

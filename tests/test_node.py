@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from swarmnode import wire
+from swarmnode.batches import assigned_prompt_ids, batch_split
 from swarmnode.config import load_config
-from swarmnode.intake import assigned_prompt_ids, batch_split
 from swarmnode.metrics import eval_lines, read_metrics, round_lines
 from swarmnode.node import Node, run_id_for
 from swarmnode.policy import OutOfMemory
@@ -245,7 +245,7 @@ def test_ood_evaluation_is_scored_with_math_verify(tmp_path, make_policy):
 
     ood = Math500Eval(str(data_path("math500")), answer_format="answer_tag")
     node = _node(tmp_path, make_policy, "solo")
-    node.ood_eval = ood
+    node.evaluator.ood = ood
     summary = node.run(rounds=1)
     node.close()
     assert summary["ood_before"] == 0.0 and summary["ood_after"] == 0.0  # random model: nothing right
