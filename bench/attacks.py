@@ -125,6 +125,9 @@ def run_scenario(attack: str | None, rounds: int, deadline_s: float, root: Path)
         wait_for_file(directory / "a" / "run" / "swarm.json", bootstrap, 120)
         maddrs = json.loads((directory / "a" / "run" / "swarm.json").read_text())["maddrs"][:1]
         processes.append(start_node(directory / "b", honest_config(directory / "b", rounds, deadline_s), maddrs))
+        # the liars join once both honest nodes run (identities can satisfy swarm.min_peers,
+        # which would let a start before b: see README, "Security model")
+        wait_for_file(directory / "b" / "run" / "metrics.jsonl", processes[-1], 120)
         for _ in range(2 if attack == "far" else 1 if attack else 0):
             attackers.append(LivenessAttacker(attack, maddrs))
             attackers[-1].start()
