@@ -83,16 +83,18 @@ class Intake:
         live = set(self.membership.live_peers())
         _, budget = batch_split(self.config)
         short = sum(len(groups) for groups in self.pool.offers(round_).values()) < budget
-        # Wait only when the pool cannot fill the peers' share, only for peers that delivered
-        # before and hold nothing fresh here (and, before anyone ever delivered, for anyone
-        # live, at most `swarm.max_missed` rounds in a row): nobody waits long for the slow,
-        # and silent identities cost little.
+        # Wait only when the pool cannot fill the peers' share: for peers that delivered before
+        # and hold nothing fresh here, at most `wait_s`, so nobody waits long for the slow.
+        # Before anyone ever delivered, wait for the first batch from anyone, up to
+        # `node.gather_timeout_s` and at most `swarm.max_missed` rounds in a row, so nodes that
+        # start together fall into step and silent identities cost little, once.
         waiting = self.ledger.expected(live) - self.pool.peers if short else set()
         anyone = (
             short and bool(live) and not self.ledger.ever_delivered
             and self._vain_waits < self.config.swarm.max_missed
         )
-        received = self.exchange.gather(wait_s if waiting or anyone else 0.0, waiting, anyone)
+        timeout_s = node.gather_timeout_s if anyone else wait_s if waiting else 0.0
+        received = self.exchange.gather(timeout_s, waiting, anyone)
         timings["gather_s"] = time.perf_counter() - t
         t = time.perf_counter()
         delivered = self._accept(received, round_)

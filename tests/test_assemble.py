@@ -193,10 +193,14 @@ def test_nodes_of_different_wire_versions_ignore_each_other_without_bans(
 
 
 def test_nodes_of_the_same_version_do_exchange(tmp_path, make_policy, nothing_left_running):
-    """The control for the test above: same settings, same run, samples flow both ways."""
-    with assemble(_config(tmp_path, "a"), policy=make_policy()) as a:
+    """The control for the test above: same settings, same run, samples flow both ways. The
+    nodes are stepped in turn, so each round may wait (up to gather_timeout_s) for the other's
+    batch to come over the network: a large wait_share lifts the share-of-own-time bound."""
+    waits = "node.wait_share=100"
+    with assemble(_config(tmp_path, "a", waits), policy=make_policy()) as a:
         bootstrap = json.loads((tmp_path / "a" / "swarm.json").read_text())["maddrs"][:1]
-        with assemble(_config(tmp_path, "b", f"swarm.initial_peers={json.dumps(bootstrap)}"), policy=make_policy()) as b:
+        with assemble(_config(tmp_path, "b", waits, f"swarm.initial_peers={json.dumps(bootstrap)}"),
+                      policy=make_policy()) as b:
             assert a.run_id == b.run_id
             for node in (a, b):
                 node.membership.announce(node.status(0))

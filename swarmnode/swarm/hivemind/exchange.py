@@ -4,8 +4,9 @@ There is no shared round. publish(r): keep the payload of our round r in memory 
 rounds and announce it with a manifest (our round, size, digest, tokens) in our own subkey of
 the run's manifest key, which holds each peer's newest manifest. gather(): poll that key and
 pull every new batch (a round newer than any handed out for its peer) from its producer,
-checked against the manifest, until every peer the node waits for has delivered or the
-deadline passes. Downloads run as tasks of their own: a download still running at the deadline
+checked against the manifest; polling and downloads run in the background of the node's
+rounds, and gather() hands out what arrived, waiting until every peer the node waits for has
+delivered or the deadline passes. Downloads run as tasks of their own: a download still running at the deadline
 goes on in the background (up to `swarm.fetch_timeout_s`) and is handed out by a later gather.
 One download per peer at a time; peers the ledger has seen deliver are fetched first, others
 within a bound on count and promised bytes (`choose_downloads`), so a thousand junk manifests
@@ -15,6 +16,7 @@ cost a bounded number of doomed downloads and bounded memory, not a round.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import Counter
@@ -32,6 +34,7 @@ log = logging.getLogger(__name__)
 
 MANIFEST_TTL_S = 600.0
 MAX_FETCH_ATTEMPTS = 3
+LOOKUP_TIMEOUT_S = 5.0  # one DHT lookup of the run's manifests, in the background poller
 GATHER_GRACE_S = 30.0  # how long past its deadline a gather may run before the node goes on without it
 UNEARNED_PAYLOADS_IN_FLIGHT = 2  # strangers' downloads at once, in promised bytes, as max-size payloads
 
@@ -64,7 +67,9 @@ class HivemindExchange:
         self._inflight: dict[Key, asyncio.Task] = {}
         self._inflight_bytes: dict[Key, int] = {}  # what each running download's manifest promised
         self._ready: dict[Key, bytes] = {}  # downloaded, not yet handed out
+        self._arrival = asyncio.Event()  # set when a download completes (used on the swarm loop only)
         runtime.call(self.server.register(runtime.p2p), timeout=10)
+        self._poller = runtime.call(_spawn(self._poll_forever()), timeout=10)
 
     def publish(self, round_: int, payload: bytes, tokens: int = 0) -> None:
         self.runtime.loop.call_soon_threadsafe(self.server.put, round_, payload)
@@ -117,18 +122,15 @@ class HivemindExchange:
         started = time.monotonic()
         arrived_at = {key: 0.0 for key in self._ready}  # already here when the gather began
         while True:
-            self._start_fetches(await self._new_manifests(deadline))
             for key in list(self._ready):
                 arrived_at.setdefault(key, time.monotonic() - started)
             delivered = {peer for peer, _ in self._ready}
-            busy = [t for (peer, _), t in self._inflight.items() if wait_for_any or peer in wait_for]
             if time.monotonic() >= deadline or (wait_for <= delivered and (delivered or not wait_for_any)):
                 break
+            self._arrival.clear()
             pause = min(self.settings.poll_interval_s, max(0.0, deadline - time.monotonic()))
-            if busy:
-                await asyncio.wait(busy, timeout=pause, return_when=asyncio.FIRST_COMPLETED)
-            else:
-                await asyncio.sleep(pause)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._arrival.wait(), pause)
         found = [
             Received(peer, r, payload, after_s=arrived_at.get((peer, r)))
             for (peer, r), payload in sorted(self._ready.items())
@@ -172,6 +174,7 @@ class HivemindExchange:
         result = task.exception() or task.result()
         if isinstance(result, bytes):
             self._ready[key] = result
+            self._arrival.set()
         elif isinstance(result, FetchError) and result.misbehaved:
             self._handed_out(*key)
             self.ledger.reject(key[0], str(result))
@@ -185,16 +188,26 @@ class HivemindExchange:
             if self._attempts[key] >= MAX_FETCH_ATTEMPTS:
                 self._handed_out(*key)  # unreachable: stop asking for this round, without blaming it
 
-    async def _new_manifests(self, deadline: float) -> list[Manifest]:
+    async def _poll_forever(self) -> None:
+        """Look for new manifests every poll interval and start their downloads, in the
+        background of the node's rounds: a round never waits on a DHT lookup, and a lookup
+        slowed by dead peers (a killed bootstrap node) costs no round anything."""
+        while True:
+            try:
+                self._start_fetches(await self._new_manifests())
+            except Exception as err:  # keep polling through anything one lookup does
+                log.debug("manifest poll failed: %s", err)
+            await asyncio.sleep(self.settings.poll_interval_s)
+
+    async def _new_manifests(self) -> list[Manifest]:
         """Peers' newest manifests not yet fetched: peers with deliveries first, then others.
-        The lookup ends by the gather's deadline (at least one poll interval): a DHT that does
-        not answer costs a gather its wait, never more."""
-        bound_s = max(self.settings.poll_interval_s, deadline - time.monotonic())
+        A lookup that does not answer within LOOKUP_TIMEOUT_S is given up (the next poll
+        tries again)."""
         try:
             entry = await asyncio.wait_for(
-                self.runtime.dht.get(manifest_key(self.run_id), latest=True), bound_s
+                self.runtime.dht.get(manifest_key(self.run_id), latest=True), LOOKUP_TIMEOUT_S
             )
-        except Exception as err:  # a flaky, slow or failing DHT lookup must not end the round
+        except Exception as err:  # a flaky, slow or failing DHT lookup must not stop the polling
             log.debug("manifest lookup failed: %s", err)
             return []
         earned, others = [], []
@@ -225,6 +238,7 @@ class HivemindExchange:
         return manifest
 
     async def _cancel_all(self) -> None:
+        self._poller.cancel()
         for task in list(self._inflight.values()):
             task.cancel()
         self._inflight.clear()
@@ -257,6 +271,11 @@ def choose_downloads(
         busy.add(manifest.peer_id)
         chosen.append(manifest)
     return chosen
+
+
+async def _spawn(coro) -> asyncio.Task:  # noqa: ANN001
+    """A task made on the swarm loop (asyncio.Event and tasks belong to the loop they run on)."""
+    return asyncio.create_task(coro)
 
 
 async def _copy_set(items: set[str]) -> set[str]:
