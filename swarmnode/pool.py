@@ -57,7 +57,8 @@ class PeerPool:
             return False
         if peer_id in self._arrived_in:
             gap = max(1, our_round - self._arrived_in[peer_id])
-            self._spacing[peer_id] = self._spacing.get(peer_id, gap) + SPACING_WEIGHT * (gap - self._spacing.get(peer_id, gap))
+            previous = self._spacing.get(peer_id, gap)
+            self._spacing[peer_id] = previous + SPACING_WEIGHT * (gap - previous)
         self._newest[peer_id] = round_
         self._arrived_in[peer_id] = our_round
         self._held.setdefault(peer_id, []).extend(groups)

@@ -11,7 +11,7 @@ from swarmnode.assemble import assemble
 from swarmnode.config import load_config
 from swarmnode.poison import poisoning_link
 from swarmnode.policy import Policy
-from swarmnode.pool import fair_queue
+from swarmnode.pool import OfferedGroup, PeerPool, fair_queue
 from swarmnode.swarm.ledger import PeerLedger
 from swarmnode.swarm.local import InMemoryHub
 
@@ -37,6 +37,47 @@ def test_useful_peers_first_newcomers_every_fourth_turn_useless_last():
     assert [queue[i] for i in (3, 7, 11)] == ["new0", "new1", "new2"]
     assert not any(g.startswith("junk") for g in queue[:24]) and queue[24:] == [f"junk{i}" for i in range(8)]
     assert fair_queue(_offers(new=2, junk=1), {"junk": 0.0}, random.Random(0)) == ["new0", "new1", "junk0"]
+
+
+def _groups(peer: str, round_: int, count: int, arrived: float = 0.0) -> list[OfferedGroup]:
+    return [OfferedGroup(peer, round_, i, [], arrived) for i in range(count)]
+
+
+def test_the_pool_keeps_rounds_forward_and_fresh_and_uses_each_group_once():
+    pool = PeerPool()
+    assert pool.add("p", 5, _groups("p", 5, 2), our_round=0)
+    assert not pool.add("p", 5, _groups("p", 5, 2), our_round=0), "a replay"
+    assert not pool.add("p", 3, _groups("p", 3, 2), our_round=1), "an older round (a restarted peer)"
+    assert pool.add("p", 6, _groups("p", 6, 2), our_round=1)
+    assert [g.round for g in pool.offers(1)["p"]] == [6, 6, 5, 5], "newest first"
+    assert pool.add("p", 8, _groups("p", 8, 1), our_round=2)
+    pool.expire(now=0.0, max_age_s=60, staleness=1)
+    assert sorted({g.round for g in pool.offers(2)["p"]}) == [8], "more than 1 of its rounds behind: gone"
+    pool.add("q", 0, _groups("q", 0, 3, arrived=0.0), our_round=2)
+    pool.expire(now=100.0, max_age_s=60, staleness=5)
+    assert pool.peers == set(), "older than max_age_s by our clock: gone"
+    pool.add("r", 0, _groups("r", 0, 2), our_round=3)
+    offered = pool.offers(3)["r"]
+    pool.take(offered[:1])
+    assert pool.offers(3)["r"] == offered[1:] and len(pool) == 1
+
+
+def test_a_slower_peer_s_batch_is_spread_over_the_rounds_until_its_next():
+    pool = PeerPool()
+    pool.add("slow", 0, _groups("slow", 0, 6), our_round=0)
+    assert len(pool.offers(0)["slow"]) == 6, "its spacing is not known yet: all of it"
+    pool.take(pool.offers(0)["slow"])
+    pool.add("slow", 1, _groups("slow", 1, 6), our_round=3)  # it delivers every third round of ours
+    taken = []
+    for our_round in (3, 4, 5):
+        offer = pool.offers(our_round).get("slow", [])
+        taken.append(len(offer))
+        pool.take(offer)
+    assert taken == [2, 2, 2], "6 groups over the 3 rounds until its next batch"
+    fast = PeerPool()
+    fast.add("fast", 0, _groups("fast", 0, 6), 0)
+    fast.add("fast", 1, _groups("fast", 1, 6), 1)
+    assert len(fast.offers(1)["fast"]) == 12, "a peer as fast as us: everything it holds"
 
 
 def test_standing_follows_the_share_of_useful_samples():
