@@ -10,12 +10,17 @@ from swarmnode.ablation import (
     ALONE,
     SETTINGS,
     ConditionRun,
+    Gain,
+    Member,
     MemberRun,
     Shape,
+    control_warnings,
     diagnostics,
     eval_rounds,
     expected_samples,
+    member_config,
     paired_gains,
+    parse_condition,
     run_condition,
 )
 
@@ -85,3 +90,34 @@ def test_gains_are_paired_by_seed_with_the_standard_error_over_seeds():
 def test_a_condition_without_its_alone_run_is_left_out():
     runs = [ConditionRun(ALONE, "shared", 0, [_member("a", 0.5)]), ConditionRun("nois", "shared", 1, [_member("a", 0.6)])]
     assert [(g.label, g.condition) for g in paired_gains(runs)] == [("a", ALONE)]
+
+
+def test_a_condition_is_an_objective_with_optional_settings():
+    assert parse_condition("f-tis") == ("f-tis", ())
+    assert parse_condition("f-tis:loss.filter_g=5:loss.trunc_c=4") == ("f-tis", ("loss.filter_g=5", "loss.trunc_c=4"))
+    assert parse_condition(ALONE) == ("nois", ())
+    with pytest.raises(ValueError, match="ppo"):
+        parse_condition("ppo:loss.filter_g=5")
+    with pytest.raises(ValueError, match="not KEY=VALUE"):
+        parse_condition("f-tis:loss.filter_g")
+    with pytest.raises(ValueError, match="alone takes no settings"):
+        parse_condition("alone:loss.filter_g=5")
+
+
+def test_a_condition_s_settings_win_over_the_shape_s_and_the_member_s(tmp_path):
+    objective, overrides = parse_condition("f-tis:loss.filter_g=7:train.lr=2e-4")
+    member = Member("lora", ("model.lora.rank=16", "train.lr=3e-4"))
+    config = member_config(tmp_path, member, FAST, 0, objective, 0.5, 8, overrides)
+    assert (config.loss.objective, config.loss.filter_g, config.train.lr) == ("f-tis", 7.0, 2e-4)
+    assert config.model.lora.rank == 16 and config.trust.likelihood_gate is False  # the member's, the shape's
+
+
+def _gain(label: str, condition: str, gain: float, se: float) -> Gain:
+    return Gain(label, condition, 0.5, 0.5 + gain, gain, se, 5, 0.5)
+
+
+def test_the_control_warns_only_beyond_two_standard_errors():
+    gains = [_gain("tiny", ALONE, 0.0, 0.0), _gain("tiny", "nois", -0.030, 0.010), _gain("tiny-b", "nois", -0.015, 0.010),
+             _gain("tiny", "f-tis", 0.05, float("nan"))]
+    warnings = control_warnings(gains)
+    assert len(warnings) == 1 and "tiny under nois gains -0.030" in warnings[0]
