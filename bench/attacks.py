@@ -2,6 +2,7 @@
 
     python bench/attacks.py liveness [--rounds 24] [--deadline 8] [--attacks far silent mute drip cut idle]
     python bench/attacks.py sybil [--identities 1000] [--rounds 8]
+    python bench/attacks.py flood [--records 50000] [--rounds 8]
     python bench/attacks.py content [--rounds 40] [--attacks before after low-lp high-lp wrong long]
     python bench/attacks.py honest [--rounds 40] [--seeds 5] [--models tiny tiny-large tiny]
 
@@ -21,6 +22,11 @@ run, the honest round) and a junk manifest for every round into the DHT of two h
 (in this process, over loopback). Printed: an honest node's heartbeat read and gather times,
 median over `--rounds` rounds, without and with the junk, and whether the honest peer's batch
 still arrived every round.
+
+Flood: one key writes `--records` junk subkeys `[owner:KEY]#i` of 4 KB under the run's
+manifest key and the heartbeat key of two honest exchanges (in this process, over loopback).
+Printed: the honest gather time and whether the honest peer's batch arrived, median over
+`--rounds` rounds, before and during; how many subkeys an honest node then reads; strikes.
 
 Content: three honest tiny nodes and one poisoning peer (swarmnode/poison.py) train `--rounds`
 rounds through the in-memory exchange, in one process, with swarmnode's content defences off
@@ -273,6 +279,60 @@ def sybil(args: argparse.Namespace) -> None:
           f"at most swarm.max_peers_per_round ({config.swarm.max_peers_per_round})")
 
 
+def flood(args: argparse.Namespace) -> None:
+    """One key floods the run's manifest key and the heartbeat key with `--records` junk
+    subkeys `[owner:KEY]#i` of 4 KB (hivemind's signature check finds the owner marker anywhere
+    in a subkey); two honest exchanges go on publishing and gathering, before and during."""
+    config = load_config(None, ["swarm.host_maddrs=[/ip4/127.0.0.1/tcp/0]", "swarm.heartbeat_interval_s=1.0"])
+    run = "bench-flood"
+    honest = SwarmRuntime(config.swarm)
+    honest.start()
+    maddrs = honest.visible_maddrs()[:1]
+    peer, attacker = SwarmRuntime(config.swarm, initial_peers=maddrs), SwarmRuntime(config.swarm, initial_peers=maddrs)
+    peer.start()
+    attacker.start()
+    ledger = PeerLedger(config.swarm)
+    link, peer_link = attach(honest, run, config, ledger), attach(peer, run, config, PeerLedger(config.swarm))
+    signer = RSASignatureValidator(RSAPrivateKey())
+    attacker.dht.protocol.record_validator = CompositeValidator([ManyKeySigner([signer])])  # it sends what it likes
+    ledger.delivered(peer.peer_id)  # the honest pair know each other: the peer is waited for
+
+    def measure(rounds: range) -> tuple[list[float], int]:
+        gathers, arrived = [], 0
+        for r in rounds:
+            peer_link.exchange.publish(r, os.urandom(2048), 256)
+            t = time.perf_counter()
+            got = link.exchange.gather(30.0, {peer.peer_id})
+            gathers.append(time.perf_counter() - t)
+            arrived += any(item.peer_id == peer.peer_id for item in got)
+        return gathers, arrived
+
+    try:
+        base = measure(range(0, args.rounds))
+        started, accepted = time.perf_counter(), 0
+        for first in range(0, args.records, 1000):
+            count = min(1000, args.records - first)
+            keys = [manifest_key(run) if i % 2 else HEARTBEAT_KEY for i in range(first, first + count)]
+            subkeys = [signer.local_public_key + b"#%d" % i for i in range(first, first + count)]
+            stored = attacker.call(
+                attacker.dht.store_many(keys, [b"x" * 4000] * count, get_dht_time() + 600, subkeys=subkeys), timeout=600
+            )
+            accepted += sum(1 for ok in stored.values() if ok)
+        flood_s = time.perf_counter() - started
+        during = measure(range(args.rounds, 2 * args.rounds))
+        visible = len(peer.get_subkeys(manifest_key(run))) + len(peer.get_subkeys(HEARTBEAT_KEY))
+    finally:
+        for runtime in (attacker, peer, honest):
+            runtime.shutdown()
+    ms = lambda xs: 1000 * statistics.median(xs)  # noqa: E731
+    print(f"flood: {args.records} junk subkeys of 4 KB from one key in {flood_s:.0f} s "
+          f"({accepted} stores reported accepted by some node), {args.rounds} rounds before and during")
+    print(f"{'':<12} {'gather ms':>10} {'peer batch arrived':>19}")
+    print(f"{'no flood':<12} {ms(base[0]):>10.1f} {base[1]:>15}/{args.rounds}")
+    print(f"{'flood':<12} {ms(during[0]):>10.1f} {during[1]:>15}/{args.rounds}")
+    print(f"subkeys an honest node reads under the two keys afterwards: {visible}; honest strikes: {ledger.total}")
+
+
 CONTENT_HONEST = ("h1", "h2", "h3")
 ATTACKER = "evil"
 
@@ -415,6 +475,9 @@ def main() -> None:
     syb = sub.add_parser("sybil", help="junk heartbeats and manifests from many identities")
     syb.add_argument("--identities", type=int, default=1000)
     syb.add_argument("--rounds", type=int, default=8)
+    fld = sub.add_parser("flood", help="one key floods the run's DHT keys with suffixed subkeys")
+    fld.add_argument("--records", type=int, default=50_000)
+    fld.add_argument("--rounds", type=int, default=8)
     cont = sub.add_parser("content", help="in-process poisoning, defences off and on")
     cont.add_argument("--attacks", nargs="+", choices=CONTENT_ATTACKS, default=list(CONTENT_ATTACKS))
     hon = sub.add_parser("honest", help="no attacker: learning with defences off and on, paired over seeds")
@@ -426,7 +489,7 @@ def main() -> None:
         sub_parser.add_argument("--models", nargs=3, default=["tiny"] * 3, metavar="MODEL",
                                 help="the three honest nodes' models, e.g. tiny tiny-large tiny")
     args = parser.parse_args()
-    {"liveness": liveness, "sybil": sybil, "content": content, "honest": honest}[args.kind](args)
+    {"liveness": liveness, "sybil": sybil, "flood": flood, "content": content, "honest": honest}[args.kind](args)
 
 
 if __name__ == "__main__":
