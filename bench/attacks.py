@@ -3,6 +3,7 @@
     python bench/attacks.py liveness [--rounds 24] [--deadline 8] [--attacks far silent mute drip cut idle]
     python bench/attacks.py sybil [--identities 1000] [--rounds 8]
     python bench/attacks.py flood [--records 50000] [--rounds 8]
+    python bench/attacks.py slow [--rounds 30]
     python bench/attacks.py content [--rounds 40] [--attacks before after low-lp high-lp wrong long]
     python bench/attacks.py honest [--rounds 40] [--seeds 5] [--models tiny tiny-large tiny]
 
@@ -22,6 +23,11 @@ run, the honest round) and a junk manifest for every round into the DHT of two h
 (in this process, over loopback). Printed: an honest node's heartbeat read and gather times,
 median over `--rounds` rounds, without and with the junk, and whether the honest peer's batch
 still arrived every round.
+
+Slow: no attacker; two honest `swarmnode join` tiny nodes, a pinned to core 0 and b to core 1
+beside two busy loops (about 3x slower). Printed: a's median round time against a alone on
+core 0, and for each node the share of its rounds that used the other's samples, how stale
+they were (peer_lag, peer_age_s) and its strikes.
 
 Flood: one key writes `--records` junk subkeys `[owner:KEY]#i` of 4 KB under the run's
 manifest key and the heartbeat key of two honest exchanges (in this process, over loopback).
@@ -103,10 +109,11 @@ def honest_config(directory: Path, rounds: int, deadline_s: float) -> dict:
     }
 
 
-def start_node(directory: Path, config: dict, initial_peers: list[str]) -> subprocess.Popen:
+def start_node(directory: Path, config: dict, initial_peers: list[str], core: int | None = None) -> subprocess.Popen:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.yaml").write_text(yaml.safe_dump(config))
-    cmd = [sys.executable, "-m", "swarmnode", "join", "--config", str(directory / "config.yaml"), "-q"]
+    pin = ["taskset", "-c", str(core)] if core is not None else []
+    cmd = [*pin, sys.executable, "-m", "swarmnode", "join", "--config", str(directory / "config.yaml"), "-q"]
     for maddr in initial_peers:
         cmd += ["--initial-peers", maddr]
     log = (directory / "node.log").open("w")
@@ -187,6 +194,47 @@ def liveness(args: argparse.Namespace) -> None:
                   f"{r['round_s'] / base['round_s']:>7.2f}x {r['rejected']:>13} {r['peer_samples']:>19.0f} "
                   f"{r['peer_samples'] / max(base['peer_samples'], 1):>7.2f}x {r['rss_mb']:>12.0f} "
                   f"{r['rss_mb'] / max(base['rss_mb'], 1):>7.2f}x", flush=True)
+
+
+def slow_peer(args: argparse.Namespace) -> None:
+    """Two honest nodes, b about 3x slower: a pinned to core 0, b to core 1 next to two busy
+    loops pinned there too. Against a alone on core 0: a's median round time, the share of each
+    node's rounds that used the other's samples, strikes."""
+    for spec in TINY_PRESETS.values():
+        ensure_tiny(spec)
+    busy = [subprocess.Popen(["taskset", "-c", "1", sys.executable, "-c", "while 1: pass"]) for _ in range(2)]
+    try:
+        with tempfile.TemporaryDirectory(prefix="swarmnode-slow-") as scratch:
+            root = Path(scratch)
+            solo = {**honest_config(root / "solo", args.rounds, 8.0), "swarm": {"enabled": False}}
+            watch_rss([start_node(root / "solo", solo, [], core=0)], timeout_s=1800)
+            a = start_node(root / "a", honest_config(root / "a", args.rounds, 8.0), [], core=0)
+            wait_for_file(root / "a" / "run" / "swarm.json", a, 120)
+            maddrs = json.loads((root / "a" / "run" / "swarm.json").read_text())["maddrs"][:1]
+            b = start_node(root / "b", honest_config(root / "b", args.rounds // 3, 8.0), maddrs, core=1)
+            watch_rss([a, b], timeout_s=1800)
+            lines = {name: round_lines(read_metrics(root / name / "run" / "metrics.jsonl")) for name in ("solo", "a", "b")}
+    finally:
+        for process in busy:
+            process.kill()
+            process.wait()
+    median = {name: statistics.median(m["round_s"] for m in rounds[2:]) for name, rounds in lines.items()}
+    waits = {name: statistics.median(m["gather_s"] for m in rounds[2:]) for name, rounds in lines.items()}
+    trains = {name: statistics.median(m["train_s"] for m in rounds[2:]) for name, rounds in lines.items()}
+    print(f"slow peer: a on core 0 ({args.rounds} rounds), b on core 1 beside two busy loops ({args.rounds // 3} rounds)")
+    print(f"median round s: a alone {median['solo']:.3f}, a with b {median['a']:.3f} ({median['a'] / median['solo']:.2f}x), "
+          f"b {median['b']:.3f} ({median['b'] / median['a']:.1f}x a's)")
+    print(f"median gather s (waiting for peers): a alone {waits['solo']:.3f}, a with b {waits['a']:.3f}, b {waits['b']:.3f}; "
+          f"median train s: a alone {trains['solo']:.3f}, a with b {trains['a']:.3f} (its batch holds b's samples too)")
+    for name in ("a", "b"):
+        rounds = lines[name][2:]
+        used = sum(m["peer_samples"] > 0 for m in rounds)
+        lags = [m["peer_lag"] for m in rounds if m.get("peer_lag") is not None]
+        ages = [m["peer_age_s"] for m in rounds if m.get("peer_age_s") is not None]
+        print(f"{name}: {len(lines[name])} rounds, the other's samples in {used}/{len(rounds)} of rounds 3 on "
+              f"({used / max(len(rounds), 1):.0%}), mean peer_lag {statistics.mean(lags) if lags else float('nan'):.2f} "
+              f"rounds, peer_age_s {statistics.mean(ages) if ages else float('nan'):.2f}, "
+              f"rejected {lines[name][-1]['rejected']}")
 
 
 class ManyKeySigner(RecordValidatorBase):
@@ -475,6 +523,8 @@ def main() -> None:
     syb = sub.add_parser("sybil", help="junk heartbeats and manifests from many identities")
     syb.add_argument("--identities", type=int, default=1000)
     syb.add_argument("--rounds", type=int, default=8)
+    slow = sub.add_parser("slow", help="real processes: an honest peer 3x slower than the other")
+    slow.add_argument("--rounds", type=int, default=30)
     fld = sub.add_parser("flood", help="one key floods the run's DHT keys with suffixed subkeys")
     fld.add_argument("--records", type=int, default=50_000)
     fld.add_argument("--rounds", type=int, default=8)
@@ -489,7 +539,8 @@ def main() -> None:
         sub_parser.add_argument("--models", nargs=3, default=["tiny"] * 3, metavar="MODEL",
                                 help="the three honest nodes' models, e.g. tiny tiny-large tiny")
     args = parser.parse_args()
-    {"liveness": liveness, "sybil": sybil, "flood": flood, "content": content, "honest": honest}[args.kind](args)
+    kinds = {"liveness": liveness, "slow": slow_peer, "sybil": sybil, "flood": flood, "content": content, "honest": honest}
+    kinds[args.kind](args)
 
 
 if __name__ == "__main__":
