@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,9 @@ from swarmnode.records import RoundRecord, finite_or_none, is_eval, is_round
 
 
 class MetricsLog:
-    """Appends one JSON object per line and flushes it, so a crash loses at most a line."""
+    """Appends one JSON object per line and flushes it, so a crash loses at most a line. Each
+    line carries the wall-clock `time` (Unix seconds) it was written at, so the lines of nodes
+    that count their own rounds at their own speed can be laid side by side."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -23,6 +26,7 @@ class MetricsLog:
 
     def write(self, record: dict[str, Any]) -> None:
         clean = {k: finite_or_none(v) for k, v in record.items()}
+        clean.setdefault("time", round(time.time(), 3))
         self._file.write(json.dumps(clean, sort_keys=True) + "\n")
         self._file.flush()
 
