@@ -34,15 +34,18 @@ def batch_split(config: Config) -> tuple[int, int]:
     """(groups this node generates, most peers' groups it trains on) in one round.
 
     The training batch is `rollout.prompts_per_round` groups. With `node.own_share` 1 the node
-    generates all of them and peers' groups come on top (up to `node.max_peer_groups`); below 1
-    it generates that share and peers' groups fill the rest, so it learns from a full batch for
-    a fraction of the generation (the paper's vertical setup, SAPO's local/external split)."""
+    generates all of them and peers' groups come on top (up to `node.max_peer_groups`, by
+    default as many as its own, so no number of peers makes a step more than twice the work);
+    below 1 it generates that share and peers' groups fill the rest, so it learns from a full
+    batch for a fraction of the generation (the paper's vertical setup, SAPO's local/external
+    split)."""
     batch = config.rollout.prompts_per_round
     share = config.node.own_share
+    cap = batch if config.node.max_peer_groups is None else config.node.max_peer_groups
     if share >= 1.0:
-        return batch, config.node.max_peer_groups
+        return batch, cap
     own = max(1, round(share * batch))
-    return own, min(config.node.max_peer_groups, batch - own)
+    return own, min(cap, batch - own)
 
 
 def check_batch(

@@ -162,7 +162,11 @@ class NodeSettings(_Section):
         "peers' groups fill the rest. 1 = generate all of it, peers' groups on top (up to max_peer_groups)",
     )
     peer_quota: int = Field(64, ge=0, description="max peer groups from one peer per round")
-    max_peer_groups: int = Field(256, ge=0, description="max peer groups in one step")
+    max_peer_groups: int | None = Field(
+        None, ge=0,
+        description="max peer groups in one step; None = as many as the node's own batch (rollout.prompts_per_round), "
+        "so peers' groups at most double a step's work, however many peers offer them",
+    )
     gather_timeout_s: float = Field(
         30.0, ge=0, description="the longest a round ever waits for peers' groups"
     )

@@ -71,7 +71,8 @@ def test_heterogeneous_nodes_train_on_each_others_samples(tmp_path, make_policy)
 
 def test_own_share_splits_the_batch_between_own_and_peers_groups(tmp_path, make_policy):
     """node.own_share 1/3 of 3 groups: each of three nodes generates one group and trains on
-    three, two of them its peers'; share 1 with the same peers: its own three plus theirs."""
+    three, two of them its peers'; share 1 with the same peers: its own three plus as many of
+    theirs by default (peers at most double a step), all six of theirs with max_peer_groups 6."""
     hub = InMemoryHub()
     third = {"node.own_share": 1 / 3, "trust.likelihood_gate": False}
     nodes = [_node(tmp_path, make_policy, name, hub, sets=third) for name in ("a", "b", "c")]
@@ -83,6 +84,11 @@ def test_own_share_splits_the_batch_between_own_and_peers_groups(tmp_path, make_
     hub2 = InMemoryHub()
     whole = {"trust.likelihood_gate": False}
     on_top = [_node(tmp_path, make_policy, f"{name}2", hub2, sets=whole) for name in ("a", "b", "c")]
+    records = _step_together(on_top, 0)
+    assert [(r.own_samples, r.peer_samples) for r in records] == [(12, 12)] * 3
+    hub3 = InMemoryHub()
+    wider = {**whole, "node.max_peer_groups": 6}
+    on_top = [_node(tmp_path, make_policy, f"{name}3", hub3, sets=wider) for name in ("a", "b", "c")]
     records = _step_together(on_top, 0)
     assert [(r.own_samples, r.peer_samples) for r in records] == [(12, 24)] * 3
 

@@ -29,6 +29,7 @@ def _config(tmp_path, name, *sets):
             "rollout.backend=hf",
             "rollout.group_size=8",
             "rollout.prompts_per_round=4",
+            "node.max_peer_groups=8",  # both peers' whole batches on top of our own
             "rollout.max_new_tokens=16",
             "train.lr=1e-4",
             "node.eval_size=50",
