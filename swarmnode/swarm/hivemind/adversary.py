@@ -7,7 +7,15 @@ identity that heartbeats under an honest run id and misbehaves in one way.
 - `drip`: publishes manifests and serves its payload a few bytes a second;
 - `cut`: publishes manifests of a large payload (32 MiB) and closes after all but its last byte;
 - `idle`: opens IDLE_STREAMS payload streams to every honest node and says nothing, again
-  every IDLE_REOPEN_S (tries to take every serving slot).
+  every IDLE_REOPEN_S (tries to take every serving slot);
+- `late`: publishes a valid batch every beat and serves each one LATE_STEP_S later than the
+  one before (tries to make nodes wait for a peer with a delivery record);
+- `crowd`: publishes a valid batch of CROWD_GROUPS useless groups every beat (wrong answers:
+  honest completions of other prompts), to take the peers' share of honest batches.
+
+`late` and `crowd` make their batches valid from an honest one: they download an honest
+peer's batch once and reuse its header and completions under their own prompt assignment,
+which they compute from the run's seed and training-set size (`seed`, `num_train`: public).
 """
 
 from __future__ import annotations
@@ -21,39 +29,53 @@ import time
 from hivemind.p2p import PeerID
 from hivemind.utils.timed_storage import get_dht_time
 
+from swarmnode import wire
+from swarmnode.batches import assigned_prompt_ids
 from swarmnode.config import SwarmSettings
-from swarmnode.records import Heartbeat
+from swarmnode.records import Heartbeat, RecordError
 from swarmnode.swarm.hivemind.dht import (
     HEARTBEAT_KEY,
     Manifest,
     heartbeat_from_record,
     manifest_key,
     pack,
+    payload_digest,
     subkey_items,
 )
-from swarmnode.swarm.hivemind.payloads import OK, PROTOCOL
+from swarmnode.swarm.hivemind.payloads import OK, PROTOCOL, PayloadServer, fetch_payload
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 
 log = logging.getLogger(__name__)
 
-ATTACKS = ("far", "silent", "mute", "drip", "cut", "idle")
+ATTACKS = ("far", "silent", "mute", "drip", "cut", "idle", "late", "crowd")
 LOOPBACK = ["/ip4/127.0.0.1/tcp/0"]
 FAKE_PAYLOAD_BYTES = 4096
 CUT_PAYLOAD_BYTES = 32 * 1024 * 1024
 SERVES = ("mute", "drip", "cut")  # attacks that announce batches and answer downloads badly
 IDLE_STREAMS = 16
 IDLE_REOPEN_S = 10.0
+VALID = ("late", "crowd")  # attacks that publish batches an honest node accepts
+LATE_STEP_S = 0.25  # each batch of `late` is served this much later than its previous one
+CROWD_GROUPS = 16
 
 
 class LivenessAttacker:
     """One lying identity; `start()` joins and begins, `stop()` leaves."""
 
-    def __init__(self, attack: str, initial_peers: list[str], run_id: str | None = None, beat_s: float = 1.0) -> None:
+    def __init__(
+        self, attack: str, initial_peers: list[str], run_id: str | None = None, beat_s: float = 1.0,
+        seed: int = 0, num_train: int = 0,
+    ) -> None:
         if attack not in ATTACKS:
             raise ValueError(f"unknown attack {attack!r}; choose from {', '.join(ATTACKS)}")
+        if attack in VALID and num_train <= 0:
+            raise ValueError(f"{attack!r} publishes valid batches: give the run's seed and num_train")
         self.attack = attack
         self.run_id = run_id
         self.beat_s = beat_s
+        self.seed, self.num_train = seed, num_train
+        self.server: PayloadServer | None = None
+        self._template: wire.RolloutBatch | None = None  # an honest batch whose header and text it reuses
         self.runtime = SwarmRuntime(SwarmSettings(initial_peers=initial_peers, host_maddrs=LOOPBACK))
         self._task: asyncio.Task | None = None
         self._announced = 0  # the last round it announced a batch of
@@ -64,6 +86,10 @@ class LivenessAttacker:
         self.runtime.start()
         if self.attack in SERVES:
             self.runtime.call(self.runtime.p2p.add_binary_stream_handler(PROTOCOL, self._serve_badly), timeout=10)
+        if self.attack in VALID:
+            handler = self._serve_late if self.attack == "late" else None
+            self.server = PayloadServer(self.run_id or "", keep_rounds=4)
+            self.runtime.call(self.runtime.p2p.add_binary_stream_handler(PROTOCOL, handler or self.server.handle), timeout=10)
         self._task = self.runtime.call(_spawn(self._loop()), timeout=5)
 
     def stop(self) -> None:
@@ -100,10 +126,59 @@ class LivenessAttacker:
         if self.attack in SERVES:  # announce a new batch of its own every beat
             self._announced += 1
             manifest = Manifest(self.runtime.peer_id, self._announced, self._payload_bytes, os.urandom(32), 100)
-            await self.runtime.dht.store(
-                manifest_key(self.run_id), manifest.to_value(), get_dht_time() + 120,
-                subkey=self.runtime.signer.local_public_key,
-            )
+            await self._announce(manifest)
+        if self.attack in VALID:
+            await self._publish_valid(honest)
+
+    async def _announce(self, manifest: Manifest) -> None:
+        await self.runtime.dht.store(
+            manifest_key(self.run_id), manifest.to_value(), get_dht_time() + 120,
+            subkey=self.runtime.signer.local_public_key,
+        )
+
+    async def _publish_valid(self, honest: list[Heartbeat]) -> None:
+        """A batch of its own round, valid by every check a receiver makes, with nothing to learn."""
+        if self._template is None:
+            self._template = await self._honest_batch({beat.peer for beat in honest})
+            if self._template is None:
+                return
+        self._announced += 1
+        count = CROWD_GROUPS if self.attack == "crowd" else len(self._template.groups)
+        ids = assigned_prompt_ids(self.seed, self.runtime.peer_id, self._announced, count, self.num_train)
+        donors = self._template.groups
+        batch = wire.RolloutBatch(
+            run_id=self.run_id, peer_id=self.runtime.peer_id, round=self._announced, policy=self._template.policy,
+            tokenizer_fingerprint=self._template.tokenizer_fingerprint,
+            groups=[
+                wire.CompletionGroup(i, donors[n % len(donors)].lengths, donors[n % len(donors)].tokens,
+                                     donors[n % len(donors)].logprobs)
+                for n, i in enumerate(ids)
+            ],
+        )
+        payload = wire.encode(batch)
+        self.server.run_id = self.run_id
+        self.server.put(self._announced, payload)
+        await self._announce(Manifest(self.runtime.peer_id, self._announced, len(payload), payload_digest(payload),
+                                      batch.num_tokens))
+
+    async def _honest_batch(self, honest_peers: set[str]) -> wire.RolloutBatch | None:
+        """An honest peer's newest batch, downloaded as any peer may."""
+        entry = await self.runtime.dht.get(manifest_key(self.run_id), latest=True)
+        for subkey, raw in subkey_items(entry):
+            try:
+                manifest = Manifest.from_record(subkey, raw, wire.WireSettings().max_bytes)
+            except RecordError:  # other liars
+                continue
+            if manifest.peer_id not in honest_peers:
+                continue
+            payload = await fetch_payload(self.runtime.p2p, manifest.peer_id, self.run_id, manifest.round,
+                                          manifest.size, manifest.digest, timeout_s=10)
+            return wire.decode(payload)
+        return None
+
+    async def _serve_late(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(LATE_STEP_S * self._announced)
+        await self.server.handle(info, reader, writer)
 
     async def _honest_heartbeats(self) -> list[Heartbeat]:
         beats = []

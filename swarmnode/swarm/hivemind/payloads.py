@@ -60,9 +60,9 @@ class PayloadServer:
             self.served_to.pop(dropped, None)
 
     async def register(self, p2p: P2P) -> None:
-        await p2p.add_binary_stream_handler(PROTOCOL, self._handle)
+        await p2p.add_binary_stream_handler(PROTOCOL, self.handle)
 
-    async def _handle(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def handle(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One request. Free identities buy nothing here: each requester holds at most
         MAX_STREAMS_PER_PEER streams, and a stream holds one of the few serving slots only once
         its request has arrived (within REQUEST_TIMEOUT_S), so idle streams block nobody."""
