@@ -1,9 +1,10 @@
 """Attacks on honest nodes, and what they achieve against swarmnode's defences.
 
-    python bench/attacks.py liveness [--rounds 24] [--deadline 8] [--attacks far silent mute drip cut idle]
+    python bench/attacks.py liveness [--rounds 24] [--deadline 8] [--attacks far silent mute drip cut idle late crowd]
+                                     [--crowd 4 16 64]
     python bench/attacks.py sybil [--identities 1000] [--rounds 8]
     python bench/attacks.py flood [--records 50000] [--rounds 8]
-    python bench/attacks.py slow [--rounds 30]
+    python bench/attacks.py slow [--rounds 120] [--own-share 1.0 0.5]
     python bench/attacks.py content [--rounds 40] [--attacks before after low-lp high-lp wrong long]
     python bench/attacks.py honest [--rounds 40] [--seeds 5] [--models tiny tiny-large tiny]
 
@@ -13,7 +14,9 @@ swarmnode/swarm/hivemind/adversary.py): `far` claims round 1,000,000 from two id
 `silent` heartbeats and never publishes, `mute` announces batches and never answers a
 download, `drip` serves its batch a few bytes a second, `cut` announces 32 MiB payloads and
 closes after all but the last byte, `idle` holds 16 silent payload streams to each honest node,
-re-opened every 10 s. Printed per attack, next to the same run without an attacker: the rounds
+re-opened every 10 s, `late` delivers a valid batch every second, each 0.25 s later than the
+one before, and `crowd` is `--crowd` identities (4, 16 and 64: one scenario each) delivering
+16 valid, useless groups each every second. Printed per attack, next to the same run without an attacker: the rounds
 each honest node trained against the rounds configured, its median round time and median
 peers' samples a round (rounds 3 on), the peak resident memory of its process, and how often
 the liar was counted as bad.
@@ -25,9 +28,12 @@ median over `--rounds` rounds, without and with the junk, and whether the honest
 still arrived every round.
 
 Slow: no attacker; two honest `swarmnode join` tiny nodes, a pinned to core 0 and b to core 1
-beside two busy loops (about 3x slower). Printed: a's median round time against a alone on
-core 0, and for each node the share of its rounds that used the other's samples, how stale
-they were (peer_lag, peer_age_s) and its strikes.
+beside two busy loops (3-5x slower), once for each `--own-share` (1: peers' groups on top of a
+node's own batch; 0.5: a node generates half its batch and peers' groups fill the rest); b is
+stopped when a is done. Printed: a's median round time against a alone on core 0 with its whole
+batch, how long a waited for b, and for each node the share of its rounds (while the other was
+training) that used the other's samples, how stale they were (peer_lag, peer_age_s) and its
+strikes.
 
 Flood: one key writes `--records` junk subkeys `[owner:KEY]#i` of 4 KB under the run's
 manifest key and the heartbeat key of two honest exchanges (in this process, over loopback).
@@ -60,6 +66,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -71,7 +78,7 @@ from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.timed_storage import get_dht_time
 
 from swarmnode.assemble import assemble
-from swarmnode.config import load_config
+from swarmnode.config import TaskSettings, load_config
 from swarmnode.metrics import read_metrics, round_lines
 from swarmnode.poison import CONTENT_ATTACKS, DEFENCES_OFF, carries_injection, poisoning_link
 from swarmnode.policy import Policy
@@ -89,6 +96,7 @@ from swarmnode.swarm.hivemind.dht import (
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 from swarmnode.swarm.ledger import PeerLedger
 from swarmnode.swarm.local import InMemoryHub
+from swarmnode.tasks import make_task
 from swarmnode.tasks.answers import numeric_reward
 from swarmnode.tiny import TINY_PRESETS, ensure_tiny
 
@@ -129,21 +137,32 @@ def wait_for_file(path: Path, process: subprocess.Popen, timeout_s: float) -> No
         time.sleep(0.2)
 
 
-def run_scenario(attack: str | None, rounds: int, deadline_s: float, root: Path) -> dict:
-    directory = root / (attack or "none")
-    bootstrap = start_node(directory / "a", honest_config(directory / "a", rounds, deadline_s), [])
+def attacker_count(attack: str | None, crowd: int) -> int:
+    return 0 if attack is None else 2 if attack == "far" else crowd if attack == "crowd" else 1
+
+
+def run_scenario(attack: str | None, rounds: int, deadline_s: float, root: Path, crowd: int = 4) -> dict:
+    directory = root / f"{attack or 'none'}-{crowd}"
+    count = attacker_count(attack, crowd)
+
+    def config(name: str) -> dict:
+        # identities satisfy swarm.min_peers (see README, "Security model"), so the honest
+        # nodes wait for all of them and each other: both train with the attack from round 1
+        cfg = honest_config(directory / name, rounds, deadline_s)
+        cfg["swarm"] |= {"min_peers": count + 1, "wait_for_peers_s": 300.0}
+        return cfg
+
+    bootstrap = start_node(directory / "a", config("a"), [])
     processes = [bootstrap]
     attackers: list[LivenessAttacker] = []
     try:
         wait_for_file(directory / "a" / "run" / "swarm.json", bootstrap, 120)
         maddrs = json.loads((directory / "a" / "run" / "swarm.json").read_text())["maddrs"][:1]
-        processes.append(start_node(directory / "b", honest_config(directory / "b", rounds, deadline_s), maddrs))
-        # the liars join once both honest nodes run (identities can satisfy swarm.min_peers,
-        # which would let a start before b: see README, "Security model")
-        wait_for_file(directory / "b" / "run" / "metrics.jsonl", processes[-1], 120)
-        for _ in range(2 if attack == "far" else 1 if attack else 0):
-            attackers.append(LivenessAttacker(attack, maddrs))
-            attackers[-1].start()
+        num_train = make_task(TaskSettings(name="arithmetic")).num_train
+        attackers = [LivenessAttacker(attack, maddrs, seed=0, num_train=num_train) for _ in range(count)]
+        with ThreadPoolExecutor(max_workers=8) as starting:
+            list(starting.map(LivenessAttacker.start, attackers))
+        processes.append(start_node(directory / "b", config("b"), maddrs))
         peak_rss = watch_rss(processes, timeout_s=1800)
     finally:
         for attacker in attackers:
@@ -183,7 +202,11 @@ def liveness(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="swarmnode-attacks-") as scratch:
         root = Path(scratch)
         baseline = run_scenario(None, args.rounds, args.deadline, root)
-        rows = [("none", baseline)] + [(a, run_scenario(a, args.rounds, args.deadline, root)) for a in args.attacks]
+        scenarios = [(a, n) for a in args.attacks for n in (args.crowd if a == "crowd" else [1])]
+        rows = [("none", baseline)] + [
+            (f"crowd{n}" if a == "crowd" else a, run_scenario(a, args.rounds, args.deadline, root, crowd=n))
+            for a, n in scenarios
+        ]
     print(f"liveness: 2 honest tiny nodes, {args.rounds} rounds, gather_timeout_s {args.deadline:.0f}")
     print(f"{'attack':<8} {'node':<4} {'rounds':>9} {'median round s':>15} {'vs none':>8} {'liar counted':>13} "
           f"{'peer samples/round':>19} {'vs none':>8} {'peak RSS MB':>12} {'vs none':>8}")
@@ -198,8 +221,9 @@ def liveness(args: argparse.Namespace) -> None:
 
 def slow_peer(args: argparse.Namespace) -> None:
     """Two honest nodes, b about 3x slower: a pinned to core 0, b to core 1 next to two busy
-    loops pinned there too. Against a alone on core 0: a's median round time, the share of each
-    node's rounds that used the other's samples, strikes."""
+    loops pinned there too, under each accounting of `--own-share`. Against a alone on core 0
+    (its whole batch): a's median round time and how long it waited, the share of each node's
+    rounds, while the other was training, that used the other's samples, staleness, strikes."""
     for spec in TINY_PRESETS.values():
         ensure_tiny(spec)
     busy = [subprocess.Popen(["taskset", "-c", "1", sys.executable, "-c", "while 1: pass"]) for _ in range(2)]
@@ -208,33 +232,71 @@ def slow_peer(args: argparse.Namespace) -> None:
             root = Path(scratch)
             solo = {**honest_config(root / "solo", args.rounds, 8.0), "swarm": {"enabled": False}}
             watch_rss([start_node(root / "solo", solo, [], core=0)], timeout_s=1800)
-            a = start_node(root / "a", honest_config(root / "a", args.rounds, 8.0), [], core=0)
-            wait_for_file(root / "a" / "run" / "swarm.json", a, 120)
-            maddrs = json.loads((root / "a" / "run" / "swarm.json").read_text())["maddrs"][:1]
-            b = start_node(root / "b", honest_config(root / "b", args.rounds // 3, 8.0), maddrs, core=1)
-            watch_rss([a, b], timeout_s=1800)
-            lines = {name: round_lines(read_metrics(root / name / "run" / "metrics.jsonl")) for name in ("solo", "a", "b")}
+            lines = {"solo": round_lines(read_metrics(root / "solo" / "run" / "metrics.jsonl"))}
+            for share in args.own_share:
+                lines |= {f"{name}{share}": rounds for name, rounds in slow_pair(root / f"pair-{share}", args.rounds, share).items()}
     finally:
         for process in busy:
             process.kill()
             process.wait()
-    median = {name: statistics.median(m["round_s"] for m in rounds[2:]) for name, rounds in lines.items()}
-    waits = {name: statistics.median(m["gather_s"] for m in rounds[2:]) for name, rounds in lines.items()}
-    trains = {name: statistics.median(m["train_s"] for m in rounds[2:]) for name, rounds in lines.items()}
-    print(f"slow peer: a on core 0 ({args.rounds} rounds), b on core 1 beside two busy loops ({args.rounds // 3} rounds)")
-    print(f"median round s: a alone {median['solo']:.3f}, a with b {median['a']:.3f} ({median['a'] / median['solo']:.2f}x), "
-          f"b {median['b']:.3f} ({median['b'] / median['a']:.1f}x a's)")
-    print(f"median gather s (waiting for peers): a alone {waits['solo']:.3f}, a with b {waits['a']:.3f}, b {waits['b']:.3f}; "
-          f"median train s: a alone {trains['solo']:.3f}, a with b {trains['a']:.3f} (its batch holds b's samples too)")
-    for name in ("a", "b"):
-        rounds = lines[name][2:]
-        used = sum(m["peer_samples"] > 0 for m in rounds)
-        lags = [m["peer_lag"] for m in rounds if m.get("peer_lag") is not None]
-        ages = [m["peer_age_s"] for m in rounds if m.get("peer_age_s") is not None]
-        print(f"{name}: {len(lines[name])} rounds, the other's samples in {used}/{len(rounds)} of rounds 3 on "
-              f"({used / max(len(rounds), 1):.0%}), mean peer_lag {statistics.mean(lags) if lags else float('nan'):.2f} "
-              f"rounds, peer_age_s {statistics.mean(ages) if ages else float('nan'):.2f}, "
-              f"rejected {lines[name][-1]['rejected']}")
+    solo_s = statistics.median(m["round_s"] for m in lines["solo"][2:])
+    print(f"slow peer: a on core 0, b on core 1 beside two busy loops; a trains {args.rounds} rounds, "
+          f"b until a is done; medians of rounds 3 on")
+    print(f"a alone (its whole batch): round {solo_s:.3f} s, train {statistics.median(m['train_s'] for m in lines['solo'][2:]):.3f} s")
+    for share in args.own_share:
+        a, b = lines[f"a{share}"], lines[f"b{share}"]
+        accounting = "on top (peers' groups added to its own batch)" if share >= 1 else f"shared (generates {share:.0%}, peers fill the rest)"
+        a_s, b_s = (statistics.median(m["round_s"] for m in x[2:]) for x in (a, b))
+        waits = [m["gather_s"] for m in a[2:]]
+        print(f"node.own_share {share}: {accounting}")
+        print(f"  a: round {a_s:.3f} s ({a_s / solo_s:.2f}x alone), waited median {statistics.median(waits):.3f} s, "
+              f"p90 {np.percentile(waits, 90):.3f} s, at most {max(w / m['round_s'] for w, m in zip(waits, a[2:])):.0%} "
+              f"of a round; train {statistics.median(m['train_s'] for m in a[2:]):.3f} s; b's round {b_s:.3f} s ({b_s / a_s:.1f}x a's)")
+        for name, mine, other in (("a", a, b), ("b", b, a)):
+            during = rounds_while_training(mine, other)[2:]
+            used = sum(m["peer_samples"] > 0 for m in during)
+            lags = [m["peer_lag"] for m in during if m.get("peer_lag") is not None]
+            ages = [m["peer_age_s"] for m in during if m.get("peer_age_s") is not None]
+            print(f"  {name}: {len(mine)} rounds, {len(during) + 2} while the other trained; the other's samples in "
+                  f"{used}/{len(during)} of those from the 3rd ({used / max(len(during), 1):.0%}), median "
+                  f"{statistics.median(m['peer_samples'] for m in during) if during else 0:.0f} a round; "
+                  f"mean lag {statistics.mean(lags) if lags else float('nan'):.2f} of its rounds, "
+                  f"{statistics.mean(ages) if ages else float('nan'):.2f} s; rejected {mine[-1]['rejected']}")
+
+
+def slow_pair(directory: Path, rounds: int, own_share: float) -> dict[str, list[dict]]:
+    """a (core 0) trains `rounds` rounds next to b (core 1, beside the busy loops), which is
+    stopped with Ctrl-C once a is done; both nodes' round lines."""
+    def config(name: str) -> dict:
+        cfg = honest_config(directory / name, rounds, 8.0)
+        cfg["node"]["own_share"] = own_share
+        return cfg
+
+    a = start_node(directory / "a", config("a"), [], core=0)
+    processes = [a]
+    try:
+        wait_for_file(directory / "a" / "run" / "swarm.json", a, 120)
+        maddrs = json.loads((directory / "a" / "run" / "swarm.json").read_text())["maddrs"][:1]
+        b = start_node(directory / "b", config("b"), maddrs, core=1)
+        processes.append(b)
+        watch_rss([a], timeout_s=1800)
+        if b.poll() is None:
+            os.killpg(b.pid, signal.SIGINT)
+            watch_rss([b], timeout_s=60)
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+    return {name: round_lines(read_metrics(directory / name / "run" / "metrics.jsonl")) for name in ("a", "b")}
+
+
+def rounds_while_training(mine: list[dict], other: list[dict]) -> list[dict]:
+    """My rounds that ended while the other node was training (between its first and last round)."""
+    if not other:
+        return []
+    first, last = other[0]["time"], other[-1]["time"]
+    return [m for m in mine if first <= m["time"] <= last]
 
 
 class ManyKeySigner(RecordValidatorBase):
@@ -520,11 +582,13 @@ def main() -> None:
     live.add_argument("--rounds", type=int, default=24)
     live.add_argument("--deadline", type=float, default=8.0, help="honest nodes' node.gather_timeout_s")
     live.add_argument("--attacks", nargs="+", choices=ATTACKS, default=list(ATTACKS))
+    live.add_argument("--crowd", nargs="+", type=int, default=[4, 16, 64], help="identities of each crowd scenario")
     syb = sub.add_parser("sybil", help="junk heartbeats and manifests from many identities")
     syb.add_argument("--identities", type=int, default=1000)
     syb.add_argument("--rounds", type=int, default=8)
     slow = sub.add_parser("slow", help="real processes: an honest peer 3x slower than the other")
-    slow.add_argument("--rounds", type=int, default=30)
+    slow.add_argument("--rounds", type=int, default=120, help="a's rounds")
+    slow.add_argument("--own-share", nargs="+", type=float, default=[1.0, 0.5], help="node.own_share, one pair each")
     fld = sub.add_parser("flood", help="one key floods the run's DHT keys with suffixed subkeys")
     fld.add_argument("--records", type=int, default=50_000)
     fld.add_argument("--rounds", type=int, default=8)
