@@ -102,6 +102,7 @@ from swarmnode.tiny import TINY_PRESETS, ensure_tiny
 
 ROOT = Path(__file__).resolve().parents[1]
 HONEST = ("a", "b")
+TIMINGS = ("generate", "publish", "gather", "decode", "score", "screen", "train")  # a round's parts, as in metrics.jsonl
 
 
 def honest_config(directory: Path, rounds: int, deadline_s: float) -> dict:
@@ -163,7 +164,9 @@ def run_scenario(attack: str | None, rounds: int, deadline_s: float, root: Path,
         with ThreadPoolExecutor(max_workers=8) as starting:
             list(starting.map(LivenessAttacker.start, attackers))
         processes.append(start_node(directory / "b", config("b"), maddrs))
+        started, cpu_before = time.monotonic(), attackers_cpu_s(processes)
         peak_rss = watch_rss(processes, timeout_s=1800)
+        attackers_cores = (attackers_cpu_s(processes) - cpu_before) / (time.monotonic() - started)
     finally:
         for attacker in attackers:
             attacker.stop()
@@ -171,17 +174,33 @@ def run_scenario(attack: str | None, rounds: int, deadline_s: float, root: Path,
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
-    result = {}
-    for name, rss in zip(HONEST, peak_rss):
-        lines = round_lines(read_metrics(directory / name / "run" / "metrics.jsonl"))
+    lines = {name: round_lines(read_metrics(directory / name / "run" / "metrics.jsonl")) for name in HONEST}
+    ids = {name: rounds[0]["peer_id"] if rounds else "" for name, rounds in lines.items()}
+    result: dict = {"attackers_cores": attackers_cores}
+    for (name, rounds), other, rss in zip(lines.items(), reversed(HONEST), peak_rss):
+        late = rounds[2:] or [{}]
         result[name] = {
-            "rounds": len(lines),
-            "round_s": statistics.median(m["round_s"] for m in lines[2:]) if len(lines) > 2 else float("nan"),
-            "rejected": lines[-1]["rejected"] if lines else 0,
-            "peer_samples": statistics.median(m["peer_samples"] for m in lines[2:]) if len(lines) > 2 else 0,
+            "rounds": len(rounds),
+            "round_s": statistics.median(m.get("round_s", math.nan) for m in late),
+            "rejected": rounds[-1]["rejected"] if rounds else 0,
+            "honest_samples": statistics.median(m.get("samples_by_peer", {}).get(ids[other], 0) for m in late),
+            "peer_samples": statistics.median(m.get("peer_samples", 0) for m in late),
+            "timings": {k: statistics.median(m.get(f"{k}_s", math.nan) for m in late) for k in TIMINGS},
             "rss_mb": rss / 2**20,
         }
     return result
+
+
+def attackers_cpu_s(honest: list[subprocess.Popen]) -> float:
+    """CPU seconds used so far by this process (the attacking identities' threads) and its
+    children other than the honest nodes (the identities' p2p daemons)."""
+    me = psutil.Process()
+    total = sum(me.cpu_times()[:2])
+    for child in me.children():
+        if child.pid not in {p.pid for p in honest}:
+            with contextlib.suppress(psutil.Error):
+                total += sum(child.cpu_times()[:2])
+    return total
 
 
 def watch_rss(processes: list[subprocess.Popen], timeout_s: float) -> list[int]:
@@ -207,16 +226,21 @@ def liveness(args: argparse.Namespace) -> None:
             (f"crowd{n}" if a == "crowd" else a, run_scenario(a, args.rounds, args.deadline, root, crowd=n))
             for a, n in scenarios
         ]
-    print(f"liveness: 2 honest tiny nodes, {args.rounds} rounds, gather_timeout_s {args.deadline:.0f}")
+    print(f"liveness: 2 honest tiny nodes, {args.rounds} rounds, gather_timeout_s {args.deadline:.0f}; "
+          "medians of rounds 3 on; honest samples: the other honest node's samples trained on a round")
     print(f"{'attack':<8} {'node':<4} {'rounds':>9} {'median round s':>15} {'vs none':>8} {'liar counted':>13} "
-          f"{'peer samples/round':>19} {'vs none':>8} {'peak RSS MB':>12} {'vs none':>8}")
+          f"{'honest samples':>15} {'vs none':>8} {'all peers':>10} {'peak RSS MB':>12} {'vs none':>8} "
+          f"{'attackers cores':>16}  round: {' / '.join(TIMINGS)} s")
     for attack, result in rows:
         for name in HONEST:
             r, base = result[name], baseline[name]
+            parts = " / ".join(f"{r['timings'][k]:.3f}" for k in TIMINGS)
             print(f"{attack:<8} {name:<4} {r['rounds']:>4}/{args.rounds:<4} {r['round_s']:>15.2f} "
-                  f"{r['round_s'] / base['round_s']:>7.2f}x {r['rejected']:>13} {r['peer_samples']:>19.0f} "
-                  f"{r['peer_samples'] / max(base['peer_samples'], 1):>7.2f}x {r['rss_mb']:>12.0f} "
-                  f"{r['rss_mb'] / max(base['rss_mb'], 1):>7.2f}x", flush=True)
+                  f"{r['round_s'] / base['round_s']:>7.2f}x {r['rejected']:>13} {r['honest_samples']:>15.0f} "
+                  f"{r['honest_samples'] / max(base['honest_samples'], 1):>7.2f}x {r['peer_samples']:>10.0f} "
+                  f"{r['rss_mb']:>12.0f} {r['rss_mb'] / max(base['rss_mb'], 1):>7.2f}x "
+                  f"{result['attackers_cores']:>16.2f}  {parts}",
+                  flush=True)
 
 
 def slow_peer(args: argparse.Namespace) -> None:

@@ -135,6 +135,7 @@ class RoundRecord:
     peer_age_s: float | None  # mean seconds the peers' groups trained on waited since they arrived
     peer_lag: float | None  # mean of how many of its sender's rounds each such group was behind its newest
     tokens_per_s: float
+    samples_by_peer: dict[str, int] = field(default_factory=dict)  # peers' samples trained on, per peer
     timings: dict[str, float] = field(default_factory=dict)  # generate_s, train_s, ... round_s
 
     kind: Literal["round"] = "round"

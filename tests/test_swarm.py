@@ -211,6 +211,34 @@ def test_a_dht_lookup_that_never_answers_costs_a_gather_its_deadline_only(start_
     assert [item.payload for item in ex_a.gather(timeout_s=10, wait_for={b.peer_id})] == [b"D" * 100]
 
 
+def test_publishing_never_waits_on_a_dht_store_and_the_newest_manifest_wins(start_runtime, monkeypatch):
+    """A store that hangs (DHT nodes slow on purpose) holds no round: publish returns at once,
+    and once the DHT answers again the newest batch is what peers find."""
+    a = start_runtime("a")
+    b = start_runtime("b", a.visible_maddrs())
+    ex_a, ex_b = _link(a).exchange, _link(b).exchange
+    real_store = b.dht.store
+    release = asyncio.Event()
+
+    async def stalls(*args, **kwargs):
+        await release.wait()
+        return await real_store(*args, **kwargs)
+
+    monkeypatch.setattr(b.dht, "store", stalls)
+    started = time.monotonic()
+    for round_ in range(3):
+        ex_b.publish(round_, f"round {round_}".encode(), 1)
+    assert time.monotonic() - started < 1, "three publishes with the store stalled"
+    assert ex_a.gather(timeout_s=1.0, wait_for={b.peer_id}) == [], "nothing announced yet"
+    b.loop.call_soon_threadsafe(release.set)
+    got: dict[int, bytes] = {}
+    deadline = time.monotonic() + 15
+    while 2 not in got and time.monotonic() < deadline:
+        got |= {item.round: item.payload for item in ex_a.gather(timeout_s=1.0, wait_for={b.peer_id})}
+    assert got.get(2) == b"round 2"
+    assert 1 not in got, "round 1 was superseded before it was announced"
+
+
 def test_idle_payload_streams_from_one_identity_block_no_one(start_runtime):
     """An identity that opens many streams and says nothing holds MAX_STREAMS_PER_PEER of them
     for REQUEST_TIMEOUT_S at most, and no serving slot: an honest download goes straight through."""

@@ -1,8 +1,8 @@
 """The rollout exchange over hivemind: signed manifests in the DHT, payloads pulled peer to peer.
 
 There is no shared round. publish(r): keep the payload of our round r in memory for a few
-rounds and announce it with a manifest (our round, size, digest, tokens) in our own subkey of
-the run's manifest key, which holds each peer's newest manifest. gather(): poll that key and
+rounds and announce it, in the background, with a manifest (our round, size, digest, tokens)
+in our own subkey of the run's manifest key, which holds each peer's newest manifest. gather(): poll that key and
 pull every new batch (a round newer than any handed out for its peer) from its producer,
 checked against the manifest; polling and downloads run in the background of the node's
 rounds, and gather() hands out what arrived, waiting until every peer the node waits for has
@@ -22,6 +22,8 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
+from hivemind.utils.timed_storage import get_dht_time
+
 from swarmnode.config import SwarmSettings
 from swarmnode.records import RecordError
 from swarmnode.swarm.base import Received
@@ -35,6 +37,7 @@ log = logging.getLogger(__name__)
 MANIFEST_TTL_S = 600.0
 MAX_FETCH_ATTEMPTS = 3
 LOOKUP_TIMEOUT_S = 5.0  # one DHT lookup of the run's manifests, in the background poller
+STORE_TIMEOUT_S = 10.0  # one store of our manifest, in the background
 GATHER_GRACE_S = 30.0  # how long past its deadline a gather may run before the node goes on without it
 UNEARNED_PAYLOADS_IN_FLIGHT = 2  # strangers' downloads at once, in promised bytes, as max-size payloads
 
@@ -68,22 +71,45 @@ class HivemindExchange:
         self._inflight_bytes: dict[Key, int] = {}  # what each running download's manifest promised
         self._ready: dict[Key, bytes] = {}  # downloaded, not yet handed out
         self._arrival = asyncio.Event()  # set when a download completes (used on the swarm loop only)
+        self._unannounced: Manifest | None = None  # our newest manifest, not yet stored
+        self._announcer: asyncio.Task | None = None  # the background store of our manifests
         runtime.call(self.server.register(runtime.p2p), timeout=10)
         self._poller = runtime.call(_spawn(self._poll_forever()), timeout=10)
 
     def publish(self, round_: int, payload: bytes, tokens: int = 0) -> None:
-        self.runtime.loop.call_soon_threadsafe(self.server.put, round_, payload)
+        """Serve the payload of our round `round_` and announce it in the background: a DHT
+        store can take seconds when the nodes that hold the key are slow (or slow on purpose),
+        and a round never waits on it. A newer publish supersedes one not yet announced."""
         manifest = Manifest(self.peer_id, round_, len(payload), payload_digest(payload), tokens)
-        key = manifest_key(self.run_id)
-        try:
-            ok = self.runtime.store_owned(key, manifest.to_value(), MANIFEST_TTL_S)
-            # hivemind reports the last replica's answer, which is False when a peer's lookup
-            # already cached this very record there; so check before calling it a failure.
-            ok = ok or self.runtime.signer.local_public_key in self.runtime.get_subkeys(key)
-        except TimeoutError:
-            ok = False
-        if not ok:
-            log.warning("could not announce round %d in the DHT; peers may miss it", round_)
+        self.runtime.loop.call_soon_threadsafe(self._publish_on_loop, round_, payload, manifest)
+
+    def _publish_on_loop(self, round_: int, payload: bytes, manifest: Manifest) -> None:
+        self.server.put(round_, payload)
+        self._unannounced = manifest
+        if self._announcer is None or self._announcer.done():
+            self._announcer = asyncio.create_task(self._announce_newest())
+
+    async def _announce_newest(self) -> None:
+        """Store our newest manifest until none is waiting: one store at a time, the newest wins."""
+        while self._unannounced is not None:
+            manifest, self._unannounced = self._unannounced, None
+            key = manifest_key(self.run_id)
+            signer = self.runtime.signer.local_public_key
+            try:
+                ok = await asyncio.wait_for(
+                    self.runtime.dht.store(key, manifest.to_value(), get_dht_time() + MANIFEST_TTL_S, subkey=signer),
+                    STORE_TIMEOUT_S,
+                )
+                # hivemind reports the last replica's answer, which is False when a peer's lookup
+                # already cached this very record there; so check before calling it a failure.
+                if not ok:
+                    entry = await asyncio.wait_for(self.runtime.dht.get(key, latest=True), STORE_TIMEOUT_S)
+                    ok = signer in dict(subkey_items(entry))
+            except Exception as err:  # a slow or failing DHT: the next round's manifest tries again
+                log.debug("announcing round %d: %s", manifest.round, err)
+                ok = False
+            if not ok:
+                log.warning("could not announce round %d in the DHT; peers may miss it", manifest.round)
 
     def gather(
         self,
@@ -239,6 +265,8 @@ class HivemindExchange:
 
     async def _cancel_all(self) -> None:
         self._poller.cancel()
+        if self._announcer is not None:
+            self._announcer.cancel()
         for task in list(self._inflight.values()):
             task.cancel()
         self._inflight.clear()
