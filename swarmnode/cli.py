@@ -114,7 +114,7 @@ def join(
         typer.Option(
             "--initial-peers-from",
             envvar="SWARMNODE_INITIAL_PEERS_FROM",
-            help="another node's <run-dir>/swarm.json (waits for it)",
+            help="another node's <run-dir>/swarm.json (waits for it), or a bootstrap list: one multiaddr a line",
         ),
     ] = None,
     host_maddrs: Annotated[
@@ -246,7 +246,7 @@ def status(
         typer.Option("--initial-peers", help="multiaddr of any node of the swarm (repeatable)"),
     ] = None,
     initial_peers_from: Annotated[
-        Path | None, typer.Option("--initial-peers-from", help="a node's <run-dir>/swarm.json")
+        Path | None, typer.Option("--initial-peers-from", help="a node's <run-dir>/swarm.json or a bootstrap list")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
     watch: Annotated[

@@ -194,7 +194,9 @@ class SwarmSettings(_Section):
         description="where to listen; /ip4/0.0.0.0/tcp/31337 for a fixed public port",
     )
     initial_peers_file: Path | None = Field(
-        None, description="read initial peers from another node's swarm.json (waits for it)"
+        None,
+        description="read initial peers from another node's swarm.json (waits for it) or from a bootstrap list "
+        "(one multiaddr a line, # comments); any one reachable peer is enough",
     )
     announce_maddrs: list[str] = Field(
         default_factory=list, description="public addresses to advertise (behind NAT or in Docker)"

@@ -52,6 +52,18 @@ def test_peers_file_rejects_junk(tmp_path, content):
         read_peers_file(path, timeout_s=1)
 
 
+def test_a_bootstrap_list_gives_every_listed_address(tmp_path):
+    """The organisers' list: one multiaddr a line, comments and blank lines skipped; any of
+    them is enough to join (see tests/test_swarm.py for a dead first entry)."""
+    path = tmp_path / "bootstrap.txt"
+    listed = [f"/ip4/203.0.113.{i}/tcp/31337{PEER}" for i in (1, 2)]
+    path.write_text(f"# swarm bootstrap, 2026-11\n{listed[0]}\n\n  {listed[1]}  # backup\n")
+    assert read_peers_file(path, timeout_s=1) == listed
+    path.write_text(f"{listed[0]}\nhttps://example.org/peers\n")
+    with pytest.raises(PeersFileError, match="line 2"):
+        read_peers_file(path, timeout_s=1)
+
+
 def test_peers_file_that_never_appears_times_out(tmp_path):
     started = time.monotonic()
     with pytest.raises(PeersFileError, match="did not appear"):

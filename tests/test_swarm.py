@@ -329,3 +329,20 @@ def test_heartbeats_show_live_peers_of_the_run_only(start_runtime):
     ex_b.close()  # says goodbye: no longer waited for
     ex_a.wait_for_peers(1, timeout_s=0)
     assert ex_a.live_peers() == {}
+
+
+def test_any_one_listed_bootstrap_peer_is_enough_and_losing_it_ends_nothing(start_runtime, tmp_path):
+    """A list whose first entry is dead still joins through the second; once joined, the
+    swarm outlives its bootstrap node: the others keep finding and pulling each other's
+    batches through the DHT's routing table."""
+    dead = f"/ip4/127.0.0.1/tcp/9/p2p/{ensure_identity(tmp_path / 'dead.key')}"
+    boot = start_runtime("boot")
+    b = start_runtime("b", [dead, *boot.visible_maddrs()])
+    c = start_runtime("c", [dead, *boot.visible_maddrs()])
+    ex_b, ex_c = _link(b).exchange, _link(c).exchange
+    ex_b.publish(0, b"before", 1)
+    assert [i.payload for i in ex_c.gather(timeout_s=15, wait_for={b.peer_id})] == [b"before"]
+    boot.shutdown()
+    ex_b.publish(1, b"after", 1)
+    got = ex_c.gather(timeout_s=30, wait_for={b.peer_id})
+    assert [i.payload for i in got] == [b"after"], "b and c exchange without the bootstrap node"
