@@ -201,6 +201,14 @@ class SwarmSettings(_Section):
     announce_maddrs: list[str] = Field(
         default_factory=list, description="public addresses to advertise (behind NAT or in Docker)"
     )
+    auto_relay: bool = Field(
+        True,
+        description="without a public address, reserve a slot on a relay and announce the relayed address, "
+        "so peers can pull from this node behind NAT (a node with a public address serves as a relay)",
+    )
+    relays: list[str] = Field(
+        default_factory=list, description="relays for auto_relay (multiaddrs with /p2p/); empty = the initial peers"
+    )
     identity_path: Path | None = Field(
         None, description="private key file (created if absent); None = <run_dir>/identity.key"
     )

@@ -91,6 +91,7 @@ class Heartbeat(NodeStatus):
     version: str | None = Field(None, max_length=32)
     uptime_s: float = 0.0
     served: int = 0
+    reach: str | None = Field(None, max_length=16)  # direct, relayed, private or local (swarm.hivemind.reach)
 
     @classmethod
     def parse(cls, fields: Any) -> Heartbeat:

@@ -12,7 +12,7 @@ COLUMNS = [  # (title, justify); `filtered_frac` keeps the metric's one name
     ("peer", "left"), ("run", "left"), ("state", "left"), ("model", "left"), ("params", "right"),
     ("train", "left"), ("backend", "left"), ("device", "left"), ("round", "right"),
     ("reward", "right"), ("eval_acc", "right"), ("tok/s", "right"), ("published", "right"),
-    ("consumed", "right"), ("filtered_frac", "right"), ("version", "left"), ("uptime", "right"),
+    ("consumed", "right"), ("filtered_frac", "right"), ("reach", "left"), ("version", "left"), ("uptime", "right"),
 ]
 STATE_COLOURS = {"training": "green", "stale": "yellow", "left": "dim"}
 
@@ -45,6 +45,7 @@ def render_table(rows: list[dict[str, Any]]) -> Table:
             _fmt(h.get("published")),
             _fmt(h.get("consumed")),
             _fmt(h.get("filtered_frac"), ".2f"),
+            _fmt(h.get("reach")),
             _fmt(h.get("version")),
             f"{h.get('uptime_s', 0) / 60:.1f}m",
         )

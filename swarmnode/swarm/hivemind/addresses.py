@@ -28,3 +28,5 @@ def check_swarm_addresses(settings: SwarmSettings, initial_peers: list[str] | No
         check_multiaddr(text, "swarm.host_maddrs")
     for text in settings.announce_maddrs:
         check_multiaddr(text, "swarm.announce_maddrs")
+    for text in settings.relays:
+        check_multiaddr(text, "swarm.relays", needs_peer_id=True)

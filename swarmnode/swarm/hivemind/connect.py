@@ -4,6 +4,7 @@ known (it depends on the tokenizer)."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from swarmnode.config import Config
@@ -12,9 +13,12 @@ from swarmnode.swarm.hivemind.addresses import check_swarm_addresses
 from swarmnode.swarm.hivemind.exchange import HivemindExchange
 from swarmnode.swarm.hivemind.membership import HivemindMembership
 from swarmnode.swarm.hivemind.payloads import PayloadServer
+from swarmnode.swarm.hivemind.reach import ADVICE
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 from swarmnode.swarm.hivemind.swarm_file import read_peers_file, write_swarm_file
 from swarmnode.swarm.ledger import PeerLedger
+
+log = logging.getLogger(__name__)
 
 
 def initial_peers_of(config: Config) -> list[str]:
@@ -48,7 +52,15 @@ def announce_address(config: Config, runtime: SwarmRuntime) -> list[str]:
 def attach(runtime: SwarmRuntime, run_id: str, config: Config, ledger: PeerLedger) -> SwarmLink:
     """The node's exchange and membership on a started runtime."""
     server = PayloadServer(run_id, keep_rounds=config.node.staleness + 3)
-    membership = HivemindMembership(runtime, run_id, config.swarm, served=lambda: server.served)
+
+    def note_reach(reach: str, maddrs: list[str]) -> None:
+        """Say how peers reach us, with what to do, and keep swarm.json's addresses current."""
+        (log.warning if reach == "private" else log.info)("reach: %s: %s", reach, ADVICE[reach])
+        write_swarm_file(Path(config.node.run_dir), runtime.peer_id, maddrs, reach)
+
+    membership = HivemindMembership(
+        runtime, run_id, config.swarm, served=lambda: server.served, on_reach=note_reach
+    )
     try:
         exchange = HivemindExchange(
             runtime, run_id, config.swarm, server=server, ledger=ledger, max_payload_bytes=config.wire.max_bytes

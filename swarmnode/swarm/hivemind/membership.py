@@ -22,6 +22,7 @@ from swarmnode.swarm.hivemind.dht import (
     pack,
     subkey_items,
 )
+from swarmnode.swarm.hivemind.reach import classify
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 
 log = logging.getLogger(__name__)
@@ -36,12 +37,15 @@ class HivemindMembership:
         run_id: str,
         settings: SwarmSettings,
         served: Callable[[], int] = lambda: 0,
+        on_reach: Callable[[str, list[str]], None] = lambda reach, maddrs: None,
     ) -> None:
         self.runtime = runtime
         self.peer_id = runtime.peer_id
         self.run_id = run_id
         self.settings = settings
         self.served = served  # payloads served to peers, shown in the heartbeat
+        self.on_reach = on_reach  # told (reach, visible addresses) whenever how we are reached changes
+        self.reach: str | None = None
         self.peers: dict[str, Heartbeat] = {}  # heartbeats of this run, replaced whole
         self.read_at = 0.0  # monotonic time of the last read
         self._status = NodeStatus()
@@ -127,7 +131,20 @@ class HivemindMembership:
             heartbeat.peer, heartbeat.model, heartbeat.version, heartbeat.run, self.run_id,
         )
 
+    async def _update_reach(self) -> None:
+        """How peers reach us now (a relay reservation comes some time after start)."""
+        try:
+            maddrs = [str(m) for m in await self.runtime.p2p.get_visible_maddrs()]
+        except Exception as err:  # the daemon is going down: keep the last answer
+            log.debug("visible addresses: %s", err)
+            return
+        reach = classify(maddrs, self.settings.announce_maddrs)
+        if reach != self.reach:
+            self.reach = reach
+            self.on_reach(reach, maddrs)
+
     async def _beat(self) -> None:
+        await self._update_reach()
         heartbeat = Heartbeat(
             **self._status.model_dump(),
             peer=self.peer_id,
@@ -137,6 +154,7 @@ class HivemindMembership:
             version=__version__,
             uptime_s=round(time.time() - self._started, 1),
             served=self.served(),
+            reach=self.reach,
         )
         ttl = max(60.0, 6 * self.settings.heartbeat_interval_s)
         try:

@@ -25,6 +25,7 @@ from hivemind.utils.timed_storage import get_dht_time
 from swarmnode.config import SwarmSettings
 from swarmnode.swarm.hivemind.dht import make_validators, subkey_items
 from swarmnode.swarm.hivemind.identity import ensure_identity, load_signing_key
+from swarmnode.swarm.hivemind.reach import forced_reachability
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -90,6 +91,9 @@ class SwarmRuntime:
             identity_path=str(self.identity_path) if self.identity_path else None,
             startup_timeout=s.startup_timeout_s,
             dht_mode="client" if self.client_mode else "server",
+            use_auto_relay=s.auto_relay and not self.client_mode,
+            trusted_relays=s.relays or None,
+            force_reachability=None if self.client_mode else forced_reachability(s),
         )
         self.peer_id = self.p2p.peer_id.to_base58()
         self.dht = await DHTNode.create(

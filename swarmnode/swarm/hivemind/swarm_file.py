@@ -63,9 +63,10 @@ def _listed_maddrs(path: Path, text: str) -> list[str]:
     return maddrs
 
 
-def write_swarm_file(run_dir: Path, peer_id: str, maddrs: list[str]) -> Path:
-    """Write this node's address atomically (a reader never sees half a file)."""
+def write_swarm_file(run_dir: Path, peer_id: str, maddrs: list[str], reach: str | None = None) -> Path:
+    """Write this node's address (and how peers reach it, once known) atomically: a reader
+    never sees half a file."""
     run_dir.mkdir(parents=True, exist_ok=True)
     tmp = run_dir / (FILE_NAME + ".tmp")
-    tmp.write_text(json.dumps({"peer_id": peer_id, "maddrs": maddrs, "pid": os.getpid()}))
+    tmp.write_text(json.dumps({"peer_id": peer_id, "maddrs": maddrs, "pid": os.getpid(), "reach": reach}))
     return tmp.replace(run_dir / FILE_NAME)
