@@ -286,6 +286,13 @@ def slow_peer(args: argparse.Namespace) -> None:
                   f"{statistics.median(m['peer_samples'] for m in during) if during else 0:.0f} a round; "
                   f"mean lag {statistics.mean(lags) if lags else float('nan'):.2f} of its rounds, "
                   f"{statistics.mean(ages) if ages else float('nan'):.2f} s; rejected {mine[-1]['rejected']}")
+            mixed = [m for m in during if m["peer_samples"] > 0]
+            if mixed:  # F-TIS on the other's (stale, other-policy) samples mixed with its own
+                print(f"     rounds with its samples: weight mean {statistics.mean(m['weight_mean'] for m in mixed):.3f}, "
+                      f"max {max(m['weight_max'] for m in mixed):.2f}, truncated "
+                      f"{statistics.mean(m['truncated_frac'] for m in mixed):.1%}, filtered "
+                      f"{statistics.mean(m['filtered_frac'] for m in mixed):.1%}, divergence "
+                      f"{statistics.mean(m['divergence_mean'] for m in mixed):.3f}")
 
 
 def slow_pair(directory: Path, rounds: int, own_share: float) -> dict[str, list[dict]]:
