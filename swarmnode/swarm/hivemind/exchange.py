@@ -28,7 +28,7 @@ from swarmnode.config import SwarmSettings
 from swarmnode.records import RecordError
 from swarmnode.swarm.base import Received
 from swarmnode.swarm.hivemind.dht import Manifest, manifest_key, owner_peer_id, payload_digest, subkey_items
-from swarmnode.swarm.hivemind.payloads import FetchError, PayloadServer, fetch_payload
+from swarmnode.swarm.hivemind.payloads import FetchError, PayloadServer, fetch_newest, fetch_payload
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 from swarmnode.swarm.ledger import PeerLedger
 
@@ -40,6 +40,7 @@ LOOKUP_TIMEOUT_S = 5.0  # one DHT lookup of the run's manifests, in the backgrou
 STORE_TIMEOUT_S = 10.0  # one store of our manifest, in the background
 GATHER_GRACE_S = 30.0  # how long past its deadline a gather may run before the node goes on without it
 UNEARNED_PAYLOADS_IN_FLIGHT = 2  # strangers' downloads at once, in promised bytes, as max-size payloads
+DIRECT = -1  # the round of a direct pull's key while it runs (the answer names the round)
 
 Key = tuple[str, int]  # (peer, its round)
 
@@ -198,6 +199,13 @@ class HivemindExchange:
         if task.cancelled():
             return
         result = task.exception() or task.result()
+        if key[1] == DIRECT:  # a direct pull names its round, or found nothing newer
+            if result is None:
+                return
+            if isinstance(result, tuple):
+                key, result = (key[0], result[0]), result[1]
+                if key[1] <= self._newest.get(key[0], -1):
+                    return
         if isinstance(result, bytes):
             self._ready[key] = result
             self._arrival.set()
@@ -208,6 +216,8 @@ class HivemindExchange:
             self._handed_out(*key)
             self.ledger.cut(key[0])
             log.debug("fetch %s round %d: %s", key[0], key[1], result)
+        elif key[1] == DIRECT:  # unreachable or slow: asked again next poll, while it stays earned
+            log.debug("direct pull from %s: %s", key[0], result)
         else:
             self._attempts[key] += 1
             log.debug("fetch %s round %d: %s", key[0], key[1], result)
@@ -215,15 +225,43 @@ class HivemindExchange:
                 self._handed_out(*key)  # unreachable: stop asking for this round, without blaming it
 
     async def _poll_forever(self) -> None:
-        """Look for new manifests every poll interval and start their downloads, in the
-        background of the node's rounds: a round never waits on a DHT lookup, and a lookup
-        slowed by dead peers (a killed bootstrap node) costs no round anything."""
+        """In the background of the node's rounds, every poll interval: ask the peers we pull
+        from directly for anything newer (no DHT), and every `swarm.discovery_interval_s` (every
+        poll until someone delivered) look in the DHT for manifests of other peers. A round
+        never waits on a DHT lookup, and a lookup slowed by dead or slow DHT nodes costs the
+        exchange between known peers nothing."""
+        next_lookup = 0.0
         while True:
             try:
-                self._start_fetches(await self._new_manifests())
+                self._pull_known()
+                if time.monotonic() >= next_lookup or not self.ledger.ever_delivered:
+                    next_lookup = time.monotonic() + self.settings.discovery_interval_s
+                    self._start_fetches(await self._new_manifests())
             except Exception as err:  # keep polling through anything one lookup does
                 log.debug("manifest poll failed: %s", err)
             await asyncio.sleep(self.settings.poll_interval_s)
+
+    def pull_set(self) -> list[str]:
+        """The peers asked directly for their newest batch: those with a delivery record who
+        are still earned, the most useful first, at most `swarm.max_pull_peers`. Everyone else
+        is found through the DHT (strangers within a bound: `choose_downloads`)."""
+        earned = [peer for peer in list(self.ledger.peers) if self.ledger.earned(peer)]
+        earned.sort(key=lambda peer: -(self.ledger.standing(peer) or 0.0))
+        return earned[: self.settings.max_pull_peers]
+
+    def _pull_known(self) -> None:
+        busy = {peer for peer, _ in self._inflight}
+        for peer in self.pull_set():
+            if peer in busy:
+                continue
+            after = max([self._newest.get(peer, -1), *(r for p, r in self._ready if p == peer)])
+            key = (peer, DIRECT)
+            task = asyncio.create_task(
+                fetch_newest(self.runtime.p2p, peer, self.run_id, after, self.max_payload_bytes,
+                             self.settings.fetch_timeout_s)
+            )
+            self._inflight[key] = task
+            task.add_done_callback(lambda done, key=key: self._settle(key, done))
 
     async def _new_manifests(self) -> list[Manifest]:
         """Peers' newest manifests not yet fetched: peers with deliveries first, then others.
@@ -237,13 +275,14 @@ class HivemindExchange:
             log.debug("manifest lookup failed: %s", err)
             return []
         earned, others = [], []
+        pulled = set(self.pull_set())
         for subkey, raw in subkey_items(entry):
-            manifest = self._parse(subkey, raw)
+            manifest = self._parse(subkey, raw, pulled)
             if manifest is not None:
                 (earned if self.ledger.earned(manifest.peer_id) else others).append(manifest)
         return earned + others
 
-    def _parse(self, subkey: object, raw: object) -> Manifest | None:
+    def _parse(self, subkey: object, raw: object, pulled: set[str]) -> Manifest | None:
         try:
             owner = owner_peer_id(subkey)
         except RecordError:
@@ -260,6 +299,8 @@ class HivemindExchange:
             return None
         key = (owner, manifest.round)
         if manifest.round <= self._newest.get(owner, -1) or key in self._inflight or key in self._ready:
+            return None
+        if owner in pulled:  # asked directly every poll
             return None
         return manifest
 

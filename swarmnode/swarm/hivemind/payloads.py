@@ -1,10 +1,17 @@
 """Rollout payloads peer to peer: the receiver pulls a batch straight from its producer.
 
-Protocol `/swarmnode/payload/1` on a libp2p stream:
-  request  = u32 length + msgpack {"run": str, "round": int}     (at most 1 KiB)
-  response = 1 status byte (0 ok, 1 not found) + u64 length + the payload, written in chunks
-The receiver knows the size and digest from the producer's signed manifest, refuses anything
-larger, reads with a deadline and checks the digest, so a peer cannot push unbounded data.
+Protocol `/swarmnode/payload/3` on a libp2p stream, two requests (each at most 1 KiB):
+  {"run": str, "round": int}  that round's payload, as a DHT manifest announced it:
+      response = 1 status byte (0 ok, 1 not found) + u64 length + the payload, in chunks
+      The receiver knows size and digest from the producer's signed manifest, refuses anything
+      larger, reads with a deadline and checks the digest.
+  {"run": str, "after": int}  the newest payload of a round after `after`, asked directly of a
+      peer that delivered before, with no DHT lookup (swarm.hivemind.exchange):
+      response = 1 status byte (0 ok, 2 nothing newer) + u64 round + u64 length + the payload
+      The stream itself authenticates the sender (libp2p's secure channel binds it to the peer
+      id); the receiver refuses a length above its limit before reading and a round not after
+      the one it asked for.
+Either way a peer cannot push unbounded data.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ log = logging.getLogger(__name__)
 PROTOCOL = PAYLOAD_PROTOCOL
 MAX_REQUEST_BYTES = 1024
 CHUNK_BYTES = 1 << 20
-OK, NOT_FOUND = 0, 1
+OK, NOT_FOUND, NOTHING_NEWER = 0, 1, 2
 SERVE_TIMEOUT_S = 120.0  # one answer; a stalled reader loses its slot
 REQUEST_TIMEOUT_S = 2.0  # a request is a few dozen bytes: an opened stream that says nothing is closed
 MAX_STREAMS_PER_PEER = 2  # streams one requester may hold open at once; more are closed at once
@@ -84,19 +91,28 @@ class PayloadServer:
             writer.close()
 
     async def _answer(self, requester: str, request: dict, writer: asyncio.StreamWriter) -> None:
-        payload = None
-        if request.get("run") == self.run_id and isinstance(request.get("round"), int):
-            payload = self._payloads.get(request["round"])
-        if payload is None:
-            writer.write(struct.pack(">BQ", NOT_FOUND, 0))
-        else:
-            writer.write(struct.pack(">BQ", OK, len(payload)))
-            view = memoryview(payload)
-            for offset in range(0, len(view), CHUNK_BYTES):
-                writer.write(view[offset : offset + CHUNK_BYTES])
+        ours = request.get("run") == self.run_id
+        if isinstance(request.get("after"), int):
+            newer = [r for r in self._payloads if ours and r > request["after"]]
+            if not newer:
+                writer.write(struct.pack(">BQQ", NOTHING_NEWER, 0, 0))
                 await writer.drain()
-            self.served += 1
-            self.served_to.setdefault(request["round"], set()).add(requester)
+                return
+            round_ = max(newer)
+            writer.write(struct.pack(">BQQ", OK, round_, len(self._payloads[round_])))
+        else:
+            round_ = request.get("round") if ours and isinstance(request.get("round"), int) else None
+            if round_ not in self._payloads:
+                writer.write(struct.pack(">BQ", NOT_FOUND, 0))
+                await writer.drain()
+                return
+            writer.write(struct.pack(">BQ", OK, len(self._payloads[round_])))
+        view = memoryview(self._payloads[round_])
+        for offset in range(0, len(view), CHUNK_BYTES):
+            writer.write(view[offset : offset + CHUNK_BYTES])
+            await writer.drain()
+        self.served += 1
+        self.served_to.setdefault(round_, set()).add(requester)
         await writer.drain()
 
 
@@ -114,8 +130,21 @@ async def fetch_payload(
     p2p: P2P, peer_id: str, run_id: str, round_: int, size: int, digest: bytes, timeout_s: float
 ) -> bytes:
     """Download one payload whose size and digest the producer's manifest promised."""
+    return await _bounded(_fetch(p2p, peer_id, run_id, round_, size, digest), peer_id, timeout_s)
+
+
+async def fetch_newest(
+    p2p: P2P, peer_id: str, run_id: str, after: int, max_bytes: int, timeout_s: float
+) -> tuple[int, bytes] | None:
+    """Ask a peer directly for its newest payload of a round after `after`: (round, payload),
+    or None when it has nothing newer."""
+    return await _bounded(_fetch_newest(p2p, peer_id, run_id, after, max_bytes), peer_id, timeout_s)
+
+
+async def _bounded(download, peer_id: str, timeout_s: float):  # noqa: ANN001, ANN202
+    """One download under a deadline, every failure a FetchError that says whose fault it is."""
     try:
-        return await asyncio.wait_for(_fetch(p2p, peer_id, run_id, round_, size, digest), timeout_s)
+        return await asyncio.wait_for(download, timeout_s)
     except TimeoutError:
         raise FetchError(f"no payload from {peer_id} within {timeout_s:.0f} s", misbehaved=False) from None
     except (ConnectionError, asyncio.IncompleteReadError, OSError) as err:
@@ -126,12 +155,42 @@ async def fetch_payload(
         raise FetchError(f"cannot reach {peer_id}: {err}", misbehaved=False) from None
 
 
-async def _fetch(p2p: P2P, peer_id: str, run_id: str, round_: int, size: int, digest: bytes) -> bytes:
+async def _ask(p2p: P2P, peer_id: str, request: dict) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     _, reader, writer = await p2p.call_binary_stream_handler(PeerID.from_base58(peer_id), PROTOCOL)
+    packed = msgpack.packb(request)
+    writer.write(struct.pack(">I", len(packed)) + packed)
+    await writer.drain()
+    return reader, writer
+
+
+async def _read_payload(reader: asyncio.StreamReader, peer_id: str, length: int) -> bytes:
     try:
-        request = msgpack.packb({"run": run_id, "round": round_})
-        writer.write(struct.pack(">I", len(request)) + request)
-        await writer.drain()
+        return await reader.readexactly(length)
+    except asyncio.IncompleteReadError as err:
+        raise FetchError(
+            f"{peer_id} closed after {len(err.partial)} of the {length} bytes it promised", misbehaved=False, cut=True
+        ) from None
+
+
+async def _fetch_newest(p2p: P2P, peer_id: str, run_id: str, after: int, max_bytes: int) -> tuple[int, bytes] | None:
+    reader, writer = await _ask(p2p, peer_id, {"run": run_id, "after": after})
+    try:
+        status, round_, length = struct.unpack(">BQQ", await reader.readexactly(17))
+        if status == NOTHING_NEWER:
+            return None
+        if status != OK or round_ <= after or not 0 < length <= max_bytes:
+            raise FetchError(
+                f"{peer_id} answered status {status}, round {round_} (asked after {after}), {length} bytes "
+                f"(at most {max_bytes})", misbehaved=True,
+            )
+        return round_, await _read_payload(reader, peer_id, length)
+    finally:
+        writer.close()
+
+
+async def _fetch(p2p: P2P, peer_id: str, run_id: str, round_: int, size: int, digest: bytes) -> bytes:
+    reader, writer = await _ask(p2p, peer_id, {"run": run_id, "round": round_})
+    try:
         status, length = struct.unpack(">BQ", await reader.readexactly(9))
         if status == NOT_FOUND:
             raise FetchError(f"{peer_id} no longer holds round {round_}", misbehaved=False)
@@ -140,13 +199,7 @@ async def _fetch(p2p: P2P, peer_id: str, run_id: str, round_: int, size: int, di
                 f"{peer_id} sent status {status} and {length} bytes; its manifest promised {size}",
                 misbehaved=True,
             )
-        try:
-            payload = await reader.readexactly(length)
-        except asyncio.IncompleteReadError as err:
-            raise FetchError(
-                f"{peer_id} closed after {len(err.partial)} of the {size} bytes its manifest promised",
-                misbehaved=False, cut=True,
-            ) from None
+        payload = await _read_payload(reader, peer_id, length)
     finally:
         writer.close()
     if payload_digest(payload) != digest:
