@@ -1,6 +1,6 @@
 """Attacks on honest nodes, and what they achieve against swarmnode's defences.
 
-    python bench/attacks.py liveness [--rounds 24] [--deadline 8] [--attacks far silent mute drip cut idle late crowd]
+    python bench/attacks.py liveness [--rounds 60] [--deadline 8] [--attacks far silent mute drip cut idle late crowd]
                                      [--crowd 4 16 64]
     python bench/attacks.py sybil [--identities 1000] [--rounds 8]
     python bench/attacks.py flood [--records 50000] [--rounds 8]
@@ -610,7 +610,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="kind", required=True)
     live = sub.add_parser("liveness", help="real processes: round clock and waiting")
-    live.add_argument("--rounds", type=int, default=24)
+    live.add_argument("--rounds", type=int, default=60)
     live.add_argument("--deadline", type=float, default=8.0, help="honest nodes' node.gather_timeout_s")
     live.add_argument("--attacks", nargs="+", choices=ATTACKS, default=list(ATTACKS))
     live.add_argument("--crowd", nargs="+", type=int, default=[4, 16, 64], help="identities of each crowd scenario")

@@ -10,8 +10,9 @@ identity that heartbeats under an honest run id and misbehaves in one way.
   every IDLE_REOPEN_S (tries to take every serving slot);
 - `late`: publishes a valid batch every beat and serves each one LATE_STEP_S later than the
   one before (tries to make nodes wait for a peer with a delivery record);
-- `crowd`: publishes a valid batch of CROWD_GROUPS useless groups every beat (wrong answers:
-  honest completions of other prompts), to take the peers' share of honest batches.
+- `crowd`: publishes a valid batch of CROWD_GROUPS useless groups every beat (one honest
+  completion of another prompt, repeated: every sample the same reward, a zero advantage),
+  to take the peers' share of honest batches.
 
 `late` and `crowd` make their batches valid from an honest one: they download an honest
 peer's batch once and reuse its header and completions under their own prompt assignment,
@@ -26,6 +27,7 @@ import os
 import struct
 import time
 
+import numpy as np
 from hivemind.p2p import PeerID
 from hivemind.utils.timed_storage import get_dht_time
 
@@ -149,11 +151,10 @@ class LivenessAttacker:
         batch = wire.RolloutBatch(
             run_id=self.run_id, peer_id=self.runtime.peer_id, round=self._announced, policy=self._template.policy,
             tokenizer_fingerprint=self._template.tokenizer_fingerprint,
-            groups=[
-                wire.CompletionGroup(i, donors[n % len(donors)].lengths, donors[n % len(donors)].tokens,
-                                     donors[n % len(donors)].logprobs)
-                for n, i in enumerate(ids)
-            ],
+            groups=[_junk_group(i, donors[n % len(donors)]) if self.attack == "crowd" else
+                    wire.CompletionGroup(i, donors[n % len(donors)].lengths, donors[n % len(donors)].tokens,
+                                         donors[n % len(donors)].logprobs)
+                    for n, i in enumerate(ids)],
         )
         payload = wire.encode(batch)
         self.server.run_id = self.run_id
@@ -213,6 +214,17 @@ class LivenessAttacker:
             pass  # the downloader gave up: what a drip is meant to cause
         finally:
             writer.close()
+
+
+def _junk_group(prompt_id: int, donor: wire.CompletionGroup) -> wire.CompletionGroup:
+    """A valid group with nothing to learn: the donor's first completion as every completion,
+    so every sample gets the same reward and a zero advantage."""
+    first = int(donor.lengths[0])
+    count = len(donor.lengths)
+    return wire.CompletionGroup(
+        prompt_id, np.full(count, first, dtype=np.int64), np.tile(donor.tokens[:first], count),
+        np.tile(donor.logprobs[:first], count),
+    )
 
 
 async def _send_zeros(writer: asyncio.StreamWriter, count: int) -> None:
