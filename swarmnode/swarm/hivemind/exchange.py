@@ -243,14 +243,13 @@ class HivemindExchange:
 
     def pull_set(self) -> list[str]:
         """The peers asked directly for their newest batch: those with a delivery record who
-        are still earned and whose samples have not proved useless, the most useful first, at
-        most `swarm.max_pull_peers`. Everyone else is found through the DHT (strangers within a
+        are still earned, the most useful first, at most `swarm.max_pull_peers`. Everyone else is found through the DHT (strangers within a
         bound: `choose_downloads`)."""
-        standing = {peer: self.ledger.standing(peer) for peer in list(self.ledger.peers) if self.ledger.earned(peer)}
-        # peers whose samples proved useless are not asked every poll; the DHT still finds them
-        wanted = [peer for peer, useful in standing.items() if useful is None or useful > 0]
-        wanted.sort(key=lambda peer: -(standing[peer] or 0.0))
-        return wanted[: self.settings.max_pull_peers]
+        earned = [peer for peer in list(self.ledger.peers) if self.ledger.earned(peer)]
+        # a peer's standing after one batch is noisy (a batch of all-wrong groups scores 0), so
+        # the useful come first rather than the useless being left out
+        earned.sort(key=lambda peer: -(self.ledger.standing(peer) or 0.0))
+        return earned[: self.settings.max_pull_peers]
 
     def _pull_known(self) -> None:
         busy = {peer for peer, _ in self._inflight}
