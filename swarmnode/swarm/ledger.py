@@ -9,6 +9,8 @@ while waited for, and how useful its samples were. Lag is never bad data. From t
 - who is waited for (`expected`): peers that delivered before and have not missed
   `max_missed` rounds in a row; a peer that never delivered costs no waiting at all (how
   long a round waits is the node's own: a share of its own round time);
+- whom the exchange asks directly for new batches (`known`): peers that delivered before,
+  however late, unless they cut a download since or were banned;
 - in which order peers share a batch (`standing`): how useful their screened samples were.
 """
 
@@ -32,6 +34,7 @@ class PeerRecord:
 
     delivered: int = 0  # verified batches
     missed: int = 0  # rounds in a row waited for in vain
+    cut: bool = False  # closed a download mid-payload since its last verified batch
     screened: int = 0  # samples screened
     standing: float = 0.0  # recent share of its screened samples that were useful (kept, advantage != 0)
 
@@ -71,6 +74,7 @@ class PeerLedger:
             record = self.peers.setdefault(peer_id, PeerRecord())
             record.delivered += 1
             record.missed = 0
+            record.cut = False
 
     def missed(self, peer_id: str) -> None:
         """The peer was waited for this round and delivered nothing valid."""
@@ -86,6 +90,7 @@ class PeerLedger:
         with self._lock:
             record = self.peers.setdefault(peer_id, PeerRecord())
             record.missed = max(record.missed, self.max_missed)
+            record.cut = True
 
     def screened(self, peer_id: str, offered: int, useful: int) -> None:
         """`useful` of the peer's `offered` samples were kept by screening and carried a
@@ -118,6 +123,13 @@ class PeerLedger:
             record is not None and record.delivered > 0 and record.missed < self.max_missed
             and not self.is_banned(peer_id)
         )
+
+    def known(self, peer_id: str) -> bool:
+        """Delivered a valid batch before, has not cut a download since, not banned: a peer
+        asked directly for its newest batch. Unlike `earned`, rounds waited for it in vain do
+        not count: a slower peer is late, and late is no reason to stop asking."""
+        record = self.peers.get(peer_id)
+        return record is not None and record.delivered > 0 and not record.cut and not self.is_banned(peer_id)
 
     def expected(self, live: set[str] | None = None) -> set[str]:
         """The peers a gather waits for: earned ones, among `live` when given."""

@@ -175,7 +175,7 @@ class HivemindExchange:
     def _start_fetches(self, manifests: list[Manifest]) -> None:
         """Start the downloads `choose_downloads` allows; the rest wait for a later poll."""
         for manifest in choose_downloads(
-            manifests, self._inflight_bytes, self.ledger.earned, self.settings.max_peers_per_round,
+            manifests, self._inflight_bytes, self.ledger.known, self.settings.max_peers_per_round,
             UNEARNED_PAYLOADS_IN_FLIGHT * self.max_payload_bytes,
         ):
             self._start_fetch(manifest)
@@ -216,7 +216,7 @@ class HivemindExchange:
             self._handed_out(*key)
             self.ledger.cut(key[0])
             log.debug("fetch %s round %d: %s", key[0], key[1], result)
-        elif key[1] == DIRECT:  # unreachable or slow: asked again next poll, while it stays earned
+        elif key[1] == DIRECT:  # unreachable or slow: asked again next poll, while the ledger knows it
             log.debug("direct pull from %s: %s", key[0], result)
         else:
             self._attempts[key] += 1
@@ -242,14 +242,15 @@ class HivemindExchange:
             await asyncio.sleep(self.settings.poll_interval_s)
 
     def pull_set(self) -> list[str]:
-        """The peers asked directly for their newest batch: those with a delivery record who
-        are still earned, the most useful first, at most `swarm.max_pull_peers`. Everyone else is found through the DHT (strangers within a
+        """The peers asked directly for their newest batch: those the ledger knows (delivered,
+        not cut since, not banned; however slow), the most useful first, at most
+        `swarm.max_pull_peers`. Everyone else is found through the DHT (strangers within a
         bound: `choose_downloads`)."""
-        earned = [peer for peer in list(self.ledger.peers) if self.ledger.earned(peer)]
+        known = [peer for peer in list(self.ledger.peers) if self.ledger.known(peer)]
         # a peer's standing after one batch is noisy (a batch of all-wrong groups scores 0), so
         # the useful come first rather than the useless being left out
-        earned.sort(key=lambda peer: -(self.ledger.standing(peer) or 0.0))
-        return earned[: self.settings.max_pull_peers]
+        known.sort(key=lambda peer: -(self.ledger.standing(peer) or 0.0))
+        return known[: self.settings.max_pull_peers]
 
     def _pull_known(self) -> None:
         busy = {peer for peer, _ in self._inflight}
@@ -276,13 +277,13 @@ class HivemindExchange:
         except Exception as err:  # a flaky, slow or failing DHT lookup must not stop the polling
             log.debug("manifest lookup failed: %s", err)
             return []
-        earned, others = [], []
+        known, others = [], []
         pulled = set(self.pull_set())
         for subkey, raw in subkey_items(entry):
             manifest = self._parse(subkey, raw, pulled)
             if manifest is not None:
-                (earned if self.ledger.earned(manifest.peer_id) else others).append(manifest)
-        return earned + others
+                (known if self.ledger.known(manifest.peer_id) else others).append(manifest)
+        return known + others
 
     def _parse(self, subkey: object, raw: object, pulled: set[str]) -> Manifest | None:
         try:
@@ -319,7 +320,7 @@ class HivemindExchange:
 def choose_downloads(
     manifests: list[Manifest],
     inflight: dict[Key, int],
-    earned: Callable[[str], bool],
+    known: Callable[[str], bool],
     max_others: int,
     max_other_bytes: int,
 ) -> list[Manifest]:
@@ -329,13 +330,13 @@ def choose_downloads(
     downloads and `max_other_bytes` promised bytes at once, so payloads promised by strangers
     (and cut before their last byte) hold a bounded amount of memory."""
     busy = {peer for peer, _ in inflight}
-    others = [size for (peer, _), size in inflight.items() if not earned(peer)]
+    others = [size for (peer, _), size in inflight.items() if not known(peer)]
     count, promised = len(others), sum(others)
     chosen = []
     for manifest in manifests:
         if manifest.peer_id in busy:
             continue
-        if not earned(manifest.peer_id):
+        if not known(manifest.peer_id):
             if count >= max_others or promised + manifest.size > max_other_bytes:
                 continue
             count, promised = count + 1, promised + manifest.size
