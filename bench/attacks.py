@@ -1,7 +1,7 @@
 """Attacks on honest nodes, and what they achieve against swarmnode's defences.
 
     python bench/attacks.py liveness [--rounds 60] [--deadline 8] [--attacks far silent mute drip cut idle late crowd]
-                                     [--crowd 4 16 64]
+                                     [--crowd 4 16 64] [--pin] [--keep DIR]
     python bench/attacks.py sybil [--identities 1000] [--rounds 8]
     python bench/attacks.py flood [--records 50000] [--rounds 8]
     python bench/attacks.py slow [--rounds 120] [--own-share 1.0 0.5]
@@ -17,9 +17,13 @@ closes after all but the last byte, `idle` holds 16 silent payload streams to ea
 re-opened every 10 s, `late` delivers a valid batch every second, each 0.25 s later than the
 one before, and `crowd` is `--crowd` identities (4, 16 and 64: one scenario each) delivering
 16 valid, useless groups each every second. Printed per attack, next to the same run without an attacker: the rounds
-each honest node trained against the rounds configured, its median round time and median
-peers' samples a round (rounds 3 on), the peak resident memory of its process, and how often
-the liar was counted as bad.
+each honest node trained against the rounds configured, its median round time, the CPU
+seconds a round its process and p2p daemon used (on a 2-core machine the attacking identities
+take CPU the honest nodes would have had: the machine's limit, not the protocol's, so the CPU
+the honest node spends is the protocol's cost), the other honest node's samples it trained on
+a round (mean, rounds 3 on), the peak resident memory of its process, and how often the liar
+was counted as bad. `--pin` puts both honest nodes on the first core and the attackers on the
+others (in the baseline too).
 
 Sybil: one process writes, from `--identities` keys of its own, a junk heartbeat (the honest
 run, the honest round) and a junk manifest for every round into the DHT of two honest nodes
@@ -142,7 +146,9 @@ def attacker_count(attack: str | None, crowd: int) -> int:
     return 0 if attack is None else 2 if attack == "far" else crowd if attack == "crowd" else 1
 
 
-def run_scenario(attack: str | None, rounds: int, deadline_s: float, root: Path, crowd: int = 4) -> dict:
+def run_scenario(
+    attack: str | None, rounds: int, deadline_s: float, root: Path, crowd: int = 4, honest_core: int | None = None
+) -> dict:
     directory = root / f"{attack or 'none'}-{crowd}"
     count = attacker_count(attack, crowd)
 
@@ -153,7 +159,7 @@ def run_scenario(attack: str | None, rounds: int, deadline_s: float, root: Path,
         cfg["swarm"] |= {"min_peers": count + 1, "wait_for_peers_s": 300.0}
         return cfg
 
-    bootstrap = start_node(directory / "a", config("a"), [])
+    bootstrap = start_node(directory / "a", config("a"), [], core=honest_core)
     processes = [bootstrap]
     attackers: list[LivenessAttacker] = []
     try:
@@ -163,9 +169,10 @@ def run_scenario(attack: str | None, rounds: int, deadline_s: float, root: Path,
         attackers = [LivenessAttacker(attack, maddrs, seed=0, num_train=num_train) for _ in range(count)]
         with ThreadPoolExecutor(max_workers=8) as starting:
             list(starting.map(LivenessAttacker.start, attackers))
-        processes.append(start_node(directory / "b", config("b"), maddrs))
+        processes.append(start_node(directory / "b", config("b"), maddrs, core=honest_core))
         started, cpu_before = time.monotonic(), attackers_cpu_s(processes)
-        peak_rss = watch_rss(processes, timeout_s=1800)
+        cpu_s: list[float] = []
+        peak_rss = watch_rss(processes, timeout_s=1800, cpu_s=cpu_s)
         attackers_cores = (attackers_cpu_s(processes) - cpu_before) / (time.monotonic() - started)
     finally:
         for attacker in attackers:
@@ -177,13 +184,16 @@ def run_scenario(attack: str | None, rounds: int, deadline_s: float, root: Path,
     lines = {name: round_lines(read_metrics(directory / name / "run" / "metrics.jsonl")) for name in HONEST}
     ids = {name: rounds[0]["peer_id"] if rounds else "" for name, rounds in lines.items()}
     result: dict = {"attackers_cores": attackers_cores}
-    for (name, rounds), other, rss in zip(lines.items(), reversed(HONEST), peak_rss):
+    for (name, rounds), other, rss, cpu in zip(lines.items(), reversed(HONEST), peak_rss, cpu_s):
         late = rounds[2:] or [{}]
         result[name] = {
             "rounds": len(rounds),
             "round_s": statistics.median(m.get("round_s", math.nan) for m in late),
+            "cpu_s": cpu / max(len(rounds), 1),
             "rejected": rounds[-1]["rejected"] if rounds else 0,
-            "honest_samples": statistics.median(m.get("samples_by_peer", {}).get(ids[other], 0) for m in late),
+            # a mean, not a median: a slower peer's batch is spread over rounds, so the
+            # per-round count swings (64, 32, 0, ...) while the total is what was learned from
+            "honest_samples": statistics.mean(m.get("samples_by_peer", {}).get(ids[other], 0) for m in late),
             "peer_samples": statistics.median(m.get("peer_samples", 0) for m in late),
             "timings": {k: statistics.median(m.get(f"{k}_s", math.nan) for m in late) for k in TIMINGS},
             "rss_mb": rss / 2**20,
@@ -203,32 +213,52 @@ def attackers_cpu_s(honest: list[subprocess.Popen]) -> float:
     return total
 
 
-def watch_rss(processes: list[subprocess.Popen], timeout_s: float) -> list[int]:
-    """Wait for the processes to end; the peak resident memory of each (its Python process)."""
+def watch_rss(processes: list[subprocess.Popen], timeout_s: float, cpu_s: list[float] | None = None) -> list[int]:
+    """Wait for the processes to end; the peak resident memory of each (its Python process).
+    With `cpu_s`, also the CPU seconds each used with its children (its p2p daemon), as last
+    seen before it ended."""
     peaks = [0] * len(processes)
+    cpu = [0.0] * len(processes)
     deadline = time.monotonic() + timeout_s
     while any(p.poll() is None for p in processes) and time.monotonic() < deadline:
         for i, process in enumerate(processes):
             with contextlib.suppress(psutil.Error):
-                peaks[i] = max(peaks[i], psutil.Process(process.pid).memory_info().rss)
+                proc = psutil.Process(process.pid)
+                peaks[i] = max(peaks[i], proc.memory_info().rss)
+                cpu[i] = sum(sum(p.cpu_times()[:2]) for p in [proc, *proc.children(recursive=True)])
         time.sleep(0.25)
+    if cpu_s is not None:
+        cpu_s[:] = cpu
     return peaks
 
 
 def liveness(args: argparse.Namespace) -> None:
     for spec in TINY_PRESETS.values():
         ensure_tiny(spec)
-    with tempfile.TemporaryDirectory(prefix="swarmnode-attacks-") as scratch:
-        root = Path(scratch)
-        baseline = run_scenario(None, args.rounds, args.deadline, root)
+    # The attacking identities run in this process (and its p2p daemons): on a small machine
+    # they take CPU the honest nodes would have, which is the machine's limit, not the
+    # protocol's. Pinned, the honest nodes share core 0 and the attackers get the rest, in
+    # the baseline too, so the ratios measure what the attack costs the honest nodes' protocol.
+    cores = sorted(os.sched_getaffinity(0))
+    honest_core = cores[0] if args.pin and len(cores) > 1 else None
+    if honest_core is not None:
+        os.sched_setaffinity(0, set(cores[1:]))
+    with contextlib.ExitStack() as stack:
+        root = args.keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="swarmnode-attacks-")))
+        baseline = run_scenario(None, args.rounds, args.deadline, root, honest_core=honest_core)
         scenarios = [(a, n) for a in args.attacks for n in (args.crowd if a == "crowd" else [1])]
         rows = [("none", baseline)] + [
-            (f"crowd{n}" if a == "crowd" else a, run_scenario(a, args.rounds, args.deadline, root, crowd=n))
+            (f"crowd{n}" if a == "crowd" else a,
+             run_scenario(a, args.rounds, args.deadline, root, crowd=n, honest_core=honest_core))
             for a, n in scenarios
         ]
-    print(f"liveness: 2 honest tiny nodes, {args.rounds} rounds, gather_timeout_s {args.deadline:.0f}; "
-          "medians of rounds 3 on; honest samples: the other honest node's samples trained on a round")
-    print(f"{'attack':<8} {'node':<4} {'rounds':>9} {'median round s':>15} {'vs none':>8} {'liar counted':>13} "
+    where = (f"both honest nodes pinned to core {honest_core}, attackers on cores {cores[1:]}"
+             if honest_core is not None else "unpinned: attackers and honest nodes share the cores")
+    print(f"liveness: 2 honest tiny nodes, {args.rounds} rounds, gather_timeout_s {args.deadline:.0f}, {where}; "
+          "medians of rounds 3 on; honest samples: the other honest node's samples trained on a round (mean); "
+          "CPU s/round: the honest node's process and p2p daemon")
+    print(f"{'attack':<8} {'node':<4} {'rounds':>9} {'median round s':>15} {'vs none':>8} {'CPU s/round':>12} "
+          f"{'vs none':>8} {'liar counted':>13} "
           f"{'honest samples':>15} {'vs none':>8} {'all peers':>10} {'peak RSS MB':>12} {'vs none':>8} "
           f"{'attackers cores':>16}  round: {' / '.join(TIMINGS)} s")
     for attack, result in rows:
@@ -236,7 +266,8 @@ def liveness(args: argparse.Namespace) -> None:
             r, base = result[name], baseline[name]
             parts = " / ".join(f"{r['timings'][k]:.3f}" for k in TIMINGS)
             print(f"{attack:<8} {name:<4} {r['rounds']:>4}/{args.rounds:<4} {r['round_s']:>15.2f} "
-                  f"{r['round_s'] / base['round_s']:>7.2f}x {r['rejected']:>13} {r['honest_samples']:>15.0f} "
+                  f"{r['round_s'] / base['round_s']:>7.2f}x {r['cpu_s']:>12.3f} {r['cpu_s'] / base['cpu_s']:>7.2f}x "
+                  f"{r['rejected']:>13} {r['honest_samples']:>15.1f} "
                   f"{r['honest_samples'] / max(base['honest_samples'], 1):>7.2f}x {r['peer_samples']:>10.0f} "
                   f"{r['rss_mb']:>12.0f} {r['rss_mb'] / max(base['rss_mb'], 1):>7.2f}x "
                   f"{result['attackers_cores']:>16.2f}  {parts}",
@@ -614,6 +645,9 @@ def main() -> None:
     live.add_argument("--deadline", type=float, default=8.0, help="honest nodes' node.gather_timeout_s")
     live.add_argument("--attacks", nargs="+", choices=ATTACKS, default=list(ATTACKS))
     live.add_argument("--crowd", nargs="+", type=int, default=[4, 16, 64], help="identities of each crowd scenario")
+    live.add_argument("--pin", action="store_true",
+                      help="pin both honest nodes to the first core and the attackers to the others")
+    live.add_argument("--keep", type=Path, default=None, help="keep the nodes' run dirs here (default: a temp dir)")
     syb = sub.add_parser("sybil", help="junk heartbeats and manifests from many identities")
     syb.add_argument("--identities", type=int, default=1000)
     syb.add_argument("--rounds", type=int, default=8)

@@ -218,13 +218,14 @@ class SwarmSettings(_Section):
     heartbeat_interval_s: float = Field(5.0, gt=0)
     stale_after_s: float = Field(20.0, gt=0, description="a peer silent this long is not waited for")
     poll_interval_s: float = Field(
-        0.25, gt=0, description="how often peers with a delivery record are asked directly for a newer batch"
+        0.25, gt=0, description="how often peers whose samples proved useful are asked directly for a newer batch"
     )
     discovery_interval_s: float = Field(
-        2.0, gt=0, description="how often the DHT is read for other peers' manifests (every poll until one delivered)"
+        2.0, gt=0, description="how often the DHT is read for other peers' manifests (every poll until one "
+        "delivered), and peers that delivered but are not proven useful are asked directly"
     )
     max_pull_peers: int = Field(
-        16, ge=1, description="peers asked directly each poll (those with a delivery record, most useful first)"
+        16, ge=1, description="peers asked directly for new batches (those with a delivery record, most useful first)"
     )
     fetch_timeout_s: float = Field(60.0, gt=0, description="one payload download")
     max_rejects: int = Field(3, ge=1, description="bad batches after which a peer is ignored")

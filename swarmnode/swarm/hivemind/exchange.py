@@ -225,16 +225,18 @@ class HivemindExchange:
                 self._handed_out(*key)  # unreachable: stop asking for this round, without blaming it
 
     async def _poll_forever(self) -> None:
-        """In the background of the node's rounds, every poll interval: ask the peers we pull
-        from directly for anything newer (no DHT), and every `swarm.discovery_interval_s` (every
-        poll until someone delivered) look in the DHT for manifests of other peers. A round
+        """In the background of the node's rounds, every poll interval: ask the useful peers we
+        pull from directly for anything newer (no DHT), and every `swarm.discovery_interval_s`
+        (every poll until someone delivered) the rest of the pull set, and look in the DHT for
+        manifests of other peers. A round
         never waits on a DHT lookup, and a lookup slowed by dead or slow DHT nodes costs the
         exchange between known peers nothing."""
         next_lookup = 0.0
         while True:
             try:
-                self._pull_known()
-                if time.monotonic() >= next_lookup or not self.ledger.ever_delivered:
+                due = time.monotonic() >= next_lookup or not self.ledger.ever_delivered
+                self._pull_known(everyone=due)
+                if due:
                     next_lookup = time.monotonic() + self.settings.discovery_interval_s
                     self._start_fetches(await self._new_manifests())
             except Exception as err:  # keep polling through anything one lookup does
@@ -252,10 +254,14 @@ class HivemindExchange:
         known.sort(key=lambda peer: -(self.ledger.standing(peer) or 0.0))
         return known[: self.settings.max_pull_peers]
 
-    def _pull_known(self) -> None:
+    def _pull_known(self, everyone: bool) -> None:
+        """Ask the pull set for anything newer: peers whose samples proved useful every poll,
+        the others (not yet screened, or useless so far) only when `everyone`, once a discovery
+        interval, so identities that deliver junk cost few requests and an honest peer whose
+        batch happened to teach nothing is still heard within seconds."""
         busy = {peer for peer, _ in self._inflight}
         for peer in self.pull_set():
-            if peer in busy:
+            if peer in busy or not (everyone or (self.ledger.standing(peer) or 0.0) > 0):
                 continue
             after = max([self._newest.get(peer, -1), *(r for p, r in self._ready if p == peer)])
             key = (peer, DIRECT)
