@@ -2,11 +2,14 @@
 
 `join` hands over to swarmnode.assemble, `status` to the swarm's status reader, `demo` to
 swarmnode.demo, `health` to swarmnode.health. Nothing here builds or wires parts of a node.
+Each command imports its implementation when it runs (torch, transformers and hivemind take
+seconds to import), so `--help`, `version` and bad flags answer at once.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import time
@@ -14,24 +17,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-import yaml
 from rich.console import Console
-from rich.live import Live
 from rich.logging import RichHandler
 from rich.table import Table
-from transformers.utils import logging as hf_logging
 
-from swarmnode import __version__, assemble
-from swarmnode.config import ConfigError, load_config
-from swarmnode.demo import DEMO_BASE, Demo, DemoError
-from swarmnode.health import ask
-from swarmnode.metrics import LiveView
-from swarmnode.plan import BASE_SHAPES, PlanError, plan_report
+from swarmnode import __version__
 from swarmnode.registry import BACKENDS, OBJECTIVES, TASKS
-from swarmnode.status import render_table, to_json
-from swarmnode.swarm.hivemind.addresses import AddressError, check_multiaddr
-from swarmnode.swarm.hivemind.runtime import SwarmError
-from swarmnode.swarm.hivemind.status import open_status_client, read_heartbeats
 from swarmnode.swarm.hivemind.swarm_file import PeersFileError, read_peers_file
 
 app = typer.Typer(
@@ -53,8 +44,10 @@ def _setup_logging(verbose: bool) -> None:
     )
     for noisy in ("httpx", "urllib3", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
+    # transformers' own switches, set through its environment variables so that this
+    # parser does not import it (a second): the node imports it later and reads them
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -148,6 +141,8 @@ def join(
 ) -> None:
     """Run a node: start a swarm (no --initial-peers) or join one, and train every round on your
     own and your peers' rollouts. Ctrl-C writes a checkpoint; the same --run-dir resumes."""
+    from swarmnode.config import ConfigError, load_config
+
     _setup_logging(verbose)
     flags = {
         "model.name": model,
@@ -176,6 +171,10 @@ def join(
         config = load_config(config_path, overrides, flags)
     except ConfigError as err:
         raise _fail(str(err)) from None
+    # the node's implementation takes seconds to import: only once the config is checked
+    from swarmnode import assemble
+    from swarmnode.metrics import LiveView
+
     _terminate_like_ctrl_c()
     try:
         summary = assemble.run(config, LiveView(console, quiet=quiet), config_path)
@@ -214,6 +213,9 @@ def plan(
     """Show what `join` would run on a GPU of this size: full or LoRA, checkpointing,
     micro-batch, generation batch or vLLM share, and the memory estimate. Needs no GPU and
     downloads nothing for the built-in Qwen2.5 shapes."""
+    from swarmnode.config import ConfigError, load_config
+    from swarmnode.plan import BASE_SHAPES, PlanError, plan_report
+
     all_fit = True
     for name in [model] if model else list(BASE_SHAPES):
         try:
@@ -234,6 +236,8 @@ def health(
     timeout: Annotated[float, typer.Option(help="seconds to wait for an answer")] = 5.0,
 ) -> None:
     """Ask a running node whether it is alive (exit 0) or stalled/unreachable (exit 1)."""
+    from swarmnode.health import ask
+
     healthy, said = ask(host, port, timeout)
     typer.echo(said)
     raise typer.Exit(0 if healthy else 1)
@@ -256,6 +260,13 @@ def status(
     timeout: Annotated[float, typer.Option(help="seconds to reach the swarm")] = 30.0,
 ) -> None:
     """List the swarm's peers from their heartbeats (joins as a DHT client, stores nothing)."""
+    from rich.live import Live
+
+    from swarmnode.status import render_table, to_json
+    from swarmnode.swarm.hivemind.addresses import AddressError, check_multiaddr
+    from swarmnode.swarm.hivemind.runtime import SwarmError
+    from swarmnode.swarm.hivemind.status import open_status_client, read_heartbeats
+
     logging.basicConfig(level=logging.WARNING, handlers=[RichHandler(console=console, show_path=False)])
     initial_peers = list(initial_peers or [])
     if initial_peers_from:
@@ -307,6 +318,11 @@ def demo(
 ) -> None:
     """Start a local swarm of heterogeneous tiny nodes on 127.0.0.1 (one process each), train
     them together, then print each node's held-out accuracy before and after and draw curves."""
+    import yaml
+
+    from swarmnode.config import ConfigError, load_config
+    from swarmnode.demo import DEMO_BASE, Demo, DemoError
+
     base = DEMO_BASE
     if config_path is not None:
         try:

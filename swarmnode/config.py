@@ -6,11 +6,12 @@ setting silently ignored.
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from swarmnode.defaults import defaults_for
 from swarmnode.registry import BACKENDS, DIVERGENCES, OBJECTIVES, TASKS
@@ -52,7 +53,7 @@ class ModelSettings(_Section):
 class TaskSettings(_Section):
     name: TASKS.literal() = Field("arithmetic", description=TASKS.cli_help())
     data: str | None = Field(
-        None, description="gsm8k: a directory or .jsonl file, or hf:openai/gsm8k; ignored by arithmetic"
+        None, description="gsm8k: a directory or .jsonl file, or hf:openai/gsm8k (arithmetic makes its own)"
     )
     answer_format: Literal["answer_tag", "boxed"] = "answer_tag"
     strict_format: bool = Field(
@@ -67,6 +68,15 @@ class TaskSettings(_Section):
     eval_data: str | None = Field(
         None, description="MATH-500 directory or .jsonl: also evaluated (OOD), never trained on"
     )
+
+    @model_validator(mode="after")
+    def _data_is_for_a_data_task(self) -> TaskSettings:
+        if self.name == "arithmetic" and self.data is not None:  # silently ignored, it would train on the wrong thing
+            raise ValueError(
+                "task.data is given but the task is arithmetic, which makes its own problems: "
+                "add --task gsm8k (or task.name: gsm8k), or drop the data"
+            )
+        return self
 
 
 class RolloutSettings(_Section):
@@ -346,10 +356,29 @@ def load_config(
     try:
         config = Config.model_validate(tree)
     except ValidationError as err:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors())
+        problems = "; ".join(_problem(e) for e in err.errors())
         raise ConfigError(f"invalid configuration: {problems}") from None
     config.given = given
     return config
+
+
+def _problem(error: Any) -> str:
+    """One validation error as `section.key: what`, with the nearest known key for a typo."""
+    where = ".".join(str(p) for p in error["loc"])
+    if error["type"] == "value_error":  # our own validators' words, without pydantic's prefix
+        return f"{where}: {error['ctx']['error']}"
+    if error["type"] != "extra_forbidden":
+        return f"{where}: {error['msg']}"
+    section: type[BaseModel] = Config
+    for part in error["loc"][:-1]:
+        annotation = section.model_fields[str(part)].annotation if str(part) in section.model_fields else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return f"{where}: not a setting"
+        section = annotation
+    close = difflib.get_close_matches(str(error["loc"][-1]), list(section.model_fields), n=1)
+    prefix = ".".join(str(p) for p in error["loc"][:-1])
+    hint = f"; did you mean {prefix + '.' if prefix else ''}{close[0]}?" if close else ""
+    return f"{where}: not a setting{hint}"
 
 
 def _dotted_keys(tree: dict[str, Any], prefix: str = "") -> list[str]:

@@ -10,6 +10,7 @@ user's settings cannot fit on any rung, the plan says so and shows the nearest p
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,7 +89,7 @@ class Plan:
         )
         lines += [f"  why: {reason}" for reason in self.reasons]
         if self.settings:
-            lines.append("  as settings: " + " ".join(f"--set {k}={_yaml(v)}" for k, v in self.settings.items()))
+            lines.append("  as settings: " + " ".join(f"--set {shlex.quote(f'{k}={_yaml(v)}')}" for k, v in self.settings.items()))
         return "\n".join(lines)
 
 
@@ -111,7 +112,8 @@ def make_plan(config: Config, shape: ModelShape, capacity: float, backend: str) 
         if last is None or est.total < last[1].total:
             last = (candidate, est)
     candidate, est = last if last else (config, estimate(config, shape, capacity, True, backend))
-    why = [f"nothing fits with the settings given ({', '.join(sorted(config.given)) or 'none'})"]
+    chosen = sorted(k for k in config.given if k != "model.name")  # the model is what is being planned
+    why = [f"nothing fits with the settings given ({', '.join(chosen)})" if chosen else "nothing fits"]
     why += _reasons(smallest, frozenset()) + est.problems
     return Plan(None, {}, candidate, est, capacity, backend, why, fits=False)
 
@@ -205,8 +207,9 @@ def explain(config: Config, shape: ModelShape, capacity: float, backend: str) ->
     plan = make_plan(config, shape, capacity, backend)
     if plan.fits:
         return plan, plan.describe(model, shape)
+    settings = " with the settings given" if config.given - {"model.name"} else ""
     lines = [
-        f"{model} with the settings given does not fit a {capacity / GIB:.1f} GiB GPU "
+        f"{model}{settings} does not fit a {capacity / GIB:.1f} GiB GPU "
         f"({backend} generation); at its smallest it needs about {plan.estimate.total / GIB:.1f} GiB:",
         plan.estimate.describe(),
         *[f"  why: {reason}" for reason in plan.reasons],

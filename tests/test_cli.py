@@ -52,6 +52,30 @@ def test_bad_settings_get_a_clear_error(args, message):
     assert message in re.sub(r"\s+", " ", result.output)
 
 
+def test_a_typo_in_a_setting_names_the_setting_meant():
+    for typo, meant in (("rollout.gruop_size=3", "rollout.group_size"), ("nodee.rounds=3", "node"),
+                        ("model.lora.rnak=8", "model.lora.rank")):
+        with pytest.raises(ConfigError, match=f"did you mean {re.escape(meant)}\\?"):
+            load_config(None, [typo])
+
+
+def test_data_for_a_task_that_makes_its_own_problems_is_an_error(tmp_path):
+    """--data with the arithmetic task was ignored: the node trained on the wrong thing, exit 0."""
+    result = runner.invoke(app, ["join", "--data", str(tmp_path), "--run-dir", str(tmp_path / "run")])
+    assert result.exit_code == 2
+    assert "--task gsm8k" in re.sub(r"\s+", " ", result.output)
+
+
+def test_help_and_version_import_no_model_or_swarm_library():
+    """`--help`, `version` and a bad flag answer at once: torch, transformers and hivemind are
+    imported by the commands that run a node or reach the swarm, not by the parser."""
+    code = ("import sys; from swarmnode.cli import app; "
+            "heavy = sorted(m for m in ('torch', 'transformers', 'hivemind', 'peft', 'pydantic') if m in sys.modules); "
+            "print(heavy)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
 def test_missing_task_data_is_a_clear_error(tmp_path):
     result = runner.invoke(
         app, ["join", "--task", "gsm8k", "--data", str(tmp_path / "nope"), "--run-dir", str(tmp_path / "run")]

@@ -3,6 +3,7 @@ kept, the estimate calibrated to measured peaks, model-aware defaults. No GPU ne
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -144,6 +145,18 @@ def test_plan_command_errors():
     assert bad_set.exit_code == 2 and "train.micro_batch_size" in bad_set.output
     too_big = runner.invoke(app, ["plan", "--model", "Qwen2.5-7B", "--gpu-gib", "24", "--set", "model.lora.rank=0"])
     assert too_big.exit_code == 1 and "nearest plan that fits" in too_big.output
+    assert "with the settings given (model.lora.rank)" in too_big.output
+    nothing_given = runner.invoke(app, ["plan", "--model", "Qwen2.5-7B", "--gpu-gib", "24", "--backend", "vllm"])
+    assert nothing_given.exit_code == 1 and "settings given" not in nothing_given.output, "none were given"
+
+
+def test_the_printed_settings_paste_into_a_shell():
+    """A list value (`[q_proj,v_proj]`) is a glob in bash and an error in zsh unless quoted."""
+    result = runner.invoke(app, ["plan", "--model", "Qwen2.5-3B", "--gpu-gib", "24", "--backend", "hf"])
+    line = next(text for text in result.output.splitlines() if "as settings:" in text)
+    words = shlex.split(line.split("as settings:", 1)[1])
+    assert words[0] == "--set" and "model.lora.target_modules=[q_proj,v_proj]" in words
+    assert "'model.lora.target_modules=[q_proj,v_proj]'" in line
 
 
 @pytest.mark.slow
