@@ -23,6 +23,7 @@ from swarmnode.node import Node, run_id_for, solo_peer_id
 from swarmnode.plan import plan_for_device
 from swarmnode.policy import OutOfMemory, Policy
 from swarmnode.rollout import make_generator
+from swarmnode.rundir import RunDirBusy, locked, node_log
 from swarmnode.swarm.base import SwarmLink
 from swarmnode.swarm.hivemind.addresses import AddressError
 from swarmnode.swarm.hivemind.connect import announce_address, attach, initial_peers_of, start_runtime
@@ -62,6 +63,12 @@ def assemble(
     """
     view = view or LiveView(quiet=True)
     with contextlib.ExitStack() as stack:
+        run_dir = Path(config.node.run_dir)
+        try:
+            stack.enter_context(locked(run_dir))  # first: a second node here changes nothing
+        except RunDirBusy as err:
+            raise AssemblyError(str(err), 1) from None
+        stack.enter_context(node_log(run_dir))
         if config.node.memory_check and policy is None:
             config = _plan_memory(config, view)
         task, ood_eval = _task(config)
@@ -80,7 +87,10 @@ def assemble(
         node = Node(config, policy, generator, task, link, view=view, ood_eval=ood_eval, ledger=ledger, run_id=run_id)
         stack.callback(node.close)
         if _guard(node.maybe_resume, ValueError, OSError):
-            view.say(f"resumed from {node.checkpoint_dir} at round {node.next_round}")
+            view.say(
+                f"resumed from {node.checkpoint_dir}: {node.next_round} round(s) done "
+                f"(checkpoint of {node.resumed_at}), going on with round {node.next_round + 1}"
+            )
         view.say(
             f"node {node.peer_id} | model {policy.name} ({policy.num_params / 1e6:.2f} M params, "
             f"{'LoRA r=' + str(policy.lora_rank) if policy.lora_rank else 'full'}) | "
@@ -177,7 +187,10 @@ def _start_swarm(config: Config, view: LiveView, config_path: Path | None) -> Sw
     if not initial_peers and maddrs:
         public = [m for m in maddrs if "/127.0.0.1/" not in m] or maddrs
         config_flag = f"--config {config_path} " if config_path else ""
-        view.say(f"others join with:\n  swarmnode join {config_flag}--initial-peers {public[0]}")
+        view.say(
+            f"others join with:\n  swarmnode join {config_flag}--initial-peers {public[0]}\n"
+            "  (on this machine, each node also needs its own --run-dir)"
+        )
     return runtime
 
 

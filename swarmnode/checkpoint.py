@@ -52,6 +52,16 @@ def save_checkpoint(policy: Policy, directory: Path, round_: int, extra: dict | 
     shutil.rmtree(old, ignore_errors=True)
 
 
+def checkpoint_present(directory: Path) -> bool:
+    """Whether `directory` holds a checkpoint; a kill between the two renames of
+    save_checkpoint leaves only `<directory>.old`, which is then put back."""
+    old = directory.with_name(directory.name + ".old")
+    if not (directory / "meta.json").exists() and (old / "meta.json").exists():
+        shutil.rmtree(directory, ignore_errors=True)
+        old.rename(directory)
+    return (directory / "meta.json").exists()
+
+
 def load_checkpoint(policy: Policy, directory: Path) -> dict:
     """Restore weights, optimiser and RNG into `policy`; returns the checkpoint's metadata."""
     meta = json.loads((directory / "meta.json").read_text())

@@ -182,7 +182,10 @@ class NodeSettings(_Section):
     )
     eval_every: int = Field(0, ge=0, description="0 = only before and after")
     eval_size: int = Field(200, ge=1)
-    checkpoint_every: int = Field(25, ge=0, description="0 = only at the end")
+    checkpoint_every: int = Field(25, ge=0, description="rounds between checkpoints; 0 = by time and at the end only")
+    checkpoint_every_s: float = Field(
+        300.0, ge=0, description="also checkpoint once this many seconds passed since the last one; 0 = off"
+    )
     resume: bool = True
     health_port: int = Field(0, ge=0, le=65535, description="serve GET /health on this port; 0 = off")
     health_host: str = Field("127.0.0.1", description="where /health listens (the container itself)")
@@ -228,11 +231,11 @@ class SwarmSettings(_Section):
     heartbeat_interval_s: float = Field(5.0, gt=0)
     stale_after_s: float = Field(20.0, gt=0, description="a peer silent this long is not waited for")
     poll_interval_s: float = Field(
-        0.25, gt=0, description="how often peers whose samples proved useful are asked directly for a newer batch"
+        0.25, gt=0, description="how often peers with a delivery record are asked directly for a newer batch "
+        "(those not proven useful two a poll, in turn)"
     )
     discovery_interval_s: float = Field(
-        2.0, gt=0, description="how often the DHT is read for other peers' manifests (every poll until one "
-        "delivered), and peers that delivered but are not proven useful are asked directly"
+        2.0, gt=0, description="how often the DHT is read for other peers' manifests (every poll until one delivered)"
     )
     max_pull_peers: int = Field(
         16, ge=1, description="peers asked directly for new batches (those with a delivery record, most useful first)"

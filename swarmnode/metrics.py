@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,9 @@ from typing import Any
 from rich.console import Console
 
 from swarmnode.records import RoundRecord, finite_or_none, is_eval, is_round
+from swarmnode.rundir import VIEW_LOGGER
+
+_file_log = logging.getLogger(VIEW_LOGGER)  # <run-dir>/node.log while a node runs (swarmnode.rundir)
 
 
 class MetricsLog:
@@ -56,22 +60,23 @@ class LiveView:
         self.quiet = quiet
 
     def round(self, m: RoundRecord, total_rounds: int) -> None:
-        if self.quiet:
-            return
-        self.console.print(
-            f"[cyan]round {m.round + 1}/{total_rounds}[/] reward {m.reward_mean:.3f} "
-            f"own {m.own_samples} peer {m.peer_samples} filtered {m.filtered} "
-            f"w {m.weight_mean:.3f}/{m.weight_max:.2f} "
-            f"{m.timings.get('round_s', 0.0):.2f}s",
-            highlight=False,
+        head = f"round {m.round + 1}/{total_rounds}"
+        rest = (
+            f"reward {m.reward_mean:.3f} own {m.own_samples} peer {m.peer_samples} filtered {m.filtered} "
+            f"w {m.weight_mean:.3f}/{m.weight_max:.2f} {m.timings.get('round_s', 0.0):.2f}s"
         )
+        _file_log.info(f"{head} {rest}")
+        if not self.quiet:
+            self.console.print(f"[cyan]{head}[/] {rest}", highlight=False)
 
     def note(self, text: str) -> None:
+        _file_log.info(text)
         if not self.quiet:
             self.console.print(text, highlight=False)
 
     def say(self, text: str) -> None:
         """Start-up messages (addresses, the join command): shown even when quiet."""
+        _file_log.info(text)
         self.console.print(text, highlight=False, soft_wrap=True)
 
     @contextlib.contextmanager

@@ -22,13 +22,13 @@ import numpy as np
 
 from swarmnode import wire
 from swarmnode.batches import assigned_prompt_ids, batch_split
-from swarmnode.checkpoint import load_checkpoint, save_checkpoint
+from swarmnode.checkpoint import checkpoint_present, load_checkpoint, save_checkpoint
 from swarmnode.config import Config
 from swarmnode.evaluation import Evaluator
 from swarmnode.intake import Intake, Taken
 from swarmnode.metrics import LiveView, MetricsLog
 from swarmnode.policy import OutOfMemory, Policy, StepResult
-from swarmnode.records import EvalRecord, NodeStatus, RoundRecord, run_id
+from swarmnode.records import EvalRecord, NodeStatus, RoundRecord, StartRecord, run_id
 from swarmnode.rollout.base import Completion, Generator
 from swarmnode.samples import OWN, Sample, ScoredGroup, score_group, train_samples
 from swarmnode.swarm.base import SwarmLink
@@ -99,6 +99,8 @@ class Node:
         self.started_at = time.time()
         self.last_progress = time.monotonic()  # a round or an eval finished; read by /health
         self.next_round = 0
+        self.resumed_at: str | None = None  # when the checkpoint resumed from was written
+        self._saved_at = time.monotonic()  # the last checkpoint, or the start
 
     # -- one round -------------------------------------------------------------------------
 
@@ -214,15 +216,27 @@ class Node:
 
     def save(self, last_round: int) -> None:
         save_checkpoint(
-            self.policy, self.checkpoint_dir, last_round, {"run_id": self.run_id, "peer_id": self.peer_id}
+            self.policy, self.checkpoint_dir, last_round,
+            {"run_id": self.run_id, "peer_id": self.peer_id, "time": round(time.time(), 3)},
         )
         self.next_round = last_round + 1
+        self._saved_at = time.monotonic()
+
+    def _checkpoint_due(self, round_: int) -> bool:
+        """Every `node.checkpoint_every` rounds, and whenever `node.checkpoint_every_s` passed
+        since the last one (slow rounds on a big model lose minutes, not hours, to a kill)."""
+        cfg = self.config.node
+        by_rounds = bool(cfg.checkpoint_every) and (round_ + 1) % cfg.checkpoint_every == 0
+        by_time = bool(cfg.checkpoint_every_s) and time.monotonic() - self._saved_at >= cfg.checkpoint_every_s
+        return by_rounds or by_time
 
     def maybe_resume(self) -> bool:
         """Continue from the run dir's checkpoint when there is one (and resume is on)."""
-        if not (self.config.node.resume and (self.checkpoint_dir / "meta.json").exists()):
+        if not (self.config.node.resume and checkpoint_present(self.checkpoint_dir)):
             return False
         meta = load_checkpoint(self.policy, self.checkpoint_dir)
+        saved = meta.get("time")
+        self.resumed_at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(saved)) if saved else "unknown time"
         if meta.get("run_id") != self.run_id:
             raise ValueError(
                 f"{self.checkpoint_dir} belongs to run {meta.get('run_id')}, not {self.run_id}: "
@@ -238,6 +252,8 @@ class Node:
         total = self.config.node.rounds if rounds is None else rounds
         cfg = self.config.node
         summary: dict[str, Any] = {"eval_before": None, "eval_after": None}
+        self.metrics.write(StartRecord(next_round=self.next_round, peer_id=self.peer_id).to_json())
+        self._saved_at = time.monotonic()
         if self.next_round == 0:
             before = self._evaluate_all(-1, "before")
             summary["eval_before"], summary["ood_before"] = before.eval_acc, before.ood_acc
@@ -256,7 +272,7 @@ class Node:
                 self.view.round(record, total)
                 if cfg.eval_every and (round_ + 1) % cfg.eval_every == 0 and round_ + 1 < total:
                     self.view.note(f"eval after round {round_ + 1}: {self._evaluate_all(round_, 'during').eval_acc:.3f}")
-                if cfg.checkpoint_every and (round_ + 1) % cfg.checkpoint_every == 0:
+                if self._checkpoint_due(round_):
                     self.save(round_)
                 round_ += 1
         except KeyboardInterrupt:

@@ -163,6 +163,20 @@ class EvalRecord:
         return asdict(self)
 
 
+@dataclass
+class StartRecord:
+    """A node (re)started on this run dir: after a resume, the rounds from `next_round` on
+    are run again, so lines of a round repeated after a kill are superseded by later ones."""
+
+    next_round: int  # 0 for a fresh start, else the round the checkpoint resumes at
+    peer_id: str
+
+    kind: Literal["start"] = "start"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 def is_round(line: dict[str, Any]) -> bool:
     return line.get("kind") == "round"
 

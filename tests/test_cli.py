@@ -1,3 +1,4 @@
+import json
 import re
 import subprocess
 import sys
@@ -118,11 +119,15 @@ def test_join_runs_the_tiny_default_end_to_end(tmp_path):
     assert "eval after training" in done.stderr
     assert (run_dir / "checkpoint" / "meta.json").exists()
     assert "started a new swarm" in done.stderr and "others join with" in done.stderr
-    assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 5  # eval, 3 rounds, eval
+    assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 6  # start, eval, 3 rounds, eval
+    log = (run_dir / "node.log").read_text()
+    assert "started a new swarm" in log and "round 3/3" in log and "eval after training" in log
     again = subprocess.run(
         cmd[:-4] + ["--rounds", "4", "--run-dir", str(run_dir)], capture_output=True, text=True, timeout=600
     )
-    assert again.returncode == 0 and "resumed" in again.stderr
+    assert again.returncode == 0 and "resumed" in again.stderr and "3 round(s) done" in again.stderr
+    starts = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if '"start"' in line]
+    assert [s["next_round"] for s in starts] == [0, 3], "the restart marks itself"
 
 
 def test_no_pickle_anywhere():

@@ -208,6 +208,26 @@ def test_checkpoint_resume_continues_where_it_stopped(tmp_path, make_policy):
     assert rounds == [0, 1, 2]
 
 
+def test_checkpoints_come_by_time_as_well_as_by_rounds(tmp_path, make_policy):
+    node = _node(tmp_path, make_policy, "solo", sets={"node.checkpoint_every": 0, "node.checkpoint_every_s": 60})
+    assert not node._checkpoint_due(0)
+    node._saved_at -= 61  # a minute of slow rounds since the last checkpoint
+    assert node._checkpoint_due(0)
+    node.save(0)
+    assert not node._checkpoint_due(1), "the clock starts again at each checkpoint"
+    node.close()
+
+
+def test_a_kill_between_the_renames_of_a_checkpoint_loses_nothing(tmp_path, make_policy):
+    node = _node(tmp_path, make_policy, "solo")
+    node.run(rounds=2)
+    node.close()
+    node.checkpoint_dir.rename(node.checkpoint_dir.with_name("checkpoint.old"))  # what such a kill leaves
+    again = _node(tmp_path, make_policy, "solo")
+    assert again.maybe_resume() and again.next_round == 2 and again.resumed_at not in (None, "unknown time")
+    again.close()
+
+
 def test_resume_refuses_a_checkpoint_of_another_model(tmp_path, make_policy):
     node = _node(tmp_path, make_policy, "solo", lora_rank=0)
     node.run(rounds=1)
@@ -239,10 +259,12 @@ def test_round_metrics_are_logged_as_json_lines(tmp_path, make_policy):
         "train_s",
         "round_s",
     }
-    assert eval_lines(lines, "before") == [lines[0]] and lines[0]["eval_acc"] == summary["eval_before"]
-    assert expected <= set(lines[1]) and round_lines(lines) == lines[1:3]
+    assert lines[0]["kind"] == "start" and lines[0]["next_round"] == 0, "a (re)start marks itself"
+    assert eval_lines(lines, "before") == [lines[1]] and lines[1]["eval_acc"] == summary["eval_before"]
+    assert expected <= set(lines[2]) and round_lines(lines) == lines[2:4]
     assert eval_lines(lines, "after") == [lines[-1]] and lines[-1]["eval_acc"] == summary["eval_after"]
-    assert np.isclose(lines[1]["weight_mean"], 1.0, atol=1e-3)  # solo: all on-policy
+    assert np.isclose(lines[2]["weight_mean"], 1.0, atol=1e-3)  # solo: all on-policy
+    assert all(isinstance(line["time"], float) for line in lines), "every line carries the wall-clock time"
 
 
 def test_ood_evaluation_is_scored_with_math_verify(tmp_path, make_policy):

@@ -7,6 +7,7 @@ import os
 import stat
 import struct
 import time
+from collections import Counter
 
 import msgpack
 import pytest
@@ -20,7 +21,7 @@ from swarmnode.swarm.hivemind import dht as records
 from swarmnode.swarm.hivemind import payloads
 from swarmnode.swarm.hivemind.connect import attach
 from swarmnode.swarm.hivemind.dht import HEARTBEAT_KEY, Manifest, manifest_key, pack, payload_digest
-from swarmnode.swarm.hivemind.exchange import choose_downloads
+from swarmnode.swarm.hivemind.exchange import choose_downloads, direct_pulls
 from swarmnode.swarm.hivemind.identity import ensure_identity, load_signing_key
 from swarmnode.swarm.hivemind.payloads import MAX_STREAMS_PER_PEER, PAYLOAD_PROTOCOL, fetch_payload
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
@@ -237,34 +238,20 @@ def test_peers_with_a_delivery_record_are_pulled_directly_while_the_dht_hangs(st
     assert ex_a.gather(timeout_s=1, wait_for={b.peer_id}) == [], "nothing newer: nothing handed out twice"
 
 
-def test_peers_not_proven_useful_are_asked_only_once_a_discovery_interval(start_runtime):
-    """Identities that deliver junk cost few requests: a known peer whose samples were useless
-    so far is asked directly once a discovery interval (2 s), a useful one every poll (0.25 s)."""
-    honest = start_runtime("honest")
-    peer = start_runtime("peer", honest.visible_maddrs())
-    ledger = PeerLedger()
-    ledger.delivered(peer.peer_id)
-    ledger.screened(peer.peer_id, offered=8, useful=0)  # its batch taught nothing
-    asked: list[float] = []
-
-    async def nothing_newer(info, reader, writer):
-        (length,) = struct.unpack(">I", await reader.readexactly(4))
-        if "after" in msgpack.unpackb(await reader.readexactly(length)):
-            asked.append(time.monotonic())
-        writer.write(struct.pack(">BQQ", payloads.NOTHING_NEWER, 0, 0))
-        await writer.drain()
-        writer.close()
-
-    peer.call(peer.p2p.add_binary_stream_handler(PAYLOAD_PROTOCOL, nothing_newer), timeout=10)
-    _link(honest, ledger=ledger)
-    time.sleep(4.5)
-    useless = len(asked)
-    assert 1 <= useless <= 4, asked  # every 2 s, give or take the first poll
-    ledger.screened(peer.peer_id, offered=8, useful=8)  # now it proved useful
-    time.sleep(0.5)
-    before = len(asked)
-    time.sleep(2.0)
-    assert len(asked) - before >= 5, "a useful peer is asked every poll"
+def test_peers_not_proven_useful_are_asked_a_few_a_poll_in_turn():
+    """Identities that deliver junk cost few requests: every useful peer is asked each poll,
+    the rest two a poll in turn, so each of sixteen is still asked every eighth poll, and one
+    or two (an honest peer whose batch taught nothing) every poll."""
+    junk = [f"junk{i}" for i in range(16)]
+    standing = {"useful": 0.4, "new": None, **dict.fromkeys(junk, 0.0)}
+    pull_set = ["useful", "new", *junk]
+    asked = Counter()
+    for poll in range(17 * 8):
+        chosen = direct_pulls(pull_set, standing, poll)
+        assert "useful" in chosen and len(chosen) == 1 + 2
+        asked.update(chosen)
+    assert asked["useful"] == 17 * 8 and {asked[p] for p in ["new", *junk]} == {16}
+    assert direct_pulls(["useful", "new", "junk0"], standing, 5) == ["useful", "new", "junk0"]
 
 
 def test_publishing_never_waits_on_a_dht_store_and_the_newest_manifest_wins(start_runtime, monkeypatch):

@@ -41,6 +41,7 @@ STORE_TIMEOUT_S = 10.0  # one store of our manifest, in the background
 GATHER_GRACE_S = 30.0  # how long past its deadline a gather may run before the node goes on without it
 UNEARNED_PAYLOADS_IN_FLIGHT = 2  # strangers' downloads at once, in promised bytes, as max-size payloads
 DIRECT = -1  # the round of a direct pull's key while it runs (the answer names the round)
+UNPROVEN_PER_POLL = 2  # peers not proven useful asked directly each poll, in turn
 
 Key = tuple[str, int]  # (peer, its round)
 
@@ -74,6 +75,7 @@ class HivemindExchange:
         self._arrival = asyncio.Event()  # set when a download completes (used on the swarm loop only)
         self._unannounced: Manifest | None = None  # our newest manifest, not yet stored
         self._announcer: asyncio.Task | None = None  # the background store of our manifests
+        self._polls = 0  # polls so far: whose turn it is among the peers not proven useful
         runtime.call(self.server.register(runtime.p2p), timeout=10)
         self._poller = runtime.call(_spawn(self._poll_forever()), timeout=10)
 
@@ -225,18 +227,16 @@ class HivemindExchange:
                 self._handed_out(*key)  # unreachable: stop asking for this round, without blaming it
 
     async def _poll_forever(self) -> None:
-        """In the background of the node's rounds, every poll interval: ask the useful peers we
-        pull from directly for anything newer (no DHT), and every `swarm.discovery_interval_s`
-        (every poll until someone delivered) the rest of the pull set, and look in the DHT for
-        manifests of other peers. A round
+        """In the background of the node's rounds, every poll interval: ask the peers we pull
+        from directly for anything newer (no DHT), and every `swarm.discovery_interval_s` (every
+        poll until someone delivered) look in the DHT for manifests of other peers. A round
         never waits on a DHT lookup, and a lookup slowed by dead or slow DHT nodes costs the
         exchange between known peers nothing."""
         next_lookup = 0.0
         while True:
             try:
-                due = time.monotonic() >= next_lookup or not self.ledger.ever_delivered
-                self._pull_known(everyone=due)
-                if due:
+                self._pull_known()
+                if time.monotonic() >= next_lookup or not self.ledger.ever_delivered:
                     next_lookup = time.monotonic() + self.settings.discovery_interval_s
                     self._start_fetches(await self._new_manifests())
             except Exception as err:  # keep polling through anything one lookup does
@@ -254,14 +254,15 @@ class HivemindExchange:
         known.sort(key=lambda peer: -(self.ledger.standing(peer) or 0.0))
         return known[: self.settings.max_pull_peers]
 
-    def _pull_known(self, everyone: bool) -> None:
-        """Ask the pull set for anything newer: peers whose samples proved useful every poll,
-        the others (not yet screened, or useless so far) only when `everyone`, once a discovery
-        interval, so identities that deliver junk cost few requests and an honest peer whose
-        batch happened to teach nothing is still heard within seconds."""
+    def _pull_known(self) -> None:
+        """Ask the pull set for anything newer (`direct_pulls`: the useful every poll, the
+        others a few a poll in turn)."""
         busy = {peer for peer, _ in self._inflight}
-        for peer in self.pull_set():
-            if peer in busy or not (everyone or (self.ledger.standing(peer) or 0.0) > 0):
+        standing = {peer: self.ledger.standing(peer) for peer in self.pull_set()}
+        chosen = direct_pulls(list(standing), standing, self._polls)
+        self._polls += 1
+        for peer in chosen:
+            if peer in busy:
                 continue
             after = max([self._newest.get(peer, -1), *(r for p, r in self._ready if p == peer)])
             key = (peer, DIRECT)
@@ -321,6 +322,23 @@ class HivemindExchange:
             task.cancel()
         self._inflight.clear()
         self._inflight_bytes.clear()
+
+
+def direct_pulls(
+    pull_set: list[str], standing: dict[str, float | None], poll: int, others_per_poll: int = UNPROVEN_PER_POLL
+) -> list[str]:
+    """Whom to ask directly at poll number `poll`: every peer whose samples proved useful
+    (standing > 0), and `others_per_poll` of the rest (new, or useless so far) in turn. A few
+    such peers are each asked every poll (an honest peer whose batch happened to teach nothing
+    is still heard at once); sixteen identities delivering junk cost two requests a poll, not
+    sixteen, and each of them is asked every eighth poll."""
+    proven = [peer for peer in pull_set if (standing.get(peer) or 0.0) > 0]
+    others = [peer for peer in pull_set if (standing.get(peer) or 0.0) <= 0]
+    if len(others) <= others_per_poll:
+        return proven + others
+    start = (poll * others_per_poll) % len(others)
+    turn = [others[(start + i) % len(others)] for i in range(others_per_poll)]
+    return proven + turn
 
 
 def choose_downloads(
