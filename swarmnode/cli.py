@@ -180,8 +180,8 @@ def join(
         summary = assemble.run(config, LiveView(console, quiet=quiet), config_path)
     except assemble.AssemblyError as err:
         raise _fail(str(err), err.exit_code) from None
-    except KeyboardInterrupt:
-        raise _fail(f"interrupted; checkpoint in {Path(config.node.run_dir) / 'checkpoint'}", 130) from None
+    except KeyboardInterrupt:  # the node said what it saved
+        raise typer.Exit(130) from None
     table = Table(title="swarmnode: run finished")
     table.add_column("metric")
     table.add_column("value", justify="right")

@@ -276,9 +276,13 @@ class Node:
                     self.save(round_)
                 round_ += 1
         except KeyboardInterrupt:
-            self.view.note("interrupted: writing a checkpoint before exiting")
             if last_done >= 0:
+                self.view.say(
+                    f"stopping: checkpoint of round {last_done + 1} in {self.checkpoint_dir}; the same command resumes"
+                )
                 self.save(last_done)
+            else:
+                self.view.say("stopping before the first round finished: nothing to checkpoint")
             raise
         except OutOfMemory:
             if last_done >= 0:

@@ -394,3 +394,10 @@ def test_any_one_listed_bootstrap_peer_is_enough_and_losing_it_ends_nothing(star
     ex_b.publish(1, b"after", 1)
     got = ex_c.gather(timeout_s=30, wait_for={b.peer_id})
     assert [i.payload for i in got] == [b"after"], "b and c exchange without the bootstrap node"
+
+
+def test_an_identity_in_use_says_to_give_each_node_its_own_run_dir():
+    runtime = SwarmRuntime.__new__(SwarmRuntime)  # only the message: no daemon
+    runtime.initial_peers = ["/ip4/127.0.0.1/tcp/1/p2p/QmPeer"]
+    hint = runtime._hint("Identity QmX is already taken by another peer")
+    assert "own --run-dir" in hint and "firewall" not in hint

@@ -9,10 +9,11 @@ the payload handlers share the DHT's daemon. The round loop calls the blocking m
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import tempfile
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -33,6 +34,27 @@ T = TypeVar("T")
 
 class SwarmError(RuntimeError):
     """The swarm could not be started or reached; the message says what to check."""
+
+
+@contextlib.contextmanager
+def _daemon_in_its_own_session() -> Iterator[None]:
+    """Start hivemind's p2p daemon in a session of its own. Ctrl-C in a terminal signals the
+    whole foreground process group: the daemon would close at once, and the node's last
+    heartbeat and clean shutdown would meet a dead daemon (11 s of timeouts and tracebacks).
+    In its own session the daemon is stopped by the node, after its farewell; it still ends
+    with the node on kill -9 (it exits when its parent's pipes close). hivemind spawns it with
+    asyncio's create_subprocess_exec and exposes no option for this, hence the wrapper, held
+    only while P2P.create runs on the swarm loop."""
+    spawn = asyncio.subprocess.create_subprocess_exec
+
+    async def in_own_session(*args: Any, **kwargs: Any) -> asyncio.subprocess.Process:
+        return await spawn(*args, start_new_session=True, **kwargs)
+
+    asyncio.subprocess.create_subprocess_exec = in_own_session
+    try:
+        yield
+    finally:
+        asyncio.subprocess.create_subprocess_exec = spawn
 
 
 class SwarmRuntime:
@@ -84,17 +106,8 @@ class SwarmRuntime:
 
     async def _start(self) -> None:
         s = self.settings
-        self.p2p = await P2P.create(
-            initial_peers=self.initial_peers or None,
-            host_maddrs=s.host_maddrs,
-            announce_maddrs=s.announce_maddrs or None,
-            identity_path=str(self.identity_path) if self.identity_path else None,
-            startup_timeout=s.startup_timeout_s,
-            dht_mode="client" if self.client_mode else "server",
-            use_auto_relay=s.auto_relay and not self.client_mode,
-            trusted_relays=s.relays or None,
-            force_reachability=None if self.client_mode else forced_reachability(s),
-        )
+        with _daemon_in_its_own_session():
+            self.p2p = await self._create_p2p(s)
         self.peer_id = self.p2p.peer_id.to_base58()
         self.dht = await DHTNode.create(
             p2p=self.p2p,
@@ -105,8 +118,26 @@ class SwarmRuntime:
             cache_locally=True,
         )
 
+    async def _create_p2p(self, s: SwarmSettings) -> P2P:
+        return await P2P.create(
+            initial_peers=self.initial_peers or None,
+            host_maddrs=s.host_maddrs,
+            announce_maddrs=s.announce_maddrs or None,
+            identity_path=str(self.identity_path) if self.identity_path else None,
+            startup_timeout=s.startup_timeout_s,
+            dht_mode="client" if self.client_mode else "server",
+            use_auto_relay=s.auto_relay and not self.client_mode,
+            trusted_relays=s.relays or None,
+            force_reachability=None if self.client_mode else forced_reachability(s),
+        )
+
     def _hint(self, reason: str) -> str:
         peers = self.initial_peers
+        if "already taken" in reason:  # hivemind's check that no running peer has our key
+            return (
+                f"{reason}: another running node uses this identity key (a copied run dir, or "
+                "--identity shared). Give each node its own --run-dir (or --identity)"
+            )
         if peers:
             return (
                 f"could not join the swarm through {', '.join(peers)}: {reason}. Check that a node is "
