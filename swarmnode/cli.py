@@ -252,27 +252,41 @@ def status(
     initial_peers_from: Annotated[
         Path | None, typer.Option("--initial-peers-from", help="a node's <run-dir>/swarm.json or a bootstrap list")
     ] = None,
+    run_dir: Annotated[
+        Path | None,
+        typer.Option(help="a local node's run dir: reach the swarm through its swarm.json (default: the current dir)"),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
+    wide: Annotated[bool, typer.Option("--wide", help="every column (the default fits 80 characters)")] = False,
     watch: Annotated[
         float, typer.Option(help="refresh every this many seconds (0 = print once)", min=0)
     ] = 0.0,
-    stale_after: Annotated[float, typer.Option(help="seconds without a heartbeat before 'stale'")] = 20.0,
+    stale_after: Annotated[
+        float | None, typer.Option(help="seconds without a heartbeat before 'stale' (default swarm.stale_after_s)")
+    ] = None,
     timeout: Annotated[float, typer.Option(help="seconds to reach the swarm")] = 30.0,
 ) -> None:
-    """List the swarm's peers from their heartbeats (joins as a DHT client, stores nothing)."""
+    """List the swarm's peers from their heartbeats (joins as a DHT client, stores nothing).
+    Run in a node's run dir (or with --run-dir) it needs no address."""
     from rich.live import Live
 
+    from swarmnode.config import SwarmSettings
     from swarmnode.status import render_table, to_json
     from swarmnode.swarm.hivemind.addresses import AddressError, check_multiaddr
     from swarmnode.swarm.hivemind.runtime import SwarmError
     from swarmnode.swarm.hivemind.status import open_status_client, read_heartbeats
 
     logging.basicConfig(level=logging.WARNING, handlers=[RichHandler(console=console, show_path=False)])
+    stale_after = SwarmSettings().stale_after_s if stale_after is None else stale_after
     initial_peers = list(initial_peers or [])
-    if initial_peers_from:
-        initial_peers += _peers_from_file(initial_peers_from, timeout)
+    local = local_swarm_file(run_dir)
+    if initial_peers_from or (local and not initial_peers):
+        initial_peers += _peers_from_file(initial_peers_from or local, timeout)
     if not initial_peers:
-        raise _fail("give --initial-peers MADDR (any node's address) or --initial-peers-from swarm.json")
+        raise _fail(
+            "give --initial-peers MADDR (any node's address), --initial-peers-from swarm.json, or run it in "
+            "(or give --run-dir) a running node's run dir"
+        )
     try:
         for maddr in initial_peers:
             check_multiaddr(maddr, "--initial-peers", needs_peer_id=True)
@@ -290,13 +304,13 @@ def status(
                     break
                 time.sleep(watch)
         elif watch:
-            with Live(render_table(read_heartbeats(runtime, stale_after)), console=Console()) as live:
+            with Live(render_table(read_heartbeats(runtime, stale_after), wide), console=Console()) as live:
                 while True:
                     time.sleep(watch)
-                    live.update(render_table(read_heartbeats(runtime, stale_after)))
+                    live.update(render_table(read_heartbeats(runtime, stale_after), wide))
         else:
             rows = read_heartbeats(runtime, stale_after)
-            Console().print(render_table(rows) if rows else "the swarm answered but no node has a heartbeat")
+            Console().print(render_table(rows, wide) if rows else "the swarm answered but no node has a heartbeat")
     except KeyboardInterrupt:
         pass
     except TimeoutError:
@@ -355,6 +369,14 @@ def demo(
 
 def _share(part: int, whole: int) -> str:
     return f"{part} ({part / whole:.0%})" if whole else "0"
+
+
+def local_swarm_file(run_dir: Path | None) -> Path | None:
+    """The swarm.json of a node's run dir: `run_dir`'s, else the current directory's, if there."""
+    path = (run_dir or Path.cwd()) / "swarm.json"
+    if run_dir is not None and not path.exists():
+        raise _fail(f"{path} does not exist: is a node running with --run-dir {run_dir}?")
+    return path if path.exists() else None
 
 
 def _peers_from_file(path: Path, timeout_s: float) -> list[str]:

@@ -6,13 +6,15 @@ import json
 import time
 from typing import Any
 
+from rich import box
 from rich.table import Table
 
-COLUMNS = [  # (title, justify); `filtered_frac` keeps the metric's one name
-    ("peer", "left"), ("run", "left"), ("state", "left"), ("model", "left"), ("params", "right"),
-    ("train", "left"), ("backend", "left"), ("device", "left"), ("round", "right"),
-    ("reward", "right"), ("eval_acc", "right"), ("tok/s", "right"), ("published", "right"),
-    ("consumed", "right"), ("filtered_frac", "right"), ("reach", "left"), ("version", "left"), ("uptime", "right"),
+COLUMNS = [  # (title, justify, in the narrow table); `filtered_frac` keeps the metric's one name
+    ("peer", "left", True), ("run", "left", True), ("state", "left", True), ("model", "left", True),
+    ("params", "right", False), ("train", "left", True), ("backend", "left", False), ("device", "left", False),
+    ("round", "right", True), ("reward", "right", False), ("eval_acc", "right", True), ("tok/s", "right", False),
+    ("published", "right", False), ("consumed", "right", False), ("filtered_frac", "right", False),
+    ("reach", "left", True), ("version", "left", False), ("uptime", "right", False),
 ]
 STATE_COLOURS = {"training": "green", "stale": "yellow", "left": "dim"}
 
@@ -23,32 +25,46 @@ def _fmt(value: Any, spec: str = "") -> str:
     return format(value, spec) if spec else str(value)
 
 
-def render_table(rows: list[dict[str, Any]]) -> Table:
-    table = Table(title=f"swarmnode: {len(rows)} peer(s)", title_justify="left")
-    for column, justify in COLUMNS:
-        table.add_column(column, justify=justify, no_wrap=column in ("peer", "run"))
+def _cells(h: dict[str, Any]) -> dict[str, str]:
+    params, lora, state = h.get("params"), h.get("lora") or 0, h["state"]
+    return {
+        "peer": f"…{h['peer'][-8:]}",
+        "run": h["run"][:8],
+        "state": f"[{STATE_COLOURS.get(state, 'white')}]{state}[/] {h['age_s']:.0f}s",
+        "model": _fmt(h.get("model")),
+        "params": f"{params / 1e6:.2f}M" if isinstance(params, (int, float)) else "-",
+        "train": f"LoRA r={lora}" if lora else "full",
+        "backend": _fmt(h.get("backend")),
+        "device": _fmt(h.get("device")),
+        "round": _fmt(h.get("round")),
+        "reward": _fmt(h.get("reward"), ".3f"),
+        "eval_acc": _fmt(h.get("eval_acc"), ".3f"),
+        "tok/s": _fmt(h.get("tokens_per_s"), ".0f"),
+        "published": _fmt(h.get("published")),
+        "consumed": _fmt(h.get("consumed")),
+        "filtered_frac": _fmt(h.get("filtered_frac"), ".2f"),
+        "reach": _fmt(h.get("reach")),
+        "version": _fmt(h.get("version")),
+        "uptime": f"{h.get('uptime_s', 0) / 60:.1f}m",
+    }
+
+
+def render_table(rows: list[dict[str, Any]], wide: bool = False) -> Table:
+    """The peers as a table: by default the columns that fit 80 characters (peer, state,
+    model, training, round, held-out accuracy, how it is reached), `wide` for every column.
+    One run shows in the title instead of a column."""
+    runs = sorted({h["run"] for h in rows})
+    one_run = len(runs) == 1
+    title = f"swarmnode: {len(rows)} peer(s)" + (f" in run {runs[0][:16]}" if one_run else "")
+    shown = [(name, justify) for name, justify, narrow in COLUMNS
+             if (wide or narrow) and not (name == "run" and one_run and not wide)]
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for column, justify in shown:
+        table.add_column(column, justify=justify, no_wrap=column in ("peer", "run", "state"),
+                         overflow="fold" if column == "model" else "ellipsis")
     for h in rows:
-        params, lora, state = h.get("params"), h.get("lora") or 0, h["state"]
-        table.add_row(
-            f"…{h['peer'][-10:]}",
-            h["run"][:8],
-            f"[{STATE_COLOURS.get(state, 'white')}]{state}[/] ({h['age_s']:.0f}s)",
-            _fmt(h.get("model")),
-            f"{params / 1e6:.2f}M" if isinstance(params, (int, float)) else "-",
-            f"LoRA r={lora}" if lora else "full",
-            _fmt(h.get("backend")),
-            _fmt(h.get("device")),
-            _fmt(h.get("round")),
-            _fmt(h.get("reward"), ".3f"),
-            _fmt(h.get("eval_acc"), ".3f"),
-            _fmt(h.get("tokens_per_s"), ".0f"),
-            _fmt(h.get("published")),
-            _fmt(h.get("consumed")),
-            _fmt(h.get("filtered_frac"), ".2f"),
-            _fmt(h.get("reach")),
-            _fmt(h.get("version")),
-            f"{h.get('uptime_s', 0) / 60:.1f}m",
-        )
+        cells = _cells(h)
+        table.add_row(*(cells[name] for name, _ in shown))
     return table
 
 

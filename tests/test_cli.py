@@ -192,6 +192,9 @@ def test_initial_peers_file_that_never_appears_fails_within_the_timeout(tmp_path
     assert not (tmp_path / "r" / "swarm.json").exists()  # no daemon was started
 
 
-def test_status_without_any_address_says_what_to_give():
+def test_status_without_any_address_says_what_to_give(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # not a run dir
     result = runner.invoke(app, ["status"])
     assert result.exit_code == 2 and "--initial-peers" in " ".join(result.output.split())
+    missing = runner.invoke(app, ["status", "--run-dir", str(tmp_path / "nowhere")])
+    assert missing.exit_code == 2 and "is a node running" in " ".join(missing.output.split())

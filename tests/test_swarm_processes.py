@@ -170,13 +170,21 @@ def test_status_lists_the_three_peers_with_their_models(swarm):
     assert set(peers) == set(expected)
     models = {expected[p].name: (h["model"], h["lora"], h["state"]) for p, h in peers.items()}
     assert models == {"a": ("tiny", 0, "training"), "b": ("tiny", 8, "training"), "c": ("tiny-large", 0, "training")}
-    table = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
-    assert table.returncode == 0 and "tiny-large" in table.stdout and "3 peer(s)" in table.stdout
+    table = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "80"})
+    assert table.returncode == 0 and "3 peer(s)" in table.stdout, table.stderr
+    assert all(len(line) <= 80 for line in table.stdout.splitlines()), table.stdout
+    for shown in ("tiny-large", "LoRA r=8", "eval_acc", "reach", "local", "training"):
+        assert shown in table.stdout, (shown, table.stdout)
+    assert "Checking that identity" not in table.stderr, "no daemon chatter"
     from_file = [sys.executable, "-m", "swarmnode", "status", "--json",
                  "--initial-peers-from", str(nodes["b"].dir / "run" / "swarm.json")]
     done = subprocess.run(from_file, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert {p["peer"] for p in json.loads(done.stdout)["peers"]} == set(expected)
+    in_run_dir = subprocess.run([sys.executable, "-m", "swarmnode", "status", "--json"], capture_output=True,
+                                text=True, timeout=120, cwd=nodes["c"].dir / "run")
+    assert in_run_dir.returncode == 0, in_run_dir.stderr
+    assert {p["peer"] for p in json.loads(in_run_dir.stdout)["peers"]} == set(expected), "no address needed"
 
 
 def test_status_says_clearly_when_the_swarm_cannot_be_reached(swarm):

@@ -7,6 +7,7 @@ the peer marked 'left' as left. Records expire from the DHT a minute after the l
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from hivemind.utils.timed_storage import get_dht_time
@@ -22,13 +23,14 @@ LOOPBACK = ["/ip4/127.0.0.1/tcp/0"]
 def open_status_client(initial_peers: list[str], timeout_s: float) -> SwarmRuntime:
     """A DHT client on a throwaway identity: reads the swarm, stores nothing, listens on
     loopback only. Raises SwarmError when no initial peer answers; the caller shuts it down."""
+    logging.getLogger("hivemind").setLevel(logging.WARNING)  # the daemon's start-up chatter is not status
     settings = SwarmSettings(initial_peers=initial_peers, host_maddrs=LOOPBACK, startup_timeout_s=timeout_s)
     runtime = SwarmRuntime(settings, client_mode=True)
     runtime.start()
     return runtime
 
 
-def read_heartbeats(runtime: SwarmRuntime, stale_after_s: float = 20.0) -> list[dict[str, Any]]:
+def read_heartbeats(runtime: SwarmRuntime, stale_after_s: float) -> list[dict[str, Any]]:
     """Every valid heartbeat as a row, with 'age_s' and the shown 'state' (training, stale, left)."""
     rows = []
     for subkey, raw in runtime.get_subkeys(HEARTBEAT_KEY, timeout=30).items():
