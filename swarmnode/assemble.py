@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from swarmnode.config import Config
+from swarmnode.exporter import metrics_page
 from swarmnode.health import HealthServer
 from swarmnode.memory import GIB, check_fits
 from swarmnode.metrics import LiveView
@@ -211,6 +212,6 @@ def _link(
 def _serve_health(config: Config, node: Node) -> HealthServer:
     host, port = config.node.health_host, config.node.health_port
     try:
-        return HealthServer(host, port, node.health)
+        return HealthServer(host, port, node.health, metrics=metrics_page(node.snapshot))
     except OSError as err:
         raise AssemblyError(f"cannot serve /health on {host}:{port}: {err}") from None

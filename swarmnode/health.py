@@ -16,14 +16,29 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+
 
 class HealthServer:
-    """Serves `state()` as JSON on /health; 200 when state()['alive'], else 503."""
+    """Serves `state()` as JSON on /health (200 when state()['alive'], else 503) and, when
+    given, `metrics()` on /metrics for Prometheus."""
 
-    def __init__(self, host: str, port: int, state: Callable[[], dict[str, Any]]) -> None:
+    def __init__(
+        self, host: str, port: int, state: Callable[[], dict[str, Any]],
+        metrics: Callable[[], bytes] | None = None,
+    ) -> None:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-                if self.path.rstrip("/") != "/health":
+                path = self.path.rstrip("/")
+                if path == "/metrics" and metrics is not None:
+                    page = metrics()
+                    self.send_response(200)
+                    self.send_header("Content-Type", PROMETHEUS_TEXT)
+                    self.send_header("Content-Length", str(len(page)))
+                    self.end_headers()
+                    self.wfile.write(page)
+                    return
+                if path != "/health":
                     self.send_error(404)
                     return
                 body = state()

@@ -328,6 +328,14 @@ class Node:
             "uptime_s": round(time.time() - self.started_at, 1),
         }
 
+    def snapshot(self) -> dict[str, Any]:
+        """What /metrics reports (swarmnode.exporter): the last round, the last evaluation and
+        the running totals."""
+        return {
+            "last_round": self.last_record, "eval_acc": self.last_eval,
+            "published": self.published, "consumed": self.consumed, "rejected": self.ledger.total,
+        }
+
     def status(self, round_: int) -> NodeStatus:
         """What this node's heartbeat tells `swarmnode status`."""
         last = self.last_record

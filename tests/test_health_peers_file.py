@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 import pytest
 
@@ -32,6 +33,16 @@ def test_health_answers_200_when_alive_and_503_when_stalled():
         server.close()
     healthy, said = ask("127.0.0.1", server.port, 2)
     assert not healthy and "no answer" in said
+
+
+def test_metrics_are_served_beside_health_in_prometheus_text():
+    server = HealthServer("127.0.0.1", 0, lambda: {"alive": True}, metrics=lambda: b"swarmnode_round 7.0\n")
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=5) as response:
+            assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+            assert response.read() == b"swarmnode_round 7.0\n"
+    finally:
+        server.close()
 
 
 def test_peers_file_waits_then_drops_loopback(tmp_path):

@@ -3,10 +3,12 @@ import json
 import numpy as np
 import pytest
 import torch
+from prometheus_client.parser import text_string_to_metric_families
 
 from swarmnode import wire
 from swarmnode.batches import assigned_prompt_ids, batch_split
 from swarmnode.config import load_config
+from swarmnode.exporter import metrics_page
 from swarmnode.metrics import eval_lines, read_metrics, round_lines
 from swarmnode.node import Node, run_id_for
 from swarmnode.policy import OutOfMemory
@@ -265,6 +267,18 @@ def test_round_metrics_are_logged_as_json_lines(tmp_path, make_policy):
     assert eval_lines(lines, "after") == [lines[-1]] and lines[-1]["eval_acc"] == summary["eval_after"]
     assert np.isclose(lines[2]["weight_mean"], 1.0, atol=1e-3)  # solo: all on-policy
     assert all(isinstance(line["time"], float) for line in lines), "every line carries the wall-clock time"
+
+
+def test_prometheus_metrics_report_the_last_round_and_the_totals(tmp_path, make_policy):
+    node = _node(tmp_path, make_policy, "solo")
+    node.run(rounds=2)
+    node.close()
+    families = {f.name: f for f in text_string_to_metric_families(metrics_page(node.snapshot)().decode())}
+    value = {name: family.samples[0].value for name, family in families.items()}
+    assert value["swarmnode_round"] == 1 and value["swarmnode_own_samples"] == node.last_record.own_samples
+    assert value["swarmnode_published"] == node.published > 0, "a counter of what was published"
+    assert value["swarmnode_eval_acc"] == node.last_eval
+    assert families["swarmnode_published"].type == "counter" and families["swarmnode_round"].type == "gauge"
 
 
 def test_ood_evaluation_is_scored_with_math_verify(tmp_path, make_policy):

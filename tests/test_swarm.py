@@ -8,6 +8,7 @@ import stat
 import struct
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 
 import msgpack
 import pytest
@@ -401,3 +402,21 @@ def test_an_identity_in_use_says_to_give_each_node_its_own_run_dir():
     runtime.initial_peers = ["/ip4/127.0.0.1/tcp/1/p2p/QmPeer"]
     hint = runtime._hint("Identity QmX is already taken by another peer")
     assert "own --run-dir" in hint and "firewall" not in hint
+
+
+def test_daemons_started_at_once_each_get_a_session_of_their_own(start_runtime):
+    """Ctrl-C to a node's process group must not reach its daemon before the farewell; many
+    runtimes starting at once in one process (the bench's identities) must all start."""
+    with ThreadPoolExecutor(max_workers=4) as starting:
+        runtimes = list(starting.map(start_runtime, ["r0", "r1", "r2", "r3"]))
+    for runtime in runtimes:
+        daemon = runtime.p2p._child.pid  # hivemind's handle on the p2pd process
+        assert os.getsid(daemon) == daemon != os.getsid(0), "the daemon leads a session of its own"
+    assert not asyncio.run(_session_of_a_plain_spawn()), "other spawns are untouched"
+
+
+async def _session_of_a_plain_spawn() -> bool:
+    child = await asyncio.subprocess.create_subprocess_exec("sleep", "0")
+    own = os.getsid(child.pid) == child.pid
+    await child.wait()
+    return own

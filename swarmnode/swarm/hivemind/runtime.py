@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import tempfile
 import threading
@@ -36,6 +37,10 @@ class SwarmError(RuntimeError):
     """The swarm could not be started or reached; the message says what to check."""
 
 
+_DAEMON_OWN_SESSION = contextvars.ContextVar("swarmnode_daemon_own_session", default=False)
+_SPAWN_LOCK = threading.Lock()
+
+
 @contextlib.contextmanager
 def _daemon_in_its_own_session() -> Iterator[None]:
     """Start hivemind's p2p daemon in a session of its own. Ctrl-C in a terminal signals the
@@ -43,18 +48,26 @@ def _daemon_in_its_own_session() -> Iterator[None]:
     heartbeat and clean shutdown would meet a dead daemon (11 s of timeouts and tracebacks).
     In its own session the daemon is stopped by the node, after its farewell; it still ends
     with the node on kill -9 (it exits when its parent's pipes close). hivemind spawns it with
-    asyncio's create_subprocess_exec and exposes no option for this, hence the wrapper, held
-    only while P2P.create runs on the swarm loop."""
-    spawn = asyncio.subprocess.create_subprocess_exec
+    asyncio's create_subprocess_exec and exposes no option for this, so that function is
+    wrapped once per process, and the wrapper adds `start_new_session` only inside this
+    block's task (a context variable: other tasks, threads and runtimes starting at the same
+    time are untouched)."""
+    with _SPAWN_LOCK:
+        spawn = asyncio.subprocess.create_subprocess_exec
+        if not getattr(spawn, "swarmnode_wrapped", False):
 
-    async def in_own_session(*args: Any, **kwargs: Any) -> asyncio.subprocess.Process:
-        return await spawn(*args, start_new_session=True, **kwargs)
+            async def in_own_session(*args: Any, **kwargs: Any) -> asyncio.subprocess.Process:
+                if _DAEMON_OWN_SESSION.get():
+                    kwargs.setdefault("start_new_session", True)
+                return await spawn(*args, **kwargs)
 
-    asyncio.subprocess.create_subprocess_exec = in_own_session
+            in_own_session.swarmnode_wrapped = True  # type: ignore[attr-defined]
+            asyncio.subprocess.create_subprocess_exec = in_own_session
+    token = _DAEMON_OWN_SESSION.set(True)
     try:
         yield
     finally:
-        asyncio.subprocess.create_subprocess_exec = spawn
+        _DAEMON_OWN_SESSION.reset(token)
 
 
 class SwarmRuntime:
