@@ -187,7 +187,9 @@ class NodeSettings(_Section):
         300.0, ge=0, description="also checkpoint once this many seconds passed since the last one; 0 = off"
     )
     resume: bool = True
-    health_port: int = Field(0, ge=0, le=65535, description="serve GET /health on this port; 0 = off")
+    health_port: int = Field(
+        0, ge=0, le=65535, description="serve GET /health and GET /metrics (Prometheus) on this port; 0 = off"
+    )
     health_host: str = Field("127.0.0.1", description="where /health listens (the container itself)")
     stall_after_s: float = Field(
         1800.0, gt=0, description="/health turns 503 when no round or eval finished for this long"
