@@ -22,6 +22,7 @@ from rich.logging import RichHandler
 from rich.table import Table
 
 from swarmnode import __version__
+from swarmnode.health import ASK_TIMEOUT_S, DOCKER_PORT, LOCAL_HOST, ask
 from swarmnode.registry import BACKENDS, OBJECTIVES, TASKS
 from swarmnode.swarm.hivemind.swarm_file import PeersFileError, read_peers_file
 
@@ -231,13 +232,11 @@ def plan(
 
 @app.command()
 def health(
-    port: Annotated[int, typer.Option(help="the node's node.health_port")] = 8470,
-    host: Annotated[str, typer.Option(help="where the node serves /health")] = "127.0.0.1",
-    timeout: Annotated[float, typer.Option(help="seconds to wait for an answer")] = 5.0,
+    port: Annotated[int, typer.Option(help="the node's node.health_port")] = DOCKER_PORT,
+    host: Annotated[str, typer.Option(help="where the node serves /health")] = LOCAL_HOST,
+    timeout: Annotated[float, typer.Option(help="seconds to wait for an answer")] = ASK_TIMEOUT_S,
 ) -> None:
     """Ask a running node whether it is alive (exit 0) or stalled/unreachable (exit 1)."""
-    from swarmnode.health import ask
-
     healthy, said = ask(host, port, timeout)
     typer.echo(said)
     raise typer.Exit(0 if healthy else 1)

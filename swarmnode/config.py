@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from swarmnode.defaults import defaults_for
+from swarmnode.health import LOCAL_HOST
 from swarmnode.registry import BACKENDS, DIVERGENCES, OBJECTIVES, TASKS
 
 VLLM_GPU_FRACTION = 0.3  # colocated with the trainer, which gets the rest
@@ -190,7 +191,7 @@ class NodeSettings(_Section):
     health_port: int = Field(
         0, ge=0, le=65535, description="serve GET /health and GET /metrics (Prometheus) on this port; 0 = off"
     )
-    health_host: str = Field("127.0.0.1", description="where /health listens (the container itself)")
+    health_host: str = Field(LOCAL_HOST, description="where /health listens (the container itself)")
     stall_after_s: float = Field(
         1800.0, gt=0, description="/health turns 503 when no round or eval finished for this long"
     )

@@ -2,9 +2,10 @@
 
 `--model tiny` (and no config file) is the CPU default every setting's own default describes:
 the arithmetic task, 16 new tokens. Naming a real model instead starts from the paper's GSM8K
-setup (arXiv 2605.22537: group 12, batch 24 = 2 prompts x 12, 512 new tokens, C = 2, g = 50,
-lr 1e-6 for full weights); memory settings are left to the planner (swarmnode.plan). Anything
-the user sets, in a file, with --set or a flag, wins over these.
+setup (arXiv 2605.22537: group 12, batch 24 = 2 prompts x 12, 512 new tokens,
+lr 1e-6 for full weights; the loss settings' own defaults, in swarmnode.config, are the
+paper's: F-TIS, C = 2, g = 50, k3 divergence); memory settings are left to the planner
+(swarmnode.plan). Anything the user sets, in a file, with --set or a flag, wins over these.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from swarmnode.shapes import TINY_NAMES, resolve_model_name
 PAPER_GSM8K: dict[str, Any] = {
     "task": {"name": "gsm8k", "answer_format": "answer_tag"},
     "rollout": {"group_size": 12, "prompts_per_round": 2, "max_new_tokens": 512, "temperature": 1.0},
-    "loss": {"objective": "f-tis", "trunc_c": 2.0, "filter_g": 50.0, "clip_eps": 0.2, "divergence": "k3-mean"},
     "train": {"lr": 1.0e-6},
     "node": {"rounds": 50, "eval_every": 10, "eval_size": 200, "checkpoint_every": 5},
 }

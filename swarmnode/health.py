@@ -17,6 +17,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+DOCKER_PORT = 8470  # the port the images serve /health on, and where `swarmnode health` asks by default
+LOCAL_HOST = "127.0.0.1"  # the container itself: /health is for its own healthcheck
+ASK_TIMEOUT_S = 5.0
 
 
 class HealthServer:
@@ -78,9 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m swarmnode.health`: the healthcheck without importing torch (Docker's is
     short on time); the same answer as `swarmnode health`."""
     parser = argparse.ArgumentParser(prog="python -m swarmnode.health", description=main.__doc__)
-    parser.add_argument("--port", type=int, default=8470)
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--timeout", type=float, default=5.0)
+    parser.add_argument("--port", type=int, default=DOCKER_PORT)
+    parser.add_argument("--host", default=LOCAL_HOST)
+    parser.add_argument("--timeout", type=float, default=ASK_TIMEOUT_S)
     args = parser.parse_args(argv)
     healthy, said = ask(args.host, args.port, args.timeout)
     print(said)

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from swarmnode.config import Config
+from swarmnode.config import Config, LoraSettings
 from swarmnode.defaults import LORA_LR
 from swarmnode.memory import GIB, MemoryEstimate, device_capacity, estimate, vllm_engine_bytes
 from swarmnode.policy import pick_device
@@ -25,7 +25,7 @@ from swarmnode.shapes import KNOWN_SHAPES, ModelShape, shape_of
 
 MARGIN = 0.08  # share of the card a plan leaves free
 LORA_RANK = 128  # the paper's LoRA setup: r = 128 on q_proj and v_proj, alpha = 2r
-LORA_TARGETS = ["q_proj", "v_proj"]
+LORA_TARGETS = LoraSettings().target_modules  # the paper's targets are the setting's default
 # rollout settings a nearest plan keeps: the run id's sampling settings and the batch
 _KEPT_ROLLOUT = ("group_size", "prompts_per_round", "max_new_tokens", "temperature", "top_k", "top_p")
 VLLM_HEADROOM = 1.25  # vLLM's share: this times its weights plus one round of KV cache
