@@ -23,6 +23,7 @@ from swarmnode.metrics import LiveView
 from swarmnode.node import Node, run_id_for, solo_peer_id
 from swarmnode.plan import plan_for_device
 from swarmnode.policy import OutOfMemory, Policy
+from swarmnode.reporting import ReportError, make_reporters
 from swarmnode.rollout import make_generator
 from swarmnode.rundir import RunDirBusy, locked, node_log
 from swarmnode.swarm.base import SwarmLink
@@ -85,7 +86,12 @@ def assemble(
         stack.callback(link.exchange.close)
         generator = _guard(lambda: make_generator(config.rollout.backend, policy, config.rollout, seed=config.node.seed))
         stack.callback(generator.close)
-        node = Node(config, policy, generator, task, link, view=view, ood_eval=ood_eval, ledger=ledger, run_id=run_id)
+        reporters = _guard(lambda: make_reporters(config.report, run_dir), ReportError)
+        stack.callback(reporters.close)
+        node = Node(
+            config, policy, generator, task, link, view=view, ood_eval=ood_eval, ledger=ledger, run_id=run_id,
+            reporters=reporters,
+        )
         stack.callback(node.close)
         if _guard(node.maybe_resume, ValueError, OSError):
             view.say(

@@ -285,6 +285,13 @@ class WireSettings(_Section):
     max_total_tokens: int = Field(2 * 1024 * 1024, ge=1)
 
 
+class ReportSettings(_Section):
+    to: list[Literal["tensorboard"]] = Field(
+        default_factory=list, description="where round and eval records also go: tensorboard (optional extra)"
+    )
+    dir: str | None = Field(None, description="TensorBoard log dir; None = <run_dir>/tensorboard")
+
+
 class Config(_Section):
     model: ModelSettings = Field(default_factory=ModelSettings)
     task: TaskSettings = Field(default_factory=TaskSettings)
@@ -295,6 +302,7 @@ class Config(_Section):
     wire: WireSettings = Field(default_factory=WireSettings)
     swarm: SwarmSettings = Field(default_factory=SwarmSettings)
     trust: TrustSettings = Field(default_factory=TrustSettings)
+    report: ReportSettings = Field(default_factory=ReportSettings)
     _given: frozenset[str] = PrivateAttr(default_factory=frozenset)
 
     @property

@@ -29,6 +29,7 @@ from swarmnode.intake import Intake, Taken
 from swarmnode.metrics import LiveView, MetricsLog
 from swarmnode.policy import OutOfMemory, Policy, StepResult
 from swarmnode.records import EvalRecord, NodeStatus, RoundRecord, StartRecord, run_id
+from swarmnode.reporting import Reporters
 from swarmnode.rollout.base import Completion, Generator
 from swarmnode.samples import OWN, Sample, ScoredGroup, score_group, train_samples
 from swarmnode.swarm.base import SwarmLink
@@ -74,6 +75,7 @@ class Node:
         ood_eval: Any = None,
         ledger: PeerLedger | None = None,
         run_id: str | None = None,
+        reporters: Reporters | None = None,
     ) -> None:
         """`link` None: a node alone. The caller closes the link and the generator. `run_id` is
         run_id_for(config, task, policy), passed in when the caller already computed it."""
@@ -88,6 +90,7 @@ class Node:
         self.view = view or LiveView(quiet=True)
         self.run_dir = Path(config.node.run_dir)
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
+        self.reporters = reporters or Reporters()  # report.to: TensorBoard ...; the caller closes them
         self.ledger = ledger or PeerLedger(config.swarm)
         self.intake = Intake(config, policy, task, self.run_id, self.exchange, self.membership, self.ledger)
         self.evaluator = Evaluator(task, policy, generator, config.node.eval_size, ood_eval)
@@ -269,6 +272,7 @@ class Node:
                 self.last_record = record
                 self.last_progress = time.monotonic()
                 self.metrics.write(record.to_json())
+                self.reporters.round(record)
                 self.view.round(record, total)
                 if cfg.eval_every and (round_ + 1) % cfg.eval_every == 0 and round_ + 1 < total:
                     self.view.note(f"eval after round {round_ + 1}: {self._evaluate_all(round_, 'during').eval_acc:.3f}")
@@ -304,6 +308,7 @@ class Node:
         record = EvalRecord(round=last_round, phase=phase, eval_acc=self.evaluate(), ood_acc=self.evaluator.ood_accuracy())
         self.last_eval = record.eval_acc
         self.metrics.write(record.to_json())
+        self.reporters.eval(record)
         return record
 
     def _wait_for_peers(self) -> None:

@@ -7,11 +7,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from swarmnode import wire
 from swarmnode.batches import assigned_prompt_ids, batch_split
-from swarmnode.config import load_config
+from swarmnode.config import ReportSettings, load_config
 from swarmnode.exporter import metrics_page
 from swarmnode.metrics import eval_lines, read_metrics, round_lines
 from swarmnode.node import Node, run_id_for
 from swarmnode.policy import OutOfMemory
+from swarmnode.reporting import make_reporters
 from swarmnode.rollout.hf import HFGenerator
 from swarmnode.swarm.local import InMemoryHub, solo_link
 from swarmnode.tasks import ArithmeticTask
@@ -279,6 +280,24 @@ def test_prometheus_metrics_report_the_last_round_and_the_totals(tmp_path, make_
     assert value["swarmnode_published"] == node.published > 0, "a counter of what was published"
     assert value["swarmnode_eval_acc"] == node.last_eval
     assert families["swarmnode_published"].type == "counter" and families["swarmnode_round"].type == "gauge"
+
+
+def test_tensorboard_event_files_are_read_back_by_tensorboard(tmp_path, make_policy):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    node = _node(tmp_path, make_policy, "solo")
+    node.reporters = make_reporters(ReportSettings(to=["tensorboard"]), tmp_path / "solo")
+    node.run(rounds=2)
+    node.reporters.close()
+    node.close()
+    events = EventAccumulator(str(tmp_path / "solo" / "tensorboard"))
+    events.Reload()
+    rewards = events.Scalars("round/reward_mean")
+    assert [e.step for e in rewards] == [1, 2]
+    lines = round_lines(read_metrics(tmp_path / "solo" / "metrics.jsonl"))
+    assert np.allclose([e.value for e in rewards], [line["reward_mean"] for line in lines], atol=1e-6)
+    assert [e.step for e in events.Scalars("eval/eval_acc")] == [0, 2], "before training, after round 2"
+    assert "time/round_s" in events.Tags()["scalars"]
 
 
 def test_ood_evaluation_is_scored_with_math_verify(tmp_path, make_policy):
