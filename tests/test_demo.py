@@ -37,7 +37,7 @@ def test_demo_runs_a_local_swarm_and_reports_learning(tmp_path):
     assert (out / "curves.png").stat().st_size > 10_000
     for node in ("node-0", "node-1"):
         lines = [json.loads(x) for x in (out / node / "run" / "metrics.jsonl").read_text().splitlines()]
-        assert lines[0]["phase"] == "before" and lines[-1]["phase"] == "after"
+        assert lines[0]["kind"] == "start" and lines[1]["phase"] == "before" and lines[-1]["phase"] == "after"
         assert sum(m["peer_samples"] for m in round_lines(lines)) > 0, "the nodes learned from each other"
     pids = [json.loads((out / n / "run" / "swarm.json").read_text())["pid"] for n in ("node-0", "node-1")]
     assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
