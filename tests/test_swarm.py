@@ -416,7 +416,9 @@ def test_daemons_started_at_once_each_get_a_session_of_their_own(start_runtime):
 
 
 async def _session_of_a_plain_spawn() -> bool:
-    child = await asyncio.subprocess.create_subprocess_exec("sleep", "0")
-    own = os.getsid(child.pid) == child.pid
-    await child.wait()
-    return own
+    child = await asyncio.subprocess.create_subprocess_exec("sleep", "30")  # alive while asked (asyncio reaps at exit)
+    try:
+        return os.getsid(child.pid) == child.pid
+    finally:
+        child.kill()
+        await child.wait()
