@@ -154,6 +154,13 @@ def test_a_malformed_peer_address_is_a_config_error(tmp_path):
     assert result.exit_code == 2 and "lacks /p2p/" in " ".join(result.output.split())
 
 
+@pytest.mark.parametrize("relay,message", [("/ip4/1.2.3.4/tcp/5", "lacks /p2p/"), ("not-an-address", "swarm.relays")])
+def test_a_malformed_relay_is_a_config_error_before_anything_starts(tmp_path, relay, message):
+    result = runner.invoke(app, ["join", "--run-dir", str(tmp_path / "r"), "--set", f"swarm.relays=[{relay}]"])
+    assert result.exit_code == 2 and message in " ".join(result.output.split())
+    assert not (tmp_path / "r" / "swarm.json").exists(), "no daemon was started"
+
+
 def test_environment_variables_are_checked_like_flags(tmp_path):
     result = runner.invoke(app, ["join", "--run-dir", str(tmp_path / "r")], env={"SWARMNODE_ANNOUNCE_MADDRS": "bad"})
     assert result.exit_code == 2 and "swarm.announce_maddrs" in " ".join(result.output.split())

@@ -24,7 +24,12 @@ from swarmnode.swarm.hivemind.connect import attach
 from swarmnode.swarm.hivemind.dht import HEARTBEAT_KEY, Manifest, manifest_key, pack, payload_digest
 from swarmnode.swarm.hivemind.exchange import choose_downloads, direct_pulls
 from swarmnode.swarm.hivemind.identity import ensure_identity, load_signing_key
-from swarmnode.swarm.hivemind.payloads import MAX_STREAMS_PER_PEER, PAYLOAD_PROTOCOL, fetch_payload
+from swarmnode.swarm.hivemind.payloads import (
+    MAX_STREAMS_PER_PEER,
+    PAYLOAD_PROTOCOL,
+    PayloadServer,
+    fetch_payload,
+)
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 from swarmnode.swarm.ledger import PeerLedger
 
@@ -422,3 +427,39 @@ async def _session_of_a_plain_spawn() -> bool:
     finally:
         child.kill()
         await child.wait()
+
+
+@pytest.mark.parametrize(
+    "request_,status,round_",
+    [
+        ({"run": RUN, "after": -1}, payloads.OK, 2),  # the newest
+        ({"run": RUN, "after": 2}, payloads.NOTHING_NEWER, 0),
+        ({"run": RUN, "after": 2**63}, payloads.NOTHING_NEWER, 0),
+        ({"run": "another run", "after": -1}, payloads.NOTHING_NEWER, 0),  # other runs are not served
+        ({"run": RUN, "after": "zero"}, payloads.NOT_FOUND, None),  # not a round: asked as neither
+        ({"run": RUN, "after": None, "round": 1}, payloads.OK, None),
+    ],
+)
+def test_odd_direct_pull_requests_get_a_plain_answer(start_runtime, request_, status, round_):
+    server_side = start_runtime("server")
+    asker = start_runtime("asker", server_side.visible_maddrs())
+    server = PayloadServer(RUN, keep_rounds=5)
+    server_side.call(server.register(server_side.p2p), timeout=10)
+    for r in range(3):
+        server.put(r, f"round {r}".encode())
+
+    async def ask() -> tuple[int, int | None]:
+        _, reader, writer = await asker.p2p.call_binary_stream_handler(
+            PeerID.from_base58(server_side.peer_id), PAYLOAD_PROTOCOL
+        )
+        packed = msgpack.packb(request_)
+        writer.write(struct.pack(">I", len(packed)) + packed)
+        await writer.drain()
+        if isinstance(request_.get("after"), int):
+            answer, rnd, _ = struct.unpack(">BQQ", await reader.readexactly(17))
+            return answer, rnd
+        answer, _ = struct.unpack(">BQ", await reader.readexactly(9))
+        return answer, None
+
+    answer, rnd = asker.call(ask(), timeout=15)
+    assert answer == status and (round_ is None or rnd == round_)
