@@ -45,6 +45,9 @@ def test_help_lists_the_settings():
         (["--set", "task.strict_numbers=maybe"], "task.strict_numbers"),
         (["--set", "train.logprob_chunk_tokens=-1"], "train.logprob_chunk_tokens"),
         (["--set", "rollout.hf_inference_copy=sometimes"], "rollout.hf_inference_copy"),
+        (["--set", "node.checkpoint_every_s=-1"], "node.checkpoint_every_s"),
+        (["--set", "report.to=[wandb]"], "report.to"),
+        (["--set", "report.to=tensorboard"], "report.to"),
     ],
 )
 def test_bad_settings_get_a_clear_error(args, message):
