@@ -96,18 +96,12 @@ class HivemindExchange:
         """Store our newest manifest until none is waiting: one store at a time, the newest wins."""
         while self._unannounced is not None:
             manifest, self._unannounced = self._unannounced, None
-            key = manifest_key(self.run_id)
-            signer = self.runtime.signer.local_public_key
+            expiration = get_dht_time() + MANIFEST_TTL_S
             try:
                 ok = await asyncio.wait_for(
-                    self.runtime.dht.store(key, manifest.to_value(), get_dht_time() + MANIFEST_TTL_S, subkey=signer),
-                    STORE_TIMEOUT_S,
+                    self.runtime.store_owned_on_loop(manifest_key(self.run_id), manifest.to_value(), expiration),
+                    2 * STORE_TIMEOUT_S,  # a store, then perhaps a read-back
                 )
-                # hivemind reports the last replica's answer, which is False when a peer's lookup
-                # already cached this very record there; so check before calling it a failure.
-                if not ok:
-                    entry = await asyncio.wait_for(self.runtime.dht.get(key, latest=True), STORE_TIMEOUT_S)
-                    ok = signer in dict(subkey_items(entry))
             except Exception as err:  # a slow or failing DHT: the next round's manifest tries again
                 log.debug("announcing round %d: %s", manifest.round, err)
                 ok = False

@@ -179,10 +179,16 @@ class SwarmRuntime:
 
     def store_owned(self, key: str, value: bytes, ttl_s: float, timeout: float = 10.0) -> bool:
         """Store `value` under our own subkey of `key`; signed, so only we can overwrite it."""
-        return self.call(
-            self.dht.store(key, value, get_dht_time() + ttl_s, subkey=self.signer.local_public_key),
-            timeout,
-        )
+        return self.call(self.store_owned_on_loop(key, value, get_dht_time() + ttl_s), timeout)
+
+    async def store_owned_on_loop(self, key: str, value: bytes, expiration: float) -> bool:
+        """Store under our own subkey and say whether the swarm now holds it. hivemind answers
+        with the last replica's verdict, which is False when a peer's lookup had already cached
+        the record there; so a False is checked by reading the key back."""
+        subkey = self.signer.local_public_key
+        if await self.dht.store(key, value, expiration, subkey=subkey):
+            return True
+        return dict(subkey_items(await self.dht.get(key, latest=True))).get(subkey) == value
 
     def get_subkeys(self, key: str, timeout: float = 10.0) -> dict[Any, Any]:
         """All live subkey -> value pairs of a dictionary key (empty when none)."""
