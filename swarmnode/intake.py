@@ -18,7 +18,7 @@ from swarmnode import wire
 from swarmnode.batches import batch_split, check_batch
 from swarmnode.config import Config
 from swarmnode.policy import Policy
-from swarmnode.pool import OfferedGroup, PeerPool, fair_queue
+from swarmnode.pool import PROBATION_EVERY, OfferedGroup, PeerPool, fair_queue
 from swarmnode.samples import Sample, ScoredGroup, score_group, train_samples
 from swarmnode.swarm.base import Membership, Received, RolloutExchange
 from swarmnode.swarm.ledger import PeerLedger
@@ -104,7 +104,8 @@ class Intake:
         timings["decode_s"] = time.perf_counter() - t
         offers = self.pool.offers(round_)
         rng = random.Random(f"{node.seed}:{self.exchange.peer_id}:{round_}:intake")
-        return fair_queue(offers, {peer: self.ledger.standing(peer) for peer in offers}, rng)
+        standing = {peer: self.ledger.standing(peer) for peer in offers}
+        return fair_queue(offers, standing, rng, probation=round_ % PROBATION_EVERY == 0)
 
     def _accept(self, received: list[Received], our_round: int) -> set[str]:
         """Decode strictly, check each batch belongs to this run and its sender's round, and

@@ -17,6 +17,7 @@ from typing import TypeVar
 import numpy as np
 
 NEWCOMER_EVERY = 4  # every 4th turn of the peers' share goes to a peer without a useful record
+PROBATION_EVERY = 4  # every 4th round, a newcomer turn no newcomer takes goes to one useless peer
 SPACING_WEIGHT = 0.5  # how far one new gap between a peer's batches moves its measured spacing
 
 T = TypeVar("T")
@@ -111,7 +112,7 @@ class PeerPool:
 
 def fair_queue(
     offers: Mapping[str, list[T]], standing: Mapping[str, float | None], rng: random.Random,
-    newcomer_every: int = NEWCOMER_EVERY,
+    newcomer_every: int = NEWCOMER_EVERY, probation: bool = False,
 ) -> list[T]:
     """Every offered group once, in the order the peers' share of a batch takes them.
 
@@ -119,19 +120,30 @@ def fair_queue(
     peer id by sorting first (ties are broken by `rng`). Peers whose samples have been useful
     (standing > 0) go first, the most useful first; every `newcomer_every`-th turn goes to a
     newcomer (standing None: never screened) while one has groups left, so a new peer is heard
-    at once; peers screened and found useless (standing 0) only fill what is left."""
+    at once; peers screened and found useless (standing 0) only fill what is left. With
+    `probation` (the caller's every PROBATION_EVERY-th round), the first newcomer turn that no
+    newcomer takes goes to one group of one useless peer picked by `rng`: an honest peer whose
+    first screened group happened to teach nothing is screened again and can earn its way
+    back, while a crowd of useless identities costs at most one group every few rounds."""
     peers = list(offers)
     rng.shuffle(peers)
     proven = sorted((p for p in peers if (standing.get(p) or 0.0) > 0), key=lambda p: -(standing[p] or 0.0))
     newcomers = [p for p in peers if standing.get(p) is None]
     useless = [p for p in peers if standing.get(p) is not None and standing[p] <= 0]
     proven_turns, newcomer_turns = _turns(offers, proven), _turns(offers, newcomers)
+    useless_turns = _turns(offers, useless)
+    on_probation, useless_turns = (useless_turns[:1], useless_turns[1:]) if probation else ([], useless_turns)
     queue: list[T] = []
-    while proven_turns or newcomer_turns:
-        newcomers_turn = (len(queue) + 1) % newcomer_every == 0
-        source = newcomer_turns if (newcomers_turn and newcomer_turns) or not proven_turns else proven_turns
+    while proven_turns or newcomer_turns or on_probation:
+        newcomer_slot = (len(queue) + 1) % newcomer_every == 0
+        if newcomer_slot and newcomer_turns:
+            source = newcomer_turns
+        elif (newcomer_slot or not (proven_turns or newcomer_turns)) and on_probation:
+            source = on_probation
+        else:
+            source = proven_turns or newcomer_turns
         queue.append(source.pop(0))
-    return queue + _turns(offers, useless)
+    return queue + useless_turns
 
 
 def _turns(offers: Mapping[str, list[T]], peers: list[str]) -> list[T]:

@@ -11,7 +11,7 @@ from swarmnode.assemble import assemble
 from swarmnode.config import load_config
 from swarmnode.poison import poisoning_link
 from swarmnode.policy import Policy
-from swarmnode.pool import OfferedGroup, PeerPool, fair_queue
+from swarmnode.pool import PROBATION_EVERY, OfferedGroup, PeerPool, fair_queue
 from swarmnode.swarm.ledger import PeerLedger
 from swarmnode.swarm.local import InMemoryHub
 
@@ -37,6 +37,24 @@ def test_useful_peers_first_newcomers_every_fourth_turn_useless_last():
     assert [queue[i] for i in (3, 7, 11)] == ["new0", "new1", "new2"]
     assert not any(g.startswith("junk") for g in queue[:24]) and queue[24:] == [f"junk{i}" for i in range(8)]
     assert fair_queue(_offers(new=2, junk=1), {"junk": 0.0}, random.Random(0)) == ["new0", "new1", "junk0"]
+
+
+def test_a_useless_peer_gets_one_probation_turn_in_probation_rounds():
+    """A peer whose first screened group taught nothing is not shut out for good behind a peer
+    that fills the share each round: in a probation round one useless peer's group takes the
+    newcomer turn no newcomer takes; a crowd of useless identities still gets only that one."""
+    offers = _offers(good=8, **{f"junk{k}_": 8 for k in range(16)})
+    standing = {"good": 0.5, **{f"junk{k}_": 0.0 for k in range(16)}}
+    plain = fair_queue(offers, standing, random.Random(0))
+    assert plain[:8] == [f"good{i}" for i in range(8)], "no probation: useless peers only fill what is left"
+    probed = fair_queue(offers, standing, random.Random(0), probation=True)
+    assert sorted(probed) == sorted(plain), "every group once"
+    assert probed[3].startswith("junk") and [g for g in probed[:9] if not g.startswith("good")] == [probed[3]]
+    assert probed[:3] + probed[4:9] == [f"good{i}" for i in range(8)]
+    picked = {fair_queue(offers, standing, random.Random(seed), probation=True)[3][:-1] for seed in range(40)}
+    assert len(picked) > 8, "the useless peer on probation is picked at random, not by id"
+    newcomer_first = fair_queue(_offers(good=4, new=2, junk=2), {"good": 0.5, "junk": 0.0}, random.Random(0), probation=True)
+    assert newcomer_first == ["good0", "good1", "good2", "new0", "good3", "new1", "junk0", "junk1"], "newcomers first"
 
 
 def _groups(peer: str, round_: int, count: int, arrived: float = 0.0) -> list[OfferedGroup]:
@@ -103,7 +121,8 @@ def _config(tmp_path, name, *sets):
 def test_crowding_identities_with_many_useless_groups_lose_the_batch_to_the_honest_peer(tmp_path):
     """Four identities each offer 16 valid groups of wrong answers (no advantage, nothing to
     learn) next to one honest peer offering 4: after the first rounds, the honest peer's groups
-    fill the peers' share, whatever the crowd's ids or volume."""
+    fill the peers' share, whatever the crowd's ids or volume, but for one crowd group on
+    probation every PROBATION_EVERY-th round."""
     hub = InMemoryHub()
     honest_sets = ["rollout.prompts_per_round=8", "node.own_share=0.5"]
     with contextlib.ExitStack() as stack:
@@ -136,8 +155,10 @@ def test_crowding_identities_with_many_useless_groups_lose_the_batch_to_the_hone
             for node, state in zip(nodes, states):
                 node.consume(round_, state)
     assert all(len(samples) == 32 for samples in taken), "the peers' share is filled every round"
-    late = [peer for samples in taken[3:] for peer in samples]
-    assert late.count("honest-b") / len(late) >= 0.9, [samples.count("honest-b") for samples in taken]
+    honest = [samples.count("honest-b") for samples in taken]
+    # after the first rounds only one crowd group gets in, on probation, every PROBATION_EVERY-th round
+    group_size = nodes[0].config.rollout.group_size
+    assert all(honest[r] == 32 - (group_size if r % PROBATION_EVERY == 0 else 0) for r in (3, 4)), honest
     ledger = nodes[0].ledger
     assert ledger.standing("honest-b") > 0
     assert all(ledger.standing(f"0000-crowd-{i}") in (None, 0.0) for i in range(4))
