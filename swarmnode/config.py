@@ -229,6 +229,9 @@ class SwarmSettings(_Section):
         None, description="private key file (created if absent); None = <run_dir>/identity.key"
     )
     startup_timeout_s: float = Field(60.0, gt=0, description="p2p daemon start and bootstrap")
+    rejoin_interval_s: float = Field(
+        10.0, gt=0, description="how often a node that lost every DHT peer dials its initial peers again"
+    )
     min_peers: int = Field(0, ge=0, description="wait for this many peers of the run before round 1")
     wait_for_peers_s: float = Field(120.0, ge=0, description="how long to wait for min_peers")
     heartbeat_interval_s: float = Field(5.0, gt=0)

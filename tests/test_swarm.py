@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import stat
 import struct
 import time
@@ -400,6 +401,50 @@ def test_any_one_listed_bootstrap_peer_is_enough_and_losing_it_ends_nothing(star
     ex_b.publish(1, b"after", 1)
     got = ex_c.gather(timeout_s=30, wait_for={b.peer_id})
     assert [i.payload for i in got] == [b"after"], "b and c exchange without the bootstrap node"
+
+
+def test_a_node_that_lost_every_dht_peer_rejoins_when_its_bootstrap_node_returns(tmp_path):
+    """The bootstrap node goes down and comes back at the same address: the node it left alone
+    dials it again by itself (`swarm.rejoin_interval_s`) and the two share records again."""
+    port = _free_port()
+    boot_maddrs = [f"/ip4/127.0.0.1/tcp/{port}"]
+
+    def boot() -> SwarmRuntime:
+        runtime = SwarmRuntime(SwarmSettings(host_maddrs=boot_maddrs), tmp_path / "boot.key")
+        runtime.start()
+        return runtime
+
+    first = boot()
+    settings = SwarmSettings(initial_peers=first.visible_maddrs(), host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+                             rejoin_interval_s=0.5)
+    node = SwarmRuntime(settings, tmp_path / "node.key")
+    node.start()
+    again = None
+    try:
+        assert node.dht_peer_count() == 1
+        first.shutdown()
+        deadline = time.monotonic() + 20
+        while node.dht_peer_count() and time.monotonic() < deadline:
+            node.get_subkeys("anything", timeout=10)  # a lookup that finds the peer gone drops it
+            time.sleep(0.2)
+        assert node.dht_peer_count() == 0, "alone"
+        again = boot()
+        assert again.store_owned("swarmnode/test/back", b"v", 60)
+        deadline = time.monotonic() + 20
+        while not node.get_subkeys("swarmnode/test/back") and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert list(node.get_subkeys("swarmnode/test/back").values()) == [b"v"]
+        assert node.dht_peer_count() == 1
+    finally:
+        node.shutdown()
+        if again is not None:
+            again.shutdown()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def test_an_identity_in_use_says_to_give_each_node_its_own_run_dir():

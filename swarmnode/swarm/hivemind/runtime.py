@@ -21,7 +21,8 @@ from typing import Any, TypeVar
 from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.dht.node import DHTNode
 from hivemind.dht.validation import CompositeValidator
-from hivemind.p2p import P2P, P2PDaemonError
+from hivemind.p2p import P2P, P2PDaemonError, PeerID
+from hivemind.utils.multiaddr import Multiaddr
 from hivemind.utils.timed_storage import get_dht_time
 
 from swarmnode.config import SwarmSettings
@@ -92,6 +93,7 @@ class SwarmRuntime:
         self.dht: DHTNode | None = None
         self.signer: RSASignatureValidator | None = None
         self.peer_id = ""
+        self._rejoiner: asyncio.Task | None = None
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -130,6 +132,36 @@ class SwarmRuntime:
             bootstrap_timeout=min(s.startup_timeout_s, 10.0),
             cache_locally=True,
         )
+        if self.initial_peers:
+            self._rejoiner = asyncio.create_task(self._rejoin_when_alone())
+
+    def dht_peer_count(self) -> int:
+        """Peers in the DHT's routing table now (hivemind drops those that stop answering)."""
+        return len(self.dht.protocol.routing_table.peer_id_to_uid) if self.dht is not None else 0
+
+    async def _rejoin_when_alone(self) -> None:
+        """Every `swarm.rejoin_interval_s`: a node whose routing table has emptied (its bootstrap
+        peers went down, or its network did) dials its initial peers again and refills the table
+        from them, so a swarm whose bootstrap node restarts comes back together by itself."""
+        while True:
+            await asyncio.sleep(self.settings.rejoin_interval_s)
+            if self.dht_peer_count() > 0:
+                continue
+            for maddr in self.initial_peers:
+                try:
+                    await asyncio.wait_for(self._dial(maddr), timeout=self.settings.rejoin_interval_s)
+                except Exception as err:  # down still: the next check tries again
+                    log.debug("rejoining through %s: %s", maddr, err)
+            if self.dht_peer_count() > 0:
+                log.info("lost every DHT peer; rejoined through the initial peers (%d now)", self.dht_peer_count())
+                await self.dht.find_nearest_nodes([self.dht.node_id])
+
+    async def _dial(self, maddr: str) -> None:
+        address = Multiaddr(maddr)
+        peer = PeerID.from_base58(address["p2p"])
+        transport = address.decapsulate(Multiaddr(f"/p2p/{address['p2p']}"))  # the daemon wants it without /p2p
+        await self.p2p._client.connect(peer, [transport])  # hivemind exposes no public connect
+        await self.dht.protocol.call_ping(peer)  # on an answer, hivemind adds it to the routing table
 
     async def _create_p2p(self, s: SwarmSettings) -> P2P:
         return await P2P.create(
