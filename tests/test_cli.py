@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from swarmnode.cli import app
 from swarmnode.config import ConfigError, load_config
+from swarmnode.swarm.hivemind.identity import ensure_identity
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -150,6 +151,14 @@ def test_join_fails_fast_and_clearly_when_no_initial_peer_answers(tmp_path):
     assert done.returncode == 1
     assert "could not join the swarm" in done.stderr and "announce-maddrs" in done.stderr
     assert time.monotonic() - started < 60
+    assert not (tmp_path / "r" / "identity.key").exists(), "a join that never happened leaves no identity"
+    kept = ensure_identity(tmp_path / "kept" / "identity.key")
+    again = subprocess.run(
+        [sys.executable, "-m", "swarmnode", "join", "--run-dir", str(tmp_path / "kept"),
+         "--initial-peers", unreachable, "--startup-timeout", "5"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert again.returncode == 1 and ensure_identity(tmp_path / "kept" / "identity.key") == kept, "an identity kept"
 
 
 def test_a_malformed_peer_address_is_a_config_error(tmp_path):

@@ -107,17 +107,18 @@ class SwarmRuntime:
             # so what it writes names the peer that signed it.
             self._scratch = tempfile.TemporaryDirectory(prefix="swarmnode-identity-")
             self.identity_path = Path(self._scratch.name) / "identity.key"
+        created = not self.identity_path.exists()
         ensure_identity(self.identity_path)
         self.signer = RSASignatureValidator(load_signing_key(self.identity_path))
         self._thread.start()
         try:
             self.call(self._start(), timeout=timeout_s + 5)
-        except TimeoutError:
+        except (TimeoutError, P2PDaemonError, RuntimeError, OSError, ValueError) as err:
             self.shutdown()
-            raise SwarmError(self._hint(f"no answer within {timeout_s:.0f} s")) from None
-        except (P2PDaemonError, RuntimeError, OSError, ValueError) as err:
-            self.shutdown()
-            raise SwarmError(self._hint(str(err))) from None
+            if created:  # a join that never happened leaves no identity behind; a kept one stays
+                self.identity_path.unlink(missing_ok=True)
+            reason = f"no answer within {timeout_s:.0f} s" if isinstance(err, TimeoutError) else str(err)
+            raise SwarmError(self._hint(reason)) from None
 
     async def _start(self) -> None:
         s = self.settings
