@@ -29,7 +29,7 @@ from swarmnode.swarm.hivemind.swarm_file import PeersFileError, read_peers_file
 app = typer.Typer(
     help="swarmnode: decentralised RL post-training of language models with F-TIS.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish, PowerShell
 )
 # In a log file (not a terminal) lines are not wrapped at 80 columns, so peer ids and
 # multiaddrs stay greppable and copyable.

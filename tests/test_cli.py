@@ -1,4 +1,5 @@
 import json
+import os
 import re
 import subprocess
 import sys
@@ -79,6 +80,12 @@ def test_help_and_version_import_no_model_or_swarm_library():
             "print(heavy)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def test_the_shell_completes_commands():
+    env = {**os.environ, "_SWARMNODE_COMPLETE": "complete_bash", "COMP_WORDS": "swarmnode sta", "COMP_CWORD": "1"}
+    done = subprocess.run([sys.executable, "-m", "swarmnode"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["status"], done.stdout + done.stderr
 
 
 def test_missing_task_data_is_a_clear_error(tmp_path):
