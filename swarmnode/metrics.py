@@ -6,7 +6,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,22 +52,40 @@ def eval_lines(lines: list[dict[str, Any]], phase: str | None = None) -> list[di
     return [line for line in lines if is_eval(line, phase)]
 
 
+ETA_WEIGHT = 0.2  # how far one round's wall time moves the per-round estimate behind the ETA
+
+
 class LiveView:
     """One short line per round; rich keeps it readable in a terminal and plain in a log."""
 
-    def __init__(self, console: Console | None = None, quiet: bool = False) -> None:
+    def __init__(
+        self, console: Console | None = None, quiet: bool = False, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.console = console or Console(stderr=True)
         self.quiet = quiet
+        self.clock = clock
+        self._last_at: float | None = None
+        self._per_round_s: float | None = None  # moving mean of the wall time between rounds
 
     def round(self, m: RoundRecord, total_rounds: int) -> None:
         head = f"round {m.round + 1}/{total_rounds}"
         rest = (
             f"reward {m.reward_mean:.3f} own {m.own_samples} peer {m.peer_samples} filtered {m.filtered} "
             f"w {m.weight_mean:.3f}/{m.weight_max:.2f} {m.timings.get('round_s', 0.0):.2f}s"
+            f" eta {format_duration(self._eta(m, total_rounds))}"
         )
         _file_log.info(f"{head} {rest}")
         if not self.quiet:
             self.console.print(f"[cyan]{head}[/] {rest}", highlight=False)
+
+    def _eta(self, m: RoundRecord, total_rounds: int) -> float:
+        """Seconds until the last round, from the wall time between rounds (evaluations and
+        checkpoints included); the first round after a start is judged by its own time."""
+        now = self.clock()
+        gap = m.timings.get("round_s", 0.0) if self._last_at is None else now - self._last_at
+        self._last_at = now
+        self._per_round_s = gap if self._per_round_s is None else self._per_round_s + ETA_WEIGHT * (gap - self._per_round_s)
+        return max(0, total_rounds - (m.round + 1)) * self._per_round_s
 
     def note(self, text: str) -> None:
         _file_log.info(text)
@@ -84,3 +102,15 @@ class LiveView:
         """A spinner while something slow runs (daemon start, waiting for a file)."""
         with self.console.status(text):
             yield
+
+
+def format_duration(seconds: float) -> str:
+    """2h05m, 3m12s, 45s: short enough for the live line."""
+    whole = int(round(seconds))
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
