@@ -26,7 +26,10 @@ class MetricsLog:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        torn = path.exists() and path.stat().st_size > 0 and _last_byte(path) != b"\n"
         self._file = path.open("a", encoding="utf-8")
+        if torn:  # a kill in the middle of a line: end it, so the next line stands on its own
+            self._file.write("\n")
 
     def write(self, record: dict[str, Any]) -> None:
         clean = {k: finite_or_none(v) for k, v in record.items()}
@@ -38,8 +41,21 @@ class MetricsLog:
         self._file.close()
 
 
+def _last_byte(path: Path) -> bytes:
+    with path.open("rb") as file:
+        file.seek(-1, 2)
+        return file.read(1)
+
+
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The lines of a metrics.jsonl; a line torn by a kill mid-write is left out."""
+    lines = []
+    for text in path.read_text(errors="replace").splitlines():
+        with contextlib.suppress(ValueError):
+            line = json.loads(text)
+            if isinstance(line, dict):
+                lines.append(line)
+    return lines
 
 
 def round_lines(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:

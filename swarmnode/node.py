@@ -26,9 +26,9 @@ from swarmnode.checkpoint import checkpoint_present, load_checkpoint, save_check
 from swarmnode.config import Config
 from swarmnode.evaluation import Evaluator
 from swarmnode.intake import Intake, Taken
-from swarmnode.metrics import LiveView, MetricsLog
+from swarmnode.metrics import LiveView, MetricsLog, read_metrics
 from swarmnode.policy import OutOfMemory, Policy, StepResult
-from swarmnode.records import EvalRecord, NodeStatus, RoundRecord, StartRecord, run_id
+from swarmnode.records import EVAL_HISTORY, EvalRecord, NodeStatus, RoundRecord, StartRecord, is_eval, run_id
 from swarmnode.reporting import Reporters
 from swarmnode.rollout.base import Completion, Generator
 from swarmnode.samples import OWN, Sample, ScoredGroup, score_group, train_samples
@@ -98,6 +98,7 @@ class Node:
         self.published = 0  # rollouts (completions) this node published
         self.consumed = 0  # peers' rollouts this node trained on
         self.last_eval: float | None = None
+        self.evals: deque[float] = deque(maxlen=EVAL_HISTORY)  # the last held-out accuracies, for heartbeats
         self.last_record: RoundRecord | None = None
         self.started_at = time.time()
         self.last_progress = time.monotonic()  # a round or an eval finished; read by /health
@@ -247,6 +248,8 @@ class Node:
             )
         self.next_round = int(meta["round"]) + 1
         self.generator.sync_weights()
+        earlier = [line for line in read_metrics(self.metrics.path) if is_eval(line)]
+        self.evals.extend(line["eval_acc"] for line in earlier if line["round"] < self.next_round)
         return True
 
     def run(self, rounds: int | None = None) -> dict[str, Any]:
@@ -307,6 +310,7 @@ class Node:
         """Held-out (and OOD) accuracy, logged as an eval line of metrics.jsonl."""
         record = EvalRecord(round=last_round, phase=phase, eval_acc=self.evaluate(), ood_acc=self.evaluator.ood_accuracy())
         self.last_eval = record.eval_acc
+        self.evals.append(record.eval_acc)
         self.metrics.write(record.to_json())
         self.reporters.eval(record)
         return record
@@ -353,6 +357,7 @@ class Node:
             device=str(self.policy.device),
             reward=last.reward_mean if last else None,
             eval_acc=self.last_eval,
+            evals=list(self.evals),
             tokens_per_s=round(last.tokens_per_s, 1) if last else 0.0,
             published=self.published,
             consumed=self.consumed,

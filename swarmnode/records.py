@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -50,6 +50,9 @@ def run_id(config: Config, task_fingerprint: str, tokenizer_fingerprint: str, ch
     )
 
 
+EVAL_HISTORY = 8  # held-out accuracies a heartbeat carries, oldest first: `status` draws them
+
+
 class RecordError(ValueError):
     """A record from a peer that does not have the expected shape."""
 
@@ -71,6 +74,7 @@ class NodeStatus(_PeerRecord):
     device: str | None = Field(None, max_length=32)
     reward: float | None = None
     eval_acc: float | None = None
+    evals: list[Annotated[float, Field(ge=0.0, le=1.0)]] = Field(default_factory=list, max_length=EVAL_HISTORY)
     tokens_per_s: float = 0.0
     published: int = 0
     consumed: int = 0

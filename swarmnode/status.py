@@ -9,6 +9,8 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
+from swarmnode.records import EVAL_HISTORY
+
 COLUMNS = [  # (title, justify, in the narrow table); `filtered_frac` keeps the metric's one name
     ("peer", "left", True), ("run", "left", True), ("state", "left", True), ("model", "left", True),
     ("params", "right", False), ("train", "left", True), ("backend", "left", False), ("device", "left", False),
@@ -49,9 +51,26 @@ def _cells(h: dict[str, Any]) -> dict[str, str]:
     }
 
 
+SPARKS = "▁▂▃▄▅▆▇█"
+NARROW_EVALS = 4  # evaluations drawn in 80 columns (--wide and --json: all a heartbeat carries)
+FLAT_BELOW = 0.01  # accuracies this close together are drawn flat, not as noise blown up
+
+
+def sparkline(values: list[float]) -> str:
+    """The last evaluations at a glance, scaled between their own lowest and highest (a
+    change under FLAT_BELOW is drawn flat); empty for fewer than two."""
+    if len(values) < 2:
+        return ""
+    low, high = min(values), max(values)
+    if high - low < FLAT_BELOW:
+        return SPARKS[0] * len(values)
+    return "".join(SPARKS[round((v - low) / (high - low) * (len(SPARKS) - 1))] for v in values)
+
+
 def render_table(rows: list[dict[str, Any]], wide: bool = False) -> Table:
     """The peers as a table: by default the columns that fit 80 characters (peer, state,
-    model, training, round, held-out accuracy, how it is reached), `wide` for every column.
+    model, training, round, held-out accuracy with its last evaluations drawn, how it is
+    reached), `wide` for every column.
     One run shows in the title instead of a column."""
     runs = sorted({h["run"] for h in rows})
     one_run = len(runs) == 1
@@ -60,10 +79,14 @@ def render_table(rows: list[dict[str, Any]], wide: bool = False) -> Table:
              if (wide or narrow) and not (name == "run" and one_run and not wide)]
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for column, justify in shown:
-        table.add_column(column, justify=justify, no_wrap=column in ("peer", "run", "state"),
+        table.add_column(column, justify=justify, no_wrap=column in ("peer", "run", "state", "eval_acc"),
                          overflow="fold" if column == "model" else "ellipsis")
     for h in rows:
         cells = _cells(h)
+        evals = (h.get("evals") or [])[-(EVAL_HISTORY if wide else NARROW_EVALS):]
+        cells["eval_acc"] = " ".join(filter(None, [cells["eval_acc"], sparkline(evals)]))
+        if not wide:  # the hub's organisation can go: the model's own name says what it is
+            cells["model"] = cells["model"].rsplit("/", 1)[-1]
         table.add_row(*(cells[name] for name, _ in shown))
     return table
 

@@ -1,4 +1,4 @@
-"""The live line a volunteer watches: what it says, and how long is left."""
+"""What a volunteer watches: the live line (what it says, how long is left) and `status`."""
 
 from __future__ import annotations
 
@@ -6,8 +6,11 @@ import io
 
 from rich.console import Console
 
+import pytest
+
 from swarmnode.metrics import LiveView, format_duration
-from swarmnode.records import RoundRecord
+from swarmnode.records import EVAL_HISTORY, Heartbeat, RecordError, RoundRecord
+from swarmnode.status import render_table, sparkline
 
 
 def _record(round_: int, round_s: float) -> RoundRecord:
@@ -36,3 +39,17 @@ def test_the_live_line_ends_with_the_time_left_from_the_wall_time_between_rounds
 
 def test_durations_read_at_a_glance():
     assert [format_duration(s) for s in (0.4, 45, 192, 3600 * 2 + 300)] == ["0s", "45s", "3m12s", "2h05m"]
+
+
+def test_status_draws_each_peer_s_last_evaluations_within_80_columns():
+    assert sparkline([0.5, 0.55, 0.6]) == "▁▅█" and sparkline([0.6]) == ""
+    assert sparkline([0.600, 0.604, 0.602]) == "▁▁▁", "a change under a point is not blown up"
+    beat = Heartbeat.parse({"peer": "Qm" + "x" * 44, "run": "r" * 16, "time": 1.0, "round": 120, "model": "Qwen/Qwen2.5-3B",
+                            "eval_acc": 0.61, "evals": [0.40, 0.47, 0.55, 0.61], "reach": "relayed", "lora": 16})
+    out = io.StringIO()
+    Console(file=out, width=80).print(render_table([{**beat.model_dump(), "age_s": 2.0}]))
+    assert "0.610 ▁▃▆█" in out.getvalue(), out.getvalue()
+    assert all(len(line) <= 80 for line in out.getvalue().splitlines())
+    for bad in ([1.5], [0.5] * (EVAL_HISTORY + 1), ["0.5"]):
+        with pytest.raises(RecordError, match="evals"):
+            Heartbeat.parse({"peer": "Qm", "run": "r", "time": 1.0, "evals": bad})

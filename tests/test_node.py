@@ -200,15 +200,20 @@ def test_checkpoint_resume_continues_where_it_stopped(tmp_path, make_policy):
     node = _node(tmp_path, make_policy, "solo")
     node.run(rounds=2)
     weights = [p.detach().clone() for p in node.policy.model.parameters()]
+    evals = list(node.evals)
     node.close()
+    metrics = tmp_path / "solo" / "metrics.jsonl"
+    with metrics.open("a") as file:
+        file.write('{"kind": "round", "rou')  # a kill in the middle of a line
     again = _node(tmp_path, make_policy, "solo")
     assert again.maybe_resume() and again.next_round == 2
     assert all(torch.equal(a, b) for a, b in zip(weights, again.policy.model.parameters()))
     assert again.policy.optimizer.state_dict()["state"], "optimizer state restored"
+    assert len(evals) == 2 and again.status(2).evals == evals, "the heartbeat's evaluations survive a restart"
     again.run(rounds=3)
     again.close()
-    rounds = [m["round"] for m in round_lines(read_metrics(tmp_path / "solo" / "metrics.jsonl"))]
-    assert rounds == [0, 1, 2]
+    rounds = [m["round"] for m in round_lines(read_metrics(metrics))]
+    assert rounds == [0, 1, 2], "the torn line is left out and the next one stands on its own"
 
 
 def test_checkpoints_come_by_time_as_well_as_by_rounds(tmp_path, make_policy):
