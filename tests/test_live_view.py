@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import io
 
-from rich.console import Console
-
 import pytest
+from rich.console import Console
 
 from swarmnode.metrics import LiveView, format_duration
 from swarmnode.records import EVAL_HISTORY, Heartbeat, RecordError, RoundRecord
