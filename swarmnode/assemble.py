@@ -23,6 +23,7 @@ from swarmnode.metrics import LiveView
 from swarmnode.node import Node, run_id_for, solo_peer_id
 from swarmnode.plan import plan_for_device
 from swarmnode.policy import OutOfMemory, Policy
+from swarmnode.hub import HubPublisher
 from swarmnode.reporting import ReportError, make_reporters
 from swarmnode.rollout import make_generator
 from swarmnode.rundir import RunDirBusy, locked, node_log
@@ -88,9 +89,10 @@ def assemble(
         stack.callback(generator.close)
         reporters = _guard(lambda: make_reporters(config.report, run_dir), ReportError)
         stack.callback(reporters.close)
+        publisher = HubPublisher(config.hub, run_dir / "hub-upload") if config.hub.repo_id else None
         node = Node(
             config, policy, generator, task, link, view=view, ood_eval=ood_eval, ledger=ledger, run_id=run_id,
-            reporters=reporters,
+            reporters=reporters, publisher=publisher,
         )
         stack.callback(node.close)
         if _guard(node.maybe_resume, ValueError, OSError):

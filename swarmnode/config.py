@@ -295,6 +295,23 @@ class ReportSettings(_Section):
     dir: str | None = Field(None, description="TensorBoard log dir; None = <run_dir>/tensorboard")
 
 
+class HubSettings(_Section):
+    """Pushing the trained model (the adapters alone for LoRA) to the Hugging Face Hub."""
+
+    repo_id: str | None = Field(None, description="e.g. you/qwen2.5-3b-swarm; None = no push")
+    push_every: int = Field(
+        0, ge=0, description="also push every N rounds (at that round's checkpoint); 0 = only at the end of the run"
+    )
+    private: bool = Field(True, description="create the repo private (an existing repo keeps its visibility)")
+    endpoint: str | None = Field(None, description="another Hub endpoint (a mirror); None = huggingface_hub's own")
+
+    @model_validator(mode="after")
+    def _push_needs_a_repo(self) -> HubSettings:
+        if self.push_every and not self.repo_id:
+            raise ValueError("hub.push_every needs hub.repo_id (the repo to push to)")
+        return self
+
+
 class Config(_Section):
     model: ModelSettings = Field(default_factory=ModelSettings)
     task: TaskSettings = Field(default_factory=TaskSettings)
@@ -306,6 +323,7 @@ class Config(_Section):
     swarm: SwarmSettings = Field(default_factory=SwarmSettings)
     trust: TrustSettings = Field(default_factory=TrustSettings)
     report: ReportSettings = Field(default_factory=ReportSettings)
+    hub: HubSettings = Field(default_factory=HubSettings)
     _given: frozenset[str] = PrivateAttr(default_factory=frozenset)
 
     @property

@@ -25,6 +25,7 @@ from swarmnode.batches import assigned_prompt_ids, batch_split
 from swarmnode.checkpoint import checkpoint_present, load_checkpoint, save_checkpoint
 from swarmnode.config import Config
 from swarmnode.evaluation import Evaluator
+from swarmnode.hub import CardFacts, HubPublisher
 from swarmnode.intake import Intake, Taken
 from swarmnode.metrics import LiveView, MetricsLog, read_metrics
 from swarmnode.policy import OutOfMemory, Policy, StepResult
@@ -76,6 +77,7 @@ class Node:
         ledger: PeerLedger | None = None,
         run_id: str | None = None,
         reporters: Reporters | None = None,
+        publisher: HubPublisher | None = None,
     ) -> None:
         """`link` None: a node alone. The caller closes the link and the generator. `run_id` is
         run_id_for(config, task, policy), passed in when the caller already computed it."""
@@ -91,6 +93,8 @@ class Node:
         self.run_dir = Path(config.node.run_dir)
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
         self.reporters = reporters or Reporters()  # report.to: TensorBoard ...; the caller closes them
+        self.publisher = publisher  # hub.repo_id: pushes the checkpoint's model to the Hub
+        self.learned_from: set[str] = set()  # peers whose samples this node trained on
         self.ledger = ledger or PeerLedger(config.swarm)
         self.intake = Intake(config, policy, task, self.run_id, self.exchange, self.membership, self.ledger)
         self.evaluator = Evaluator(task, policy, generator, config.node.eval_size, ood_eval)
@@ -98,6 +102,7 @@ class Node:
         self.published = 0  # rollouts (completions) this node published
         self.consumed = 0  # peers' rollouts this node trained on
         self.last_eval: float | None = None
+        self.eval_before: float | None = None  # held-out accuracy before the first round
         self.evals: deque[float] = deque(maxlen=EVAL_HISTORY)  # the last held-out accuracies, for heartbeats
         self.last_record: RoundRecord | None = None
         self.started_at = time.time()
@@ -250,6 +255,7 @@ class Node:
         self.generator.sync_weights()
         earlier = [line for line in read_metrics(self.metrics.path) if is_eval(line)]
         self.evals.extend(line["eval_acc"] for line in earlier if line["round"] < self.next_round)
+        self.eval_before = next((line["eval_acc"] for line in earlier if line.get("phase") == "before"), None)
         return True
 
     def run(self, rounds: int | None = None) -> dict[str, Any]:
@@ -274,13 +280,16 @@ class Node:
                 last_done = round_
                 self.last_record = record
                 self.last_progress = time.monotonic()
+                self.learned_from.update(record.samples_by_peer)
                 self.metrics.write(record.to_json())
                 self.reporters.round(record)
                 self.view.round(record, total)
                 if cfg.eval_every and (round_ + 1) % cfg.eval_every == 0 and round_ + 1 < total:
                     self.view.note(f"eval after round {round_ + 1}: {self._evaluate_all(round_, 'during').eval_acc:.3f}")
-                if self._checkpoint_due(round_):
+                if self._checkpoint_due(round_) or (self.publisher and self.publisher.due(round_)):
                     self.save(round_)
+                if self.publisher and self.publisher.due(round_):
+                    self.publisher.push(self.checkpoint_dir / "model", self.card_facts(round_ + 1))
                 round_ += 1
         except KeyboardInterrupt:
             if last_done >= 0:
@@ -304,13 +313,26 @@ class Node:
         self.view.note(f"eval after training: {after.eval_acc:.3f}")
         if last_done >= 0:
             self.save(last_done)
+            if self.publisher:
+                self.view.note(f"pushing the model to the Hub: {self.publisher.repo_id}")
+                self.publisher.push(self.checkpoint_dir / "model", self.card_facts(last_done + 1), wait=True)
         return summary
+
+    def card_facts(self, rounds_done: int) -> CardFacts:
+        """What the Hub's model card says of this node's run so far."""
+        return CardFacts(
+            model=self.policy.name, lora_rank=self.policy.lora_rank, run_id=self.run_id, peer_id=self.peer_id,
+            task=self.config.task.name, objective=self.config.loss.objective, rounds_done=rounds_done,
+            eval_before=self.eval_before, eval_last=self.last_eval, peers_learned_from=len(self.learned_from),
+        )
 
     def _evaluate_all(self, last_round: int, phase: str) -> EvalRecord:
         """Held-out (and OOD) accuracy, logged as an eval line of metrics.jsonl."""
         record = EvalRecord(round=last_round, phase=phase, eval_acc=self.evaluate(), ood_acc=self.evaluator.ood_accuracy())
         self.last_eval = record.eval_acc
         self.evals.append(record.eval_acc)
+        if phase == "before":
+            self.eval_before = record.eval_acc
         self.metrics.write(record.to_json())
         self.reporters.eval(record)
         return record
