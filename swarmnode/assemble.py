@@ -18,12 +18,12 @@ from typing import Any
 from swarmnode.config import Config
 from swarmnode.exporter import metrics_page
 from swarmnode.health import HealthServer
+from swarmnode.hub import HubPublisher
 from swarmnode.memory import GIB, check_fits
 from swarmnode.metrics import LiveView
 from swarmnode.node import Node, run_id_for, solo_peer_id
 from swarmnode.plan import plan_for_device
 from swarmnode.policy import OutOfMemory, Policy
-from swarmnode.hub import HubPublisher
 from swarmnode.reporting import ReportError, make_reporters
 from swarmnode.rollout import make_generator
 from swarmnode.rundir import RunDirBusy, locked, node_log
