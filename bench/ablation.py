@@ -7,7 +7,7 @@
     python bench/ablation.py --member small model.name=Qwen/Qwen2.5-1.5B --member large model.name=Qwen/Qwen2.5-3B \\
         --set task.name=gsm8k --set task.data=../shared/data/gsm8k --set model.device=cuda --set rollout.max_new_tokens=512
 
-Settings (swarmnode/ablation.py): same (tiny twice, the control), size (tiny + tiny-large),
+Settings (swarmnode/lab/ablation.py): same (tiny twice, the control), size (tiny + tiny-large),
 expertise (tiny + tiny-add, warmed up on addition only), lora (tiny full + tiny LoRA r=16),
 swarm4 (all four kinds). `--accounting shared`: the batch stays --prompts groups and each of N
 members generates 1/N of it (node.own_share = 1/N); `on-top`: each generates its whole batch,
@@ -44,7 +44,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from swarmnode.ablation import (  # noqa: E402
+from swarmnode.lab.ablation import (  # noqa: E402
     ACCOUNTINGS,
     ALONE,
     CONTROL,

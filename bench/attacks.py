@@ -10,7 +10,7 @@
 
 Liveness: two honest `swarmnode join` processes (the tiny default, on 127.0.0.1) train
 `--rounds` rounds together while a lying identity joins their run (see
-swarmnode/swarm/hivemind/adversary.py): `far` claims round 1,000,000 from two identities,
+swarmnode/lab/adversary.py): `far` claims round 1,000,000 from two identities,
 `silent` heartbeats and never publishes, `mute` announces batches and never answers a
 download, `drip` serves its batch a few bytes a second, `cut` announces 32 MiB payloads and
 closes after all but the last byte, `idle` holds 16 silent payload streams to each honest node,
@@ -44,7 +44,7 @@ manifest key and the heartbeat key of two honest exchanges (in this process, ove
 Printed: the honest gather time and whether the honest peer's batch arrived, median over
 `--rounds` rounds, before and during; how many subkeys an honest node then reads; strikes.
 
-Content: three honest tiny nodes and one poisoning peer (swarmnode/poison.py) train `--rounds`
+Content: three honest tiny nodes and one poisoning peer (swarmnode/lab/poison.py) train `--rounds`
 rounds through the in-memory exchange, in one process, with swarmnode's content defences off
 (task.strict_format, trust.likelihood_gate, trust.weight_budget all false) and on (the
 defaults). Printed per attack: the share of the honest nodes' own completions that carry the
@@ -83,11 +83,11 @@ from hivemind.utils.timed_storage import get_dht_time
 
 from swarmnode.assemble import assemble
 from swarmnode.config import TaskSettings, load_config
+from swarmnode.lab.adversary import ATTACKS, LivenessAttacker
+from swarmnode.lab.poison import CONTENT_ATTACKS, DEFENCES_OFF, carries_injection, poisoning_link
 from swarmnode.metrics import read_metrics, round_lines
-from swarmnode.poison import CONTENT_ATTACKS, DEFENCES_OFF, carries_injection, poisoning_link
 from swarmnode.policy import Policy
 from swarmnode.records import Heartbeat
-from swarmnode.swarm.hivemind.adversary import ATTACKS, LivenessAttacker
 from swarmnode.swarm.hivemind.connect import attach
 from swarmnode.swarm.hivemind.dht import (
     HEARTBEAT_KEY,

@@ -1,4 +1,4 @@
-"""The ablation's bookkeeping (swarmnode/ablation.py): batch composition, seeds, paired errors."""
+"""The ablation's bookkeeping (swarmnode/lab/ablation.py): batch composition, seeds, paired errors."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from swarmnode.ablation import (
+from swarmnode.lab.ablation import (
     ALONE,
     SETTINGS,
     ConditionRun,

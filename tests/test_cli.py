@@ -147,6 +147,12 @@ def test_no_pickle_anywhere():
     assert offenders == []
 
 
+def test_the_node_never_imports_the_lab():
+    """Research and attack kits (swarmnode/lab) run against the node; the product stands without them."""
+    product = [p for p in (ROOT / "swarmnode").rglob("*.py") if "lab" not in p.relative_to(ROOT / "swarmnode").parts]
+    assert [str(p) for p in product if "swarmnode.lab" in p.read_text()] == []
+
+
 def test_join_fails_fast_and_clearly_when_no_initial_peer_answers(tmp_path):
     unreachable = "/ip4/127.0.0.1/tcp/9/p2p/QmUZb37HNUQ8PpaQBmGUU3BRKiRaGLCscvutEhCH4gAxeN"
     started = time.monotonic()

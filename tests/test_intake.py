@@ -9,7 +9,7 @@ import pytest
 
 from swarmnode.assemble import assemble
 from swarmnode.config import load_config
-from swarmnode.poison import poisoning_link
+from swarmnode.lab.poison import poisoning_link
 from swarmnode.policy import Policy
 from swarmnode.pool import PROBATION_EVERY, OfferedGroup, PeerPool, fair_queue
 from swarmnode.swarm.ledger import PeerLedger

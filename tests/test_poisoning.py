@@ -1,4 +1,4 @@
-"""Content attacks (swarmnode/poison.py) against honest tiny nodes, in one process.
+"""Content attacks (swarmnode/lab/poison.py) against honest tiny nodes, in one process.
 
 The tiny preset (warmed up, so its completions are the answer block alone) is what makes the
 likelihood gate meaningful: random-weight models find every text about equally likely.
@@ -14,7 +14,7 @@ import pytest
 from swarmnode import wire
 from swarmnode.assemble import assemble
 from swarmnode.config import load_config
-from swarmnode.poison import DEFENCES_OFF, carries_injection, poisoning_link
+from swarmnode.lab.poison import DEFENCES_OFF, carries_injection, poisoning_link
 from swarmnode.policy import Policy
 from swarmnode.swarm.local import InMemoryHub
 

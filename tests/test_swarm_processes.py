@@ -23,8 +23,8 @@ from hivemind.utils.timed_storage import get_dht_time
 
 from swarmnode import wire
 from swarmnode.config import SwarmSettings
+from swarmnode.lab.adversary import LivenessAttacker
 from swarmnode.metrics import read_metrics, round_lines
-from swarmnode.swarm.hivemind.adversary import LivenessAttacker
 from swarmnode.swarm.hivemind.dht import (
     HEARTBEAT_KEY,
     Manifest,
