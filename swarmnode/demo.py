@@ -25,7 +25,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from swarmnode.metrics import eval_lines, read_metrics, round_lines
+from swarmnode.metrics import read_evals, read_rounds
+from swarmnode.records import EvalRecord, RoundRecord
 from swarmnode.tiny import TINY_PRESETS, ensure_tiny
 
 # Node kinds cycled through: two sizes, full fine-tuning and LoRA.
@@ -64,10 +65,16 @@ class DemoNode:
     def metrics_path(self) -> Path:
         return self.directory / "run" / "metrics.jsonl"
 
-    def metrics(self) -> list[dict[str, Any]]:
+    def rounds(self) -> list[RoundRecord]:
         try:
-            return read_metrics(self.metrics_path) if self.metrics_path.exists() else []
-        except (OSError, ValueError):  # a line being written right now
+            return read_rounds(self.metrics_path)
+        except OSError:  # the run dir is being made
+            return []
+
+    def evals(self, phase: str | None = None) -> list[EvalRecord]:
+        try:
+            return read_evals(self.metrics_path, phase)
+        except OSError:
             return []
 
 
@@ -208,28 +215,25 @@ class Demo:
         for column in ("node", "kind", "round", "reward", "peer samples", "eval", "round s"):
             table.add_column(column, justify="left" if column in ("node", "kind") else "right")
         for node in self.nodes:
-            lines = node.metrics()
-            rounds = round_lines(lines)
-            evals = [m["eval_acc"] for m in eval_lines(lines)]
-            last = rounds[-1] if rounds else {}
+            rounds, evals = node.rounds(), node.evals()
+            last = rounds[-1] if rounds else None
             table.add_row(
                 str(node.index),
                 node.label,
-                f"{last['round'] + 1}/{self.rounds}" if last else "starting",
-                f"{last['reward_mean']:.3f}" if last else "-",
-                str(last.get("peer_samples", "-")),
-                f"{evals[-1]:.3f}" if evals else "-",
-                f"{last['round_s']:.2f}" if last else "-",
+                f"{last.round + 1}/{self.rounds}" if last else "starting",
+                f"{last.reward_mean:.3f}" if last else "-",
+                str(last.peer_samples) if last else "-",
+                f"{evals[-1].eval_acc:.3f}" if evals else "-",
+                f"{last.timings.get('round_s', 0.0):.2f}" if last else "-",
             )
         return table
 
     def summary(self) -> list[dict[str, Any]]:
         rows = []
         for node in self.nodes:
-            lines = node.metrics()
-            before = next((m["eval_acc"] for m in eval_lines(lines, "before")), None)
-            after = next((m["eval_acc"] for m in reversed(eval_lines(lines, "after"))), None)
-            rounds = round_lines(lines)
+            before = next((e.eval_acc for e in node.evals("before")), None)
+            after = next((e.eval_acc for e in reversed(node.evals("after"))), None)
+            rounds = node.rounds()
             rows.append(
                 {
                     "node": node.index,
@@ -237,9 +241,9 @@ class Demo:
                     "rounds": len(rounds),
                     "eval_before": before,
                     "eval_after": after,
-                    "peer_samples": sum(m["peer_samples"] for m in rounds),
-                    "gated": sum(m.get("gated", 0) for m in rounds),
-                    "rejected": max((m["rejected"] for m in rounds), default=0),
+                    "peer_samples": sum(r.peer_samples for r in rounds),
+                    "gated": sum(r.gated for r in rounds),
+                    "rejected": max((r.rejected for r in rounds), default=0),
                 }
             )
         return rows
@@ -253,14 +257,13 @@ class Demo:
 
         fig, (ax_reward, ax_eval) = plt.subplots(1, 2, figsize=(11, 4))
         for node in self.nodes:
-            lines = node.metrics()
-            rounds = round_lines(lines)
-            xs = [m["round"] for m in rounds]
-            ys = [m["reward_mean"] for m in rounds]
+            rounds = node.rounds()
+            xs = [r.round for r in rounds]
+            ys = [r.reward_mean for r in rounds]
             window = 10
             smooth = [sum(ys[max(0, i - window + 1) : i + 1]) / len(ys[max(0, i - window + 1) : i + 1]) for i in range(len(ys))]
             ax_reward.plot(xs, smooth, label=f"{node.index}: {node.label}")
-            evals = [(m["round"] + 1, m["eval_acc"]) for m in eval_lines(lines)]
+            evals = [(e.round + 1, e.eval_acc) for e in node.evals()]
             if evals:
                 ax_eval.plot(*zip(*evals), marker="o", label=f"{node.index}: {node.label}")
         ax_reward.set(title="training reward (10-round mean)", xlabel="round", ylabel="reward")

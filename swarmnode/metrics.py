@@ -12,7 +12,7 @@ from typing import Any
 
 from rich.console import Console
 
-from swarmnode.records import RoundRecord, finite_or_none, is_eval, is_round
+from swarmnode.records import EvalRecord, RecordError, RoundRecord, finite_or_none, is_eval, is_round
 from swarmnode.rundir import VIEW_LOGGER
 
 _file_log = logging.getLogger(VIEW_LOGGER)  # <run-dir>/node.log while a node runs (swarmnode.rundir)
@@ -56,6 +56,25 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
             if isinstance(line, dict):
                 lines.append(line)
     return lines
+
+
+def read_rounds(path: Path) -> list[RoundRecord]:
+    """The round records of a metrics.jsonl, typed; lines of another version are left out."""
+    return _typed(read_metrics(path) if path.exists() else [], RoundRecord.from_json)
+
+
+def read_evals(path: Path, phase: str | None = None) -> list[EvalRecord]:
+    """The evaluations of a metrics.jsonl (optionally of one phase), typed."""
+    evals = _typed(read_metrics(path) if path.exists() else [], EvalRecord.from_json)
+    return [e for e in evals if phase is None or e.phase == phase]
+
+
+def _typed(lines: list[dict[str, Any]], parse: Callable[[dict[str, Any]], Any]) -> list[Any]:
+    typed = []
+    for line in lines:
+        with contextlib.suppress(RecordError):
+            typed.append(parse(line))
+    return typed
 
 
 def round_lines(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ Each metric has one name from the node through metrics.jsonl to `status`.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -151,6 +151,18 @@ class RoundRecord:
         line.update({k: round(v, 4) for k, v in line.pop("timings").items()})
         return line
 
+    @classmethod
+    def from_json(cls, line: dict[str, Any]) -> RoundRecord:
+        """A round line read back; the top-level `*_s` keys that are no field are its timings.
+        RecordError for a line that lacks a field (a line of another version)."""
+        names = {f.name for f in fields(cls)} - {"timings", "kind"}
+        missing = sorted(n for n in names if n not in line and cls.__dataclass_fields__[n].default is MISSING
+                         and cls.__dataclass_fields__[n].default_factory is MISSING)
+        if line.get("kind") != "round" or missing:
+            raise RecordError(f"not a round line of this version (missing {', '.join(missing) or 'kind'})")
+        timings = {k: v for k, v in line.items() if k.endswith("_s") and k not in names}
+        return cls(**{n: line[n] for n in names if n in line}, timings=timings)
+
 
 @dataclass
 class EvalRecord:
@@ -165,6 +177,13 @@ class EvalRecord:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_json(cls, line: dict[str, Any]) -> EvalRecord:
+        """An eval line read back; RecordError for a line of another kind or version."""
+        if line.get("kind") != "eval" or not all(k in line for k in ("round", "phase", "eval_acc")):
+            raise RecordError("not an eval line of this version")
+        return cls(round=line["round"], phase=line["phase"], eval_acc=line["eval_acc"], ood_acc=line.get("ood_acc"))
 
 
 @dataclass

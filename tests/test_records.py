@@ -42,3 +42,24 @@ def test_new_settings_refuse_bad_values_by_name(setting):
 def test_the_torch_free_health_check_says_when_nobody_answers(capsys):
     assert health_main(["--port", "1", "--timeout", "1"]) == 1
     assert "no answer from 127.0.0.1:1" in capsys.readouterr().out
+
+
+def test_metrics_lines_read_back_typed_and_other_versions_are_left_out(tmp_path):
+    from swarmnode.metrics import MetricsLog, read_evals, read_rounds
+    from swarmnode.records import EvalRecord, RoundRecord
+
+    record = RoundRecord(
+        round=3, peer_id="Qm", reward_mean=0.5, peer_reward_mean=None, own_samples=64, peer_samples=32, peers=2,
+        gated=1, below_bar=2, peer_weight_scale=1.0, filtered=0, filtered_frac=0.0, weight_mean=1.0, weight_max=2.0,
+        truncated_frac=0.01, divergence_mean=0.1, loss=0.2, grad_norm=0.3, wire_bytes=100, wire_tokens=12,
+        rejected=0, peer_age_s=0.5, peer_lag=0.0, tokens_per_s=99.0, samples_by_peer={"Qa": 32},
+        timings={"generate_s": 0.25, "round_s": 0.75},
+    )
+    log = MetricsLog(tmp_path / "metrics.jsonl")
+    log.write(EvalRecord(round=-1, phase="before", eval_acc=0.4).to_json())
+    log.write(record.to_json())
+    log.write({"kind": "round", "round": 4})  # a line of another version
+    log.close()
+    assert read_rounds(tmp_path / "metrics.jsonl") == [record], "timings come back from the flat line"
+    assert read_evals(tmp_path / "metrics.jsonl", "before") == [EvalRecord(round=-1, phase="before", eval_acc=0.4)]
+    assert read_evals(tmp_path / "metrics.jsonl", "after") == [] and read_rounds(tmp_path / "nothing.jsonl") == []
