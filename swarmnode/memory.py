@@ -11,12 +11,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
 import yaml
 
 from swarmnode.config import Config, ConfigError, load_config
-from swarmnode.policy import pick_device
-from swarmnode.rollout import resolve_backend
+from swarmnode.devices import device_of, resolve_backend
 from swarmnode.shapes import ModelShape, shape_of
 
 GIB = 2**30
@@ -142,6 +140,8 @@ def vllm_engine_bytes(config: Config, shape: ModelShape, compute: int) -> float:
 def device_capacity(on_gpu: bool, device_index: int = 0) -> float:
     """Total bytes of the GPU, or of this machine's RAM."""
     if on_gpu:
+        import torch  # only on a GPU machine, where the node loads it anyway
+
         return float(torch.cuda.get_device_properties(device_index).total_memory)
     return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
@@ -172,13 +172,13 @@ def default_configs_dir() -> Path:
 def check_fits(config: Config) -> tuple[MemoryEstimate | None, str | None]:
     """(estimate, None) when the config fits this machine, (estimate, why and what to try)
     when not, (None, None) when the model's shape is unknown."""
-    device = pick_device(config.model.device)
-    on_gpu = device.type == "cuda"
+    kind, index = device_of(config.model.device)
+    on_gpu = kind == "cuda"
     shape = shape_of(config.model.name, config.model.revision)
     if shape is None:
         return None, None
-    backend = resolve_backend(config.rollout.backend, device)
-    capacity = device_capacity(on_gpu, device.index or 0)
+    backend = resolve_backend(config.rollout.backend, kind)
+    capacity = device_capacity(on_gpu, index)
     est = estimate(config, shape, capacity, on_gpu, backend)
     if est.fits:
         return est, None

@@ -14,13 +14,10 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 from swarmnode.config import Config, LoraSettings
 from swarmnode.defaults import LORA_LR
+from swarmnode.devices import cuda_available, device_of, resolve_backend, vllm_installed
 from swarmnode.memory import GIB, MemoryEstimate, device_capacity, estimate, vllm_engine_bytes
-from swarmnode.policy import pick_device
-from swarmnode.rollout import resolve_backend, vllm_available
 from swarmnode.shapes import KNOWN_SHAPES, ModelShape, shape_of
 
 MARGIN = 0.08  # share of the card a plan leaves free
@@ -231,12 +228,12 @@ class NoPlanFits(RuntimeError):
 def plan_for_device(config: Config) -> tuple[Config, str | None]:
     """On a GPU with a known model shape: the planned config and its description (NoPlanFits
     when the user's settings cannot fit). Elsewhere: the config unchanged and None."""
-    device = pick_device(config.model.device)
+    kind, index = device_of(config.model.device)
     shape = shape_of(config.model.name, config.model.revision)
-    if device.type != "cuda" or shape is None:
+    if kind != "cuda" or shape is None:
         return config, None
-    capacity = device_capacity(True, device.index or 0)
-    plan, text = explain(config, shape, capacity, resolve_backend(config.rollout.backend, device))
+    capacity = device_capacity(True, index)
+    plan, text = explain(config, shape, capacity, resolve_backend(config.rollout.backend, kind))
     if not plan.fits:
         raise NoPlanFits(text + "\n(to start anyway: --set node.memory_check=false)")
     return plan.config, text
@@ -269,12 +266,12 @@ def plan_report(config: Config, cards_gib: list[float] | None, backend: str) -> 
     if backend not in ("auto", "hf", "vllm"):
         raise PlanError(f"backend {backend!r}: choose hf, vllm or auto")
     if backend == "auto":
-        backend = "vllm" if vllm_available() else "hf"
+        backend = "vllm" if vllm_installed() else "hf"
     if cards_gib and min(cards_gib) <= 0:
         raise PlanError(f"--gpu-gib {min(cards_gib):g}: a GPU's memory in GiB is a positive number")
     if cards_gib:
         capacities = [gib * GIB for gib in cards_gib]
-    elif torch.cuda.is_available():
+    elif cuda_available():
         capacities = [device_capacity(True, 0)]
     else:
         capacities = [gib * GIB for gib in DEFAULT_CARDS_GIB]

@@ -18,6 +18,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 from transformers.utils import logging as hf_logging
 
 from swarmnode.config import LoraSettings, LossSettings, ModelSettings, TrainSettings
+from swarmnode.devices import device_of
 from swarmnode.logprobs import chunked_logprobs, decoder_and_head, logprobs_from_logits
 from swarmnode.loss import ObjectiveStats, ObjectiveTerms, objective_terms
 from swarmnode.shapes import TINY_NAMES, resolve_model_name
@@ -26,12 +27,8 @@ from swarmnode.wire import PolicyInfo
 
 
 def pick_device(requested: str) -> torch.device:
-    if requested == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(requested)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"device {requested!r} was asked for but CUDA is not available")
-    return device
+    kind, index = device_of(requested)
+    return torch.device(kind, index) if kind == "cuda" else torch.device(kind)
 
 
 def pick_dtype(requested: str, device: torch.device) -> torch.dtype:

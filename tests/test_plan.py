@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from swarmnode.cli import app
 from swarmnode.config import load_config
+from swarmnode.devices import NVIDIA_DRIVER_FILES
 from swarmnode.memory import (
     CALIBRATION_CAPACITY_GIB,
     CALIBRATION_PEAKS_GIB,
@@ -171,3 +172,14 @@ def test_gpu_round_bench_prints_plans_on_cpu_and_its_measuring_code_runs():
     assert smoke.returncode == 0, smoke.stderr
     row = next(line for line in smoke.stdout.splitlines() if line.startswith("smoke"))
     assert len(row.split()) >= 12 and "out of memory" not in row
+
+
+@pytest.mark.skipif(any(p.exists() for p in NVIDIA_DRIVER_FILES), reason="a GPU machine: planning asks torch for the card")
+def test_planning_the_built_in_shapes_imports_no_torch_on_a_machine_without_a_gpu():
+    """`swarmnode plan` answers at once where there is no GPU: no torch, transformers, peft or vLLM."""
+    code = ("import sys; from swarmnode.config import load_config; from swarmnode.plan import plan_report; "
+            "report = plan_report(load_config(None, ['model.name=Qwen2.5-3B']), None, 'auto'); "
+            "print(sorted(m for m in ('torch', 'transformers', 'peft', 'vllm') if m in sys.modules), "
+            "'24.0 GiB GPU' in report.text and '80.0 GiB GPU' in report.text)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["[]", "True"], done.stdout + done.stderr

@@ -6,7 +6,6 @@ import re
 from pathlib import Path
 
 import pytest
-import torch
 from typer.testing import CliRunner
 
 from swarmnode.cli import app
@@ -50,7 +49,7 @@ def test_every_objective_has_a_weighting_and_every_task_a_constructor():
 
 
 def test_backends_resolve_and_unknown_names_are_errors():
-    cpu = torch.device("cpu")
+    cpu = "cpu"
     assert resolve_backend("auto", cpu) == "hf" and resolve_backend("hf", cpu) == "hf"
     with pytest.raises(ValueError, match="unknown generation backend 'fast'; choose from auto, hf, vllm"):
         resolve_backend("fast", cpu)

