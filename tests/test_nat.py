@@ -20,8 +20,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.mark.skipif(os.environ.get("SWARMNODE_NAT_LAB") != "1",
-                    reason="builds network namespaces as root: set SWARMNODE_NAT_LAB=1 (it failed once in a fresh "
-                    "clone here, reason not yet read; sudo python bench/nat.py runs the lab by hand)")
+                    reason="builds network namespaces as root: set SWARMNODE_NAT_LAB=1 (needs root, ip and "
+                    "iptables; sudo python bench/nat.py runs the lab by hand)")
 def test_a_node_behind_nat_pulls_and_is_pulled_from():
     why = missing_tools()
     if why:
