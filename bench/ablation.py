@@ -40,6 +40,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import matplotlib
+import torch
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -89,6 +90,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--eval-size", type=int, default=Shape.eval_size)
     parser.add_argument("--eval-points", type=int, default=Shape.eval_points, help="evaluations during training")
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="a setting for every node")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (default 1: two threads reorder f-tis's sums and move a seed's "
+                        "result by up to 0.05, so runs compare only at one thread count)")
     parser.add_argument("--out", type=Path, default=Path("ablation-out"))
     parser.add_argument("--no-control", action="store_true", help="skip the `same` control run")
     parser.add_argument("--control-from", type=Path, nargs="+", default=None,
@@ -251,6 +255,7 @@ def main() -> None:
         plot(runs, args.out / "ablation.png", f"{setting.name}, {saved_args.accounting}, {saved_args.seeds} seed(s)")
         print(f"\ncurves: {args.out / 'ablation.png'}")
         return
+    torch.set_num_threads(args.threads)
     setting = chosen_setting(args)
     shape = Shape(args.rounds, args.prompts, args.group, args.max_new_tokens, args.eval_size, args.eval_points,
                   tuple(args.overrides))
