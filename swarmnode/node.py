@@ -27,9 +27,9 @@ from swarmnode.config import Config
 from swarmnode.evaluation import Evaluator
 from swarmnode.hub import CardFacts, HubPublisher
 from swarmnode.intake import Intake, Taken
-from swarmnode.metrics import LiveView, MetricsLog, read_metrics
+from swarmnode.metrics import LiveView, MetricsLog, read_evals
 from swarmnode.policy import OutOfMemory, Policy, StepResult
-from swarmnode.records import EVAL_HISTORY, EvalRecord, NodeStatus, RoundRecord, StartRecord, is_eval, run_id
+from swarmnode.records import EVAL_HISTORY, EvalRecord, NodeStatus, RoundRecord, StartRecord, run_id
 from swarmnode.reporting import Reporters
 from swarmnode.rollout.base import Completion, Generator
 from swarmnode.samples import OWN, Sample, ScoredGroup, score_group, train_samples
@@ -253,9 +253,9 @@ class Node:
             )
         self.next_round = int(meta["round"]) + 1
         self.generator.sync_weights()
-        earlier = [line for line in read_metrics(self.metrics.path) if is_eval(line)]
-        self.evals.extend(line["eval_acc"] for line in earlier if line["round"] < self.next_round)
-        self.eval_before = next((line["eval_acc"] for line in earlier if line.get("phase") == "before"), None)
+        earlier = read_evals(self.metrics.path)
+        self.evals.extend(e.eval_acc for e in earlier if e.round < self.next_round)
+        self.eval_before = next((e.eval_acc for e in earlier if e.phase == "before"), None)
         return True
 
     def run(self, rounds: int | None = None) -> dict[str, Any]:
@@ -286,9 +286,10 @@ class Node:
                 self.view.round(record, total)
                 if cfg.eval_every and (round_ + 1) % cfg.eval_every == 0 and round_ + 1 < total:
                     self.view.note(f"eval after round {round_ + 1}: {self._evaluate_all(round_, 'during').eval_acc:.3f}")
-                if self._checkpoint_due(round_) or (self.publisher and self.publisher.due(round_)):
+                push_due = self.publisher is not None and self.publisher.due(round_)
+                if self._checkpoint_due(round_) or push_due:
                     self.save(round_)
-                if self.publisher and self.publisher.due(round_):
+                if push_due:
                     self.publisher.push(self.checkpoint_dir / "model", self.card_facts(round_ + 1))
                 round_ += 1
         except KeyboardInterrupt:

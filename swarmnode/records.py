@@ -156,8 +156,8 @@ class RoundRecord:
         """A round line read back; the top-level `*_s` keys that are no field are its timings.
         RecordError for a line that lacks a field (a line of another version)."""
         names = {f.name for f in fields(cls)} - {"timings", "kind"}
-        missing = sorted(n for n in names if n not in line and cls.__dataclass_fields__[n].default is MISSING
-                         and cls.__dataclass_fields__[n].default_factory is MISSING)
+        required = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING}
+        missing = sorted(required - line.keys())
         if line.get("kind") != "round" or missing:
             raise RecordError(f"not a round line of this version (missing {', '.join(missing) or 'kind'})")
         timings = {k: v for k, v in line.items() if k.endswith("_s") and k not in names}

@@ -21,36 +21,6 @@ COLUMNS = [  # (title, justify, in the narrow table); `filtered_frac` keeps the 
 STATE_COLOURS = {"training": "green", "stale": "yellow", "left": "dim"}
 
 
-def _fmt(value: Any, spec: str = "") -> str:
-    if value is None:
-        return "-"
-    return format(value, spec) if spec else str(value)
-
-
-def _cells(h: dict[str, Any]) -> dict[str, str]:
-    params, lora, state = h.get("params"), h.get("lora") or 0, h["state"]
-    return {
-        "peer": f"…{h['peer'][-8:]}",
-        "run": h["run"][:8],
-        "state": f"[{STATE_COLOURS.get(state, 'white')}]{state}[/] {h['age_s']:.0f}s",
-        "model": _fmt(h.get("model")),
-        "params": f"{params / 1e6:.2f}M" if isinstance(params, (int, float)) else "-",
-        "train": f"LoRA r={lora}" if lora else "full",
-        "backend": _fmt(h.get("backend")),
-        "device": _fmt(h.get("device")),
-        "round": _fmt(h.get("round")),
-        "reward": _fmt(h.get("reward"), ".3f"),
-        "eval_acc": _fmt(h.get("eval_acc"), ".3f"),
-        "tok/s": _fmt(h.get("tokens_per_s"), ".0f"),
-        "published": _fmt(h.get("published")),
-        "consumed": _fmt(h.get("consumed")),
-        "filtered_frac": _fmt(h.get("filtered_frac"), ".2f"),
-        "reach": _fmt(h.get("reach")),
-        "version": _fmt(h.get("version")),
-        "uptime": f"{h.get('uptime_s', 0) / 60:.1f}m",
-    }
-
-
 SPARKS = "▁▂▃▄▅▆▇█"
 NARROW_EVALS = 4  # evaluations drawn in 80 columns (--wide and --json: all a heartbeat carries)
 FLAT_BELOW = 0.01  # accuracies this close together are drawn flat, not as noise blown up
@@ -65,6 +35,39 @@ def sparkline(values: list[float]) -> str:
     if high - low < FLAT_BELOW:
         return SPARKS[0] * len(values)
     return "".join(SPARKS[round((v - low) / (high - low) * (len(SPARKS) - 1))] for v in values)
+
+
+def _fmt(value: Any, spec: str = "") -> str:
+    if value is None:
+        return "-"
+    return format(value, spec) if spec else str(value)
+
+
+def _cells(h: dict[str, Any], wide: bool) -> dict[str, str]:
+    params, lora, state = h.get("params"), h.get("lora") or 0, h["state"]
+    return {
+        "peer": f"…{h['peer'][-8:]}",
+        "run": h["run"][:8],
+        "state": f"[{STATE_COLOURS.get(state, 'white')}]{state}[/] {h['age_s']:.0f}s",
+        # in 80 columns the hub's organisation can go: the model's own name says what it is
+        "model": _fmt(h.get("model")) if wide else _fmt(h.get("model")).rsplit("/", 1)[-1],
+        "params": f"{params / 1e6:.2f}M" if isinstance(params, (int, float)) else "-",
+        "train": f"LoRA r={lora}" if lora else "full",
+        "backend": _fmt(h.get("backend")),
+        "device": _fmt(h.get("device")),
+        "round": _fmt(h.get("round")),
+        "reward": _fmt(h.get("reward"), ".3f"),
+        "eval_acc": " ".join(filter(None, [
+            _fmt(h.get("eval_acc"), ".3f"), sparkline((h.get("evals") or [])[-(EVAL_HISTORY if wide else NARROW_EVALS):]),
+        ])),
+        "tok/s": _fmt(h.get("tokens_per_s"), ".0f"),
+        "published": _fmt(h.get("published")),
+        "consumed": _fmt(h.get("consumed")),
+        "filtered_frac": _fmt(h.get("filtered_frac"), ".2f"),
+        "reach": _fmt(h.get("reach")),
+        "version": _fmt(h.get("version")),
+        "uptime": f"{h.get('uptime_s', 0) / 60:.1f}m",
+    }
 
 
 def render_table(rows: list[dict[str, Any]], wide: bool = False) -> Table:
@@ -82,11 +85,7 @@ def render_table(rows: list[dict[str, Any]], wide: bool = False) -> Table:
         table.add_column(column, justify=justify, no_wrap=column in ("peer", "run", "state", "eval_acc"),
                          overflow="fold" if column == "model" else "ellipsis")
     for h in rows:
-        cells = _cells(h)
-        evals = (h.get("evals") or [])[-(EVAL_HISTORY if wide else NARROW_EVALS):]
-        cells["eval_acc"] = " ".join(filter(None, [cells["eval_acc"], sparkline(evals)]))
-        if not wide:  # the hub's organisation can go: the model's own name says what it is
-            cells["model"] = cells["model"].rsplit("/", 1)[-1]
+        cells = _cells(h, wide)
         table.add_row(*(cells[name] for name, _ in shown))
     return table
 

