@@ -50,6 +50,9 @@ def test_help_lists_the_settings():
         (["--set", "node.checkpoint_every_s=-1"], "node.checkpoint_every_s"),
         (["--set", "report.to=[wandb]"], "report.to"),
         (["--set", "report.to=tensorboard"], "report.to"),
+        (["--set", "swarm.rejoin_interval_s=0"], "swarm.rejoin_interval_s"),
+        (["--set", "hub.push_every=-1"], "hub.push_every"),
+        (["--set", "hub.private=perhaps"], "hub.private"),
     ],
 )
 def test_bad_settings_get_a_clear_error(args, message):
