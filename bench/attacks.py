@@ -77,27 +77,21 @@ import numpy as np
 import psutil
 import yaml
 from hivemind.dht.crypto import RSASignatureValidator
-from hivemind.dht.validation import CompositeValidator, DHTRecord, RecordValidatorBase
+from hivemind.dht.validation import CompositeValidator
 from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.timed_storage import get_dht_time
 
 from swarmnode.assemble import assemble
 from swarmnode.config import TaskSettings, load_config
-from swarmnode.lab.adversary import ATTACKS, LivenessAttacker
+from swarmnode.lab.adversary import ATTACKS, LivenessAttacker, ManyKeySigner
 from swarmnode.lab.poison import CONTENT_ATTACKS, DEFENCES_OFF, carries_injection, poisoning_link
 from swarmnode.metrics import read_metrics, round_lines
 from swarmnode.policy import Policy
 from swarmnode.records import Heartbeat
 from swarmnode.swarm.hivemind.connect import attach
-from swarmnode.swarm.hivemind.dht import (
-    HEARTBEAT_KEY,
-    Manifest,
-    SwarmRecordValidator,
-    manifest_key,
-    owner_peer_id,
-    pack,
-)
+from swarmnode.swarm.hivemind.dht import Manifest, SwarmRecordValidator, owner_peer_id, pack
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
+from swarmnode.swarm.hivemind.shards import HEARTBEAT_FAMILY, level_for, manifest_family, shard_key, shard_of
 from swarmnode.swarm.ledger import PeerLedger
 from swarmnode.swarm.local import InMemoryHub
 from swarmnode.tasks import make_task
@@ -361,33 +355,6 @@ def rounds_while_training(mine: list[dict], other: list[dict]) -> list[dict]:
     return [m for m in mine if first <= m["time"] <= last]
 
 
-class ManyKeySigner(RecordValidatorBase):
-    """Signs each record with the key its subkey names: one process, many identities."""
-
-    def __init__(self, signers: list[RSASignatureValidator]) -> None:
-        self.signers = {s.local_public_key: s for s in signers}
-        self.check = RSASignatureValidator()
-
-    def validate(self, record: DHTRecord) -> bool:
-        return self.check.validate(record)
-
-    def sign_value(self, record: DHTRecord) -> bytes:
-        for marker, signer in self.signers.items():
-            if marker in record.subkey:
-                return signer.sign_value(record)
-        return record.value
-
-    def strip_value(self, record: DHTRecord) -> bytes:
-        return self.check.strip_value(record)
-
-    @property
-    def priority(self) -> int:
-        return 10
-
-    def merge_with(self, other: RecordValidatorBase) -> bool:
-        return False
-
-
 def sybil(args: argparse.Namespace) -> None:
     config = load_config(None, ["swarm.host_maddrs=[/ip4/127.0.0.1/tcp/0]", "swarm.heartbeat_interval_s=1.0"])
     run = "bench-sybil"
@@ -403,20 +370,28 @@ def sybil(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     signers = [RSASignatureValidator(RSAPrivateKey()) for _ in range(args.identities)]
     print(f"{args.identities} identities made in {time.perf_counter() - started:.0f} s", flush=True)
-    attacker.dht.protocol.record_validator = CompositeValidator([ManyKeySigner(signers), SwarmRecordValidator()])
+    attacker.dht.protocol.record_validator = CompositeValidator(
+        [ManyKeySigner(signers), SwarmRecordValidator(attacker.shards)]
+    )
     ledger.delivered(peer.peer_id)  # the honest pair know each other: the peer is waited for
 
     owners = [(signer.local_public_key, owner_peer_id(signer.local_public_key)) for signer in signers]
+    centre = level_for(args.identities)
+    levels = [lv for lv in (centre - 1, centre, centre + 1) if lv >= 0]  # where honest readers will read
 
     def junk(round_: int) -> None:
-        """Every identity: a heartbeat claiming the honest round, a manifest of a batch it never serves."""
+        """Every identity: a heartbeat claiming the honest round, a manifest of a batch it never
+        serves, each in its own shards (storing nodes refuse other shards) at the readers' levels."""
         now = get_dht_time()
         keys, values, subkeys = [], [], []
         for marker, who in owners:
-            beat = Heartbeat(peer=who, run=run, time=now, round=round_)
-            keys += [HEARTBEAT_KEY, manifest_key(run)]
-            values += [pack(beat.model_dump()), Manifest(who, round_, 4096, os.urandom(32), 100).to_value()]
-            subkeys += [marker, marker]
+            beat = pack(Heartbeat(peer=who, run=run, time=now, round=round_).model_dump())
+            manifest = Manifest(who, round_, 4096, os.urandom(32), 100).to_value()
+            for level in levels:
+                keys += [shard_key(HEARTBEAT_FAMILY, level, shard_of(who, level)),
+                         shard_key(manifest_family(run), level, shard_of(who, level))]
+                values += [beat, manifest]
+                subkeys += [marker, marker]
         attacker.call(attacker.dht.store_many(keys, values, now + 120, subkeys=subkeys), timeout=600)
 
     def measure(rounds: range, with_junk: bool) -> tuple[list[float], list[float], int]:
@@ -426,17 +401,21 @@ def sybil(args: argparse.Namespace) -> None:
                 junk(r)
             peer_link.exchange.publish(r, os.urandom(2048), 256)
             t = time.perf_counter()
-            honest.call(link.membership.read(), timeout=60)
+            found = honest.call(link.membership.heartbeats.read(honest.read_owned), timeout=60)
             reads.append(time.perf_counter() - t)
+            read_records.append(len(found.items))
             t = time.perf_counter()
             got = link.exchange.gather(30.0, {peer.peer_id})
             gathers.append(time.perf_counter() - t)
             arrived += any(item.peer_id == peer.peer_id for item in got)
         return reads, gathers, arrived
 
+    read_records: list[int] = []
     try:
         base = measure(range(0, args.rounds), False)
+        base_records, read_records = read_records, []
         flood = measure(range(args.rounds, 2 * args.rounds), True)
+        honest.call(link.membership.read(), timeout=60)
         junk_seen = len(link.membership.peers)
     finally:
         for runtime in (attacker, peer, honest):
@@ -447,12 +426,15 @@ def sybil(args: argparse.Namespace) -> None:
     print(f"{'':<12} {'heartbeat read ms':>18} {'gather ms':>10} {'peer batch arrived':>19}")
     print(f"{'no junk':<12} {ms(base[0]):>18.1f} {ms(base[1]):>10.1f} {base[2]:>15}/{args.rounds}")
     print(f"{'with junk':<12} {ms(flood[0]):>18.1f} {ms(flood[1]):>10.1f} {flood[2]:>15}/{args.rounds}")
-    print(f"junk heartbeats parsed as peers of the run: {junk_seen}; downloads of unknown peers at once: "
-          f"at most swarm.max_peers_per_round ({config.swarm.max_peers_per_round})")
+    print(f"heartbeats an honest read returned (median): {statistics.median(base_records):.0f} without junk, "
+          f"{statistics.median(read_records):.0f} with (level {link.membership.heartbeats.estimate.level} of "
+          f"{args.identities} junk identities written at levels {levels})")
+    print(f"junk heartbeats kept as peers of the run after one more read: {junk_seen}; downloads of unknown peers "
+          f"at once: at most swarm.max_peers_per_round ({config.swarm.max_peers_per_round})")
 
 
 def flood(args: argparse.Namespace) -> None:
-    """One key floods the run's manifest key and the heartbeat key with `--records` junk
+    """One key floods the run's and the heartbeats' level-0 shards with `--records` junk
     subkeys `[owner:KEY]#i` of 4 KB (hivemind's signature check finds the owner marker anywhere
     in a subkey); two honest exchanges go on publishing and gathering, before and during."""
     config = load_config(None, ["swarm.host_maddrs=[/ip4/127.0.0.1/tcp/0]", "swarm.heartbeat_interval_s=1.0"])
@@ -484,7 +466,7 @@ def flood(args: argparse.Namespace) -> None:
         started, accepted = time.perf_counter(), 0
         for first in range(0, args.records, 1000):
             count = min(1000, args.records - first)
-            keys = [manifest_key(run) if i % 2 else HEARTBEAT_KEY for i in range(first, first + count)]
+            keys = [shard_key(manifest_family(run) if i % 2 else HEARTBEAT_FAMILY, 0, 0) for i in range(first, first + count)]
             subkeys = [signer.local_public_key + b"#%d" % i for i in range(first, first + count)]
             stored = attacker.call(
                 attacker.dht.store_many(keys, [b"x" * 4000] * count, get_dht_time() + 600, subkeys=subkeys), timeout=600
@@ -492,7 +474,7 @@ def flood(args: argparse.Namespace) -> None:
             accepted += sum(1 for ok in stored.values() if ok)
         flood_s = time.perf_counter() - started
         during = measure(range(args.rounds, 2 * args.rounds))
-        visible = len(peer.get_subkeys(manifest_key(run))) + len(peer.get_subkeys(HEARTBEAT_KEY))
+        visible = sum(len(peer.get_subkeys(shard_key(f, 0, 0))) for f in (manifest_family(run), HEARTBEAT_FAMILY))
     finally:
         for runtime in (attacker, peer, honest):
             runtime.shutdown()

@@ -24,7 +24,7 @@ from swarmnode.tasks.base import fingerprint_of
 
 WIRE_VERSION = 1  # the rollout message layout (swarmnode.wire)
 RUN_ID_SCHEME = "swarmnode-run-v2"  # what the run id hashes
-DHT_NAMESPACE = "swarmnode/v2"  # prefix of every DHT key (v2: one manifest key per run, no shared round)
+DHT_NAMESPACE = "swarmnode/v3"  # prefix of every DHT key (v3: heartbeats and manifests in shards)
 PAYLOAD_PROTOCOL = "/swarmnode/payload/3"  # libp2p stream protocol for payloads (3: newest-after requests)
 CHECKPOINT_FORMAT = 1  # checkpoint directory layout (local only, not in the run id)
 

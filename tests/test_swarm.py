@@ -22,7 +22,7 @@ from swarmnode.swarm.base import SwarmLink
 from swarmnode.swarm.hivemind import dht as records
 from swarmnode.swarm.hivemind import payloads
 from swarmnode.swarm.hivemind.connect import attach
-from swarmnode.swarm.hivemind.dht import HEARTBEAT_KEY, Manifest, manifest_key, pack, payload_digest
+from swarmnode.swarm.hivemind.dht import Manifest, owner_or_none, pack, payload_digest
 from swarmnode.swarm.hivemind.exchange import choose_downloads, direct_pulls
 from swarmnode.swarm.hivemind.identity import ensure_identity, load_signing_key
 from swarmnode.swarm.hivemind.payloads import (
@@ -32,9 +32,23 @@ from swarmnode.swarm.hivemind.payloads import (
     fetch_payload,
 )
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
+from swarmnode.swarm.hivemind.shards import (
+    HEARTBEAT_FAMILY,
+    ShardedFamily,
+    manifest_family,
+    shard_key,
+    shard_of,
+)
 from swarmnode.swarm.ledger import PeerLedger
 
 RUN = "testrun"
+EVERYONES = shard_key(HEARTBEAT_FAMILY, 0, 0)  # level 0 has one shard, which every peer's records may use
+
+
+def _announce(runtime: SwarmRuntime, manifest: Manifest, run: str = RUN) -> bool:
+    """Store a manifest where a new node of `run` writes its own (its shards at levels 0 and 1)."""
+    keys = ShardedFamily(manifest_family(run), runtime.peer_id, owner_or_none).write_keys()
+    return runtime.call(runtime.store_owned_all(keys, manifest.to_value(), get_dht_time() + 60), 10)
 
 
 @pytest.fixture
@@ -129,21 +143,37 @@ def test_an_owner_gets_one_subkey_per_key_not_one_per_suffix():
 def test_forged_and_oversized_writes_are_refused(start_runtime):
     honest = start_runtime("honest")
     rogue = start_runtime("rogue", honest.visible_maddrs())
-    assert honest.store_owned(HEARTBEAT_KEY, pack({"who": "honest"}), 60)
+    assert honest.store_owned(EVERYONES, pack({"who": "honest"}), 60)
     victim_subkey = honest.signer.local_public_key
     forged = rogue.call(
-        rogue.dht.store(HEARTBEAT_KEY, pack({"who": "rogue"}), get_dht_time() + 60, subkey=victim_subkey),
+        rogue.dht.store(EVERYONES, pack({"who": "rogue"}), get_dht_time() + 60, subkey=victim_subkey),
         timeout=10,
     )
     assert forged is False
     # a signature copied from elsewhere does not verify either
     fake = pack({"who": "rogue"}) + b"[signature:" + b"A" * 344 + b"]"
-    assert not rogue.call(rogue.dht.store(HEARTBEAT_KEY, fake, get_dht_time() + 60, subkey=victim_subkey), 10)
-    assert not rogue.store_owned(HEARTBEAT_KEY, b"x" * 10_000, 60), "oversized"
-    assert not rogue.store_owned(HEARTBEAT_KEY, pack({}), 100_000), "expires too late"
+    assert not rogue.call(rogue.dht.store(EVERYONES, fake, get_dht_time() + 60, subkey=victim_subkey), 10)
+    assert not rogue.store_owned(EVERYONES, b"x" * 10_000, 60), "oversized"
+    assert not rogue.store_owned(EVERYONES, pack({}), 100_000), "expires too late"
     assert not rogue.call(rogue.dht.store("unowned", pack({}), get_dht_time() + 60), 10), "unowned key"
-    values = {records.owner_peer_id(k): records.unpack(v) for k, v in rogue.get_subkeys(HEARTBEAT_KEY).items()}
+    values = {records.owner_peer_id(k): records.unpack(v) for k, v in rogue.get_subkeys(EVERYONES).items()}
     assert values == {honest.peer_id: {"who": "honest"}}
+
+
+def test_a_record_is_stored_only_in_its_owners_shard(start_runtime):
+    """Storing nodes check the shard: an identity cannot write into every shard of a level (and
+    so cannot fill the shards honest peers hash into), whichever node it stores through."""
+    honest = start_runtime("honest")
+    rogue = start_runtime("rogue", honest.visible_maddrs())
+    honest.shards.add(manifest_family(RUN))
+    rogue.shards.add(manifest_family(RUN))
+    for family in (HEARTBEAT_FAMILY, manifest_family(RUN)):
+        for level in (1, 5, 12):
+            own = shard_of(rogue.peer_id, level)
+            other = (own + 1) % 2**level
+            assert rogue.store_owned(shard_key(family, level, own), pack({"n": level}), 60), (family, level)
+            assert not rogue.store_owned(shard_key(family, level, other), pack({"n": level}), 60), (family, level)
+            assert honest.get_subkeys(shard_key(family, level, other)) == {}
 
 
 def test_a_dictionary_larger_than_16_kib_comes_back_whole(start_runtime):
@@ -184,18 +214,18 @@ def test_lying_peers_are_counted_and_unreachable_ones_are_not(start_runtime):
     # 1: content that does not match the signed digest
     rogue_ex.server.put(0, b"A" * 1000)
     lie = Manifest(rogue.peer_id, 0, 1000, payload_digest(b"B" * 1000), 1)
-    assert rogue.store_owned(manifest_key(RUN), lie.to_value(), 60)
+    assert _announce(rogue, lie)
     assert ex.gather(timeout_s=3, wait_for={rogue.peer_id}) == []
     assert ledger.counts[rogue.peer_id] == 1
     # 2: a manifest announcing more than this node accepts (counted once, however often read)
     big = Manifest(rogue.peer_id, 1, 1 << 40, payload_digest(b""), 1)
-    assert rogue.store_owned(manifest_key(RUN), big.to_value(), 60)
+    assert _announce(rogue, big)
     assert ex.gather(timeout_s=2, wait_for={rogue.peer_id}) == []
     assert ledger.counts[rogue.peer_id] == 2
     # 3: announced, then gone: not the peer's fault, nothing counted
     good = b"C" * 1000
     rogue_ex.server.put(2, good)
-    assert rogue.store_owned(manifest_key(RUN), Manifest(rogue.peer_id, 2, 1000, payload_digest(good), 1).to_value(), 60)
+    assert _announce(rogue, Manifest(rogue.peer_id, 2, 1000, payload_digest(good), 1))
     rogue.shutdown()
     assert ex.gather(timeout_s=3, wait_for={rogue.peer_id}) == []
     assert ledger.counts[rogue.peer_id] == 2
@@ -340,7 +370,7 @@ def test_a_cut_transfer_is_not_retried_and_costs_standing_not_a_strike(start_run
 
     rogue.call(rogue.p2p.add_binary_stream_handler(PAYLOAD_PROTOCOL, cut), timeout=10)
     for r in (1, 2):
-        assert rogue.store_owned(manifest_key(RUN), Manifest(rogue.peer_id, r, size, b"d" * 32, 1).to_value(), 60)
+        assert _announce(rogue, Manifest(rogue.peer_id, r, size, b"d" * 32, 1))
         assert ex.gather(timeout_s=2, wait_for={rogue.peer_id}) == []
     assert len(streams) == len(set(streams)) >= 2, ("nothing cut is asked for again", streams)
     assert ledger.counts[rogue.peer_id] == 0, "a crash looks the same: no strike"

@@ -25,16 +25,10 @@ from swarmnode import wire
 from swarmnode.config import SwarmSettings
 from swarmnode.lab.adversary import LivenessAttacker
 from swarmnode.metrics import read_metrics, round_lines
-from swarmnode.swarm.hivemind.dht import (
-    HEARTBEAT_KEY,
-    Manifest,
-    heartbeat_from_record,
-    manifest_key,
-    pack,
-    payload_digest,
-)
+from swarmnode.swarm.hivemind.dht import Manifest, heartbeat_from_record, owner_or_none, pack, payload_digest
 from swarmnode.swarm.hivemind.payloads import PayloadServer
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
+from swarmnode.swarm.hivemind.shards import HEARTBEAT_FAMILY, ShardedFamily, manifest_family, shard_key
 from swarmnode.tiny import TINY_PRESETS, ensure_tiny
 
 pytestmark = pytest.mark.slow
@@ -206,15 +200,17 @@ def test_a_rogue_peer_is_refused_counted_and_ignored(swarm, tmp_path):
     rogue.start()
     try:
         beats = {}
-        for subkey, raw in rogue.get_subkeys(HEARTBEAT_KEY).items():
+        everyones = shard_key(HEARTBEAT_FAMILY, 0, 0)  # a small swarm's nodes all write level 0
+        for subkey, raw in rogue.get_subkeys(everyones).items():
             hb = heartbeat_from_record(subkey, raw)
             beats[hb.peer] = (subkey, hb.model_dump())
         victim_subkey, victim = beats[nodes["a"].info["peer_id"]]
         run_id = victim["run"]
         # forged write into a's heartbeat: refused by every honest DHT node
         forged = pack({**victim, "model": "evil", "time": get_dht_time()})
-        assert not rogue.call(rogue.dht.store(HEARTBEAT_KEY, forged, get_dht_time() + 60, subkey=victim_subkey), 10)
+        assert not rogue.call(rogue.dht.store(everyones, forged, get_dht_time() + 60, subkey=victim_subkey), 10)
         server = PayloadServer(run_id, keep_rounds=20)  # serves whatever the rogue announces
+        shards = ShardedFamily(manifest_family(run_id), rogue.peer_id, owner_or_none)
         rogue.call(server.register(rogue.p2p), timeout=10)
         bad_payloads = [
             b"SNRB" + os.urandom(500),  # malformed wire message
@@ -226,7 +222,8 @@ def test_a_rogue_peer_is_refused_counted_and_ignored(swarm, tmp_path):
             payload = bad_payloads[r % len(bad_payloads)]
             rogue.loop.call_soon_threadsafe(server.put, r, payload)
             digest = payload_digest(payload) if r % 4 else payload_digest(b"other")
-            rogue.store_owned(manifest_key(run_id), Manifest(rogue.peer_id, r, len(payload), digest, 1).to_value(), 60)
+            manifest = Manifest(rogue.peer_id, r, len(payload), digest, 1).to_value()
+            rogue.call(rogue.store_owned_all(shards.write_keys(), manifest, get_dht_time() + 60), 10)
             time.sleep(0.5)
         wait_for(
             lambda: all(n.rounds()[-1]["rejected"] >= 3 for n in honest), 120, "rogue rejected 3 times", honest

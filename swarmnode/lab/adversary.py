@@ -28,6 +28,8 @@ import struct
 import time
 
 import numpy as np
+from hivemind.dht.crypto import RSASignatureValidator
+from hivemind.dht.validation import DHTRecord, RecordValidatorBase
 from hivemind.p2p import PeerID
 from hivemind.utils.timed_storage import get_dht_time
 
@@ -35,17 +37,10 @@ from swarmnode import wire
 from swarmnode.batches import assigned_prompt_ids
 from swarmnode.config import SwarmSettings
 from swarmnode.records import Heartbeat, RecordError
-from swarmnode.swarm.hivemind.dht import (
-    HEARTBEAT_KEY,
-    Manifest,
-    heartbeat_from_record,
-    manifest_key,
-    pack,
-    payload_digest,
-    subkey_items,
-)
+from swarmnode.swarm.hivemind.dht import Manifest, heartbeat_from_record, owner_or_none, pack, payload_digest
 from swarmnode.swarm.hivemind.payloads import OK, PROTOCOL, PayloadServer, fetch_payload
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
+from swarmnode.swarm.hivemind.shards import HEARTBEAT_FAMILY, ShardedFamily, manifest_family
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +54,7 @@ IDLE_REOPEN_S = 10.0
 VALID = ("late", "crowd")  # attacks that publish batches an honest node accepts
 LATE_STEP_S = 0.25  # each batch of `late` is served this much later than its previous one
 CROWD_GROUPS = 16
+READ_SHARDS = 64  # it reads widely: its own cost is no concern of an attacker
 
 
 class LivenessAttacker:
@@ -83,9 +79,12 @@ class LivenessAttacker:
         self._announced = 0  # the last round it announced a batch of
         self._idle: list[asyncio.StreamWriter] = []  # streams it holds open and says nothing on
         self._reopen_at = 0.0
+        self._heartbeats: ShardedFamily | None = None  # made once the daemon gave it a peer id
+        self._manifests: ShardedFamily | None = None
 
     def start(self) -> None:
         self.runtime.start()
+        self._heartbeats = ShardedFamily(HEARTBEAT_FAMILY, self.runtime.peer_id, owner_or_none)
         if self.attack in SERVES:
             self.runtime.call(self.runtime.p2p.add_binary_stream_handler(PROTOCOL, self._serve_badly), timeout=10)
         if self.attack in VALID:
@@ -111,12 +110,12 @@ class LivenessAttacker:
             self.run_id = honest[0].run
         if self.run_id is None:
             return
+        if self._manifests is None:
+            self._manifests = ShardedFamily(manifest_family(self.run_id), self.runtime.peer_id, owner_or_none)
         current = max((hb.round for hb in honest), default=0)
         claimed = 1_000_000 if self.attack == "far" else current
         beat = Heartbeat(peer=self.runtime.peer_id, run=self.run_id, time=get_dht_time(), round=claimed, model="evil")
-        await self.runtime.dht.store(
-            HEARTBEAT_KEY, pack(beat.model_dump()), get_dht_time() + 60, subkey=self.runtime.signer.local_public_key
-        )
+        await self.runtime.store_owned_all(self._heartbeats.write_keys(), pack(beat.model_dump()), get_dht_time() + 60)
         if self.attack == "idle" and time.monotonic() >= self._reopen_at:
             self._reopen_at = time.monotonic() + IDLE_REOPEN_S
             for stream in self._idle:
@@ -133,10 +132,7 @@ class LivenessAttacker:
             await self._publish_valid(honest)
 
     async def _announce(self, manifest: Manifest) -> None:
-        await self.runtime.dht.store(
-            manifest_key(self.run_id), manifest.to_value(), get_dht_time() + 120,
-            subkey=self.runtime.signer.local_public_key,
-        )
+        await self.runtime.store_owned_all(self._manifests.write_keys(), manifest.to_value(), get_dht_time() + 120)
 
     async def _publish_valid(self, honest: list[Heartbeat]) -> None:
         """A batch of its own round, valid by every check a receiver makes, with nothing to learn."""
@@ -164,8 +160,8 @@ class LivenessAttacker:
 
     async def _honest_batch(self, honest_peers: set[str]) -> wire.RolloutBatch | None:
         """An honest peer's newest batch, downloaded as any peer may."""
-        entry = await self.runtime.dht.get(manifest_key(self.run_id), latest=True)
-        for subkey, raw in subkey_items(entry):
+        found = await self._manifests.read(self.runtime.read_owned, READ_SHARDS)
+        for subkey, raw in found.items:
             try:
                 manifest = Manifest.from_record(subkey, raw, wire.WireSettings().max_bytes)
             except RecordError:  # other liars
@@ -183,7 +179,7 @@ class LivenessAttacker:
 
     async def _honest_heartbeats(self) -> list[Heartbeat]:
         beats = []
-        for subkey, raw in subkey_items(await self.runtime.dht.get(HEARTBEAT_KEY, latest=True)):
+        for subkey, raw in (await self._heartbeats.read(self.runtime.read_owned, READ_SHARDS)).items:
             try:
                 beat = heartbeat_from_record(subkey, raw)
             except ValueError:
@@ -236,3 +232,30 @@ async def _send_zeros(writer: asyncio.StreamWriter, count: int) -> None:
 
 async def _spawn(coro) -> asyncio.Task:  # noqa: ANN001
     return asyncio.create_task(coro)
+
+
+class ManyKeySigner(RecordValidatorBase):
+    """Signs each record with the key its subkey names: one process, many identities."""
+
+    def __init__(self, signers: list[RSASignatureValidator]) -> None:
+        self.signers = {s.local_public_key: s for s in signers}
+        self.check = RSASignatureValidator()
+
+    def validate(self, record: DHTRecord) -> bool:
+        return self.check.validate(record)
+
+    def sign_value(self, record: DHTRecord) -> bytes:
+        for marker, signer in self.signers.items():
+            if marker in record.subkey:
+                return signer.sign_value(record)
+        return record.value
+
+    def strip_value(self, record: DHTRecord) -> bytes:
+        return self.check.strip_value(record)
+
+    @property
+    def priority(self) -> int:
+        return 10
+
+    def merge_with(self, other: RecordValidatorBase) -> bool:
+        return False

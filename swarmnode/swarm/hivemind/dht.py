@@ -2,8 +2,9 @@
 
 Every record sits in a subkey owned by its writer's RSA key (hivemind's RSASignatureValidator),
 so only that peer can write it. `SwarmRecordValidator` adds the limits hivemind lacks: records
-must be owned, small, and expire soon. Payloads never go in the DHT; a manifest only says where
-and how big a payload is and what its digest is.
+must be owned, small, expire soon, and sit in their owner's shard (swarm.hivemind.shards).
+Payloads never go in the DHT; a manifest only says where and how big a payload is and what its
+digest is.
 """
 
 from __future__ import annotations
@@ -18,20 +19,15 @@ from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.dht.validation import DHTRecord, RecordValidatorBase
 from hivemind.utils.timed_storage import get_dht_time
 
-from swarmnode.records import DHT_NAMESPACE, Heartbeat, RecordError
+from swarmnode.records import Heartbeat, RecordError
 from swarmnode.swarm.hivemind.identity import peer_id_of_owner
+from swarmnode.swarm.hivemind.shards import HEARTBEAT_FAMILY, ShardIndex, in_shard
 
-HEARTBEAT_KEY = f"{DHT_NAMESPACE}/heartbeats"
 MAX_RECORD_BYTES = 4096  # far below the 16 KiB line where hivemind's DHT pipe used to break
 MAX_TTL_S = 3600.0
 CLOCK_SLACK_S = 30.0
 DIGEST_BYTES = 32
 _OWNER_RE = re.compile(rb"\[owner:([^\]]+)\]")
-
-
-def manifest_key(run_id: str) -> str:
-    """The run's manifests: one owned subkey per peer, holding its newest batch's manifest."""
-    return f"{DHT_NAMESPACE}/{run_id}/manifests"
 
 
 def subkey_items(entry: Any) -> list[tuple[Any, Any]]:
@@ -77,6 +73,14 @@ def owner_peer_id(subkey: Any) -> str:
         return peer_id_of_owner(found.group(1))
     except (ValueError, TypeError) as err:
         raise RecordError(f"owner key is not an RSA public key ({err})") from None
+
+
+def owner_or_none(subkey: Any) -> str | None:
+    """The owner's peer id, None for a subkey no key owns."""
+    try:
+        return owner_peer_id(subkey)
+    except RecordError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -131,32 +135,50 @@ def owned_whole(packed_subkey: bytes | None) -> bool:
     """Is the (msgpack-packed) subkey exactly one owner marker? hivemind's signature check
     finds the marker anywhere in it, so one key could write `[owner:KEY]#1`, `#2`, ... without
     end under a key every node reads; a full match leaves each owner one subkey per key."""
+    return _whole_subkey(packed_subkey) is not None
+
+
+def _whole_subkey(packed_subkey: bytes | None) -> bytes | None:
+    """The subkey when it is exactly one owner marker, else None."""
     if packed_subkey is None or len(packed_subkey) > MAX_SUBKEY_BYTES:
-        return False
+        return None
     try:
         subkey = msgpack.unpackb(packed_subkey)
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
-        return False
-    return isinstance(subkey, bytes) and _OWNER_RE.fullmatch(subkey) is not None
+        return None
+    return subkey if isinstance(subkey, bytes) and _OWNER_RE.fullmatch(subkey) else None
 
 
 class SwarmRecordValidator(RecordValidatorBase):
-    """Rejects records that are not owned, too large, or set to expire too far in the future.
+    """Rejects records that are not owned, too large, set to expire too far in the future, or
+    filed under a shard key their owner does not hash to (for the families in `shards`).
 
     Runs after RSASignatureValidator (lower priority), so it sees the value without signature.
     hivemind itself caps neither value sizes (beyond the 4 MiB message) nor expirations.
     """
 
-    def __init__(self, max_bytes: int = MAX_RECORD_BYTES, max_ttl_s: float = MAX_TTL_S) -> None:
+    def __init__(
+        self, shards: ShardIndex | None = None, max_bytes: int = MAX_RECORD_BYTES, max_ttl_s: float = MAX_TTL_S
+    ) -> None:
+        self.shards = shards or ShardIndex()
         self.max_bytes = max_bytes
         self.max_ttl_s = max_ttl_s
 
     def validate(self, record: DHTRecord) -> bool:
-        if not owned_whole(record.subkey):
+        subkey = _whole_subkey(record.subkey)
+        if subkey is None:
             return False
         if len(record.value) > self.max_bytes + 16:  # msgpack's bytes header around our value
             return False
-        return record.expiration_time <= get_dht_time() + self.max_ttl_s + CLOCK_SLACK_S
+        if record.expiration_time > get_dht_time() + self.max_ttl_s + CLOCK_SLACK_S:
+            return False
+        shard = self.shards.shard(record.key)
+        if shard is None:
+            return True
+        try:
+            return in_shard(owner_peer_id(subkey), *shard)
+        except RecordError:
+            return False
 
     @property
     def priority(self) -> int:
@@ -166,6 +188,8 @@ class SwarmRecordValidator(RecordValidatorBase):
         return isinstance(other, SwarmRecordValidator)
 
 
-def make_validators(signer: RSASignatureValidator) -> list[RecordValidatorBase]:
-    """The validators every node runs; all nodes must run the same ones."""
-    return [signer, SwarmRecordValidator()]
+def make_validators(signer: RSASignatureValidator, shards: ShardIndex) -> list[RecordValidatorBase]:
+    """The validators every node runs; all nodes must run the same ones. `shards` holds the
+    heartbeat family; the node adds its run's manifest family once it knows the run."""
+    shards.add(HEARTBEAT_FAMILY)
+    return [signer, SwarmRecordValidator(shards)]

@@ -2,8 +2,9 @@
 
 There is no shared round. publish(r): keep the payload of our round r in memory for a few
 rounds and announce it, in the background, with a manifest (our round, size, digest, tokens)
-in our own subkey of the run's manifest key, which holds each peer's newest manifest. gather(): poll that key and
-pull every new batch (a round newer than any handed out for its peer) from its producer,
+in our own subkey of our shards of the run's manifests (swarm.hivemind.shards), which hold each
+peer's newest manifest. gather(): ask the peers that delivered before directly for anything
+newer, read a few random manifest shards every `swarm.discovery_interval_s`, and pull every new batch (a round newer than any handed out for its peer) from its producer,
 checked against the manifest; polling and downloads run in the background of the node's
 rounds, and gather() hands out what arrived, waiting until every peer the node waits for has
 delivered or the deadline passes. Downloads run as tasks of their own: a download still running at the deadline
@@ -27,16 +28,17 @@ from hivemind.utils.timed_storage import get_dht_time
 from swarmnode.config import SwarmSettings
 from swarmnode.records import RecordError
 from swarmnode.swarm.base import Received
-from swarmnode.swarm.hivemind.dht import Manifest, manifest_key, owner_peer_id, payload_digest, subkey_items
+from swarmnode.swarm.hivemind.dht import Manifest, owner_or_none, owner_peer_id, payload_digest
 from swarmnode.swarm.hivemind.payloads import FetchError, PayloadServer, fetch_newest, fetch_payload
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
+from swarmnode.swarm.hivemind.shards import ShardedFamily, manifest_family
 from swarmnode.swarm.ledger import PeerLedger
 
 log = logging.getLogger(__name__)
 
 MANIFEST_TTL_S = 600.0
 MAX_FETCH_ATTEMPTS = 3
-LOOKUP_TIMEOUT_S = 5.0  # one DHT lookup of the run's manifests, in the background poller
+LOOKUP_TIMEOUT_S = 5.0  # one DHT lookup of a manifest shard, in the background poller
 STORE_TIMEOUT_S = 10.0  # one store of our manifest, in the background
 GATHER_GRACE_S = 30.0  # how long past its deadline a gather may run before the node goes on without it
 UNEARNED_PAYLOADS_IN_FLIGHT = 2  # strangers' downloads at once, in promised bytes, as max-size payloads
@@ -76,6 +78,9 @@ class HivemindExchange:
         self._unannounced: Manifest | None = None  # our newest manifest, not yet stored
         self._announcer: asyncio.Task | None = None  # the background store of our manifests
         self._polls = 0  # polls so far: whose turn it is among the peers not proven useful
+        self.manifests = ShardedFamily(manifest_family(run_id), self.peer_id, owner_or_none)
+        self.lookups = 0  # manifest shard lookups so far (benches)
+        runtime.shards.add(self.manifests.family)  # our DHT node checks the run's shards too
         runtime.call(self.server.register(runtime.p2p), timeout=10)
         self._poller = runtime.call(_spawn(self._poll_forever()), timeout=10)
 
@@ -99,7 +104,7 @@ class HivemindExchange:
             expiration = get_dht_time() + MANIFEST_TTL_S
             try:
                 ok = await asyncio.wait_for(
-                    self.runtime.store_owned_on_loop(manifest_key(self.run_id), manifest.to_value(), expiration),
+                    self.runtime.store_owned_all(self.manifests.write_keys(), manifest.to_value(), expiration),
                     2 * STORE_TIMEOUT_S,  # a store, then perhaps a read-back
                 )
             except Exception as err:  # a slow or failing DHT: the next round's manifest tries again
@@ -268,23 +273,21 @@ class HivemindExchange:
             task.add_done_callback(lambda done, key=key: self._settle(key, done))
 
     async def _new_manifests(self) -> list[Manifest]:
-        """Peers' newest manifests not yet fetched: peers with deliveries first, then others.
-        A lookup that does not answer within LOOKUP_TIMEOUT_S is given up (the next poll
-        tries again)."""
-        try:
-            entry = await asyncio.wait_for(
-                self.runtime.dht.get(manifest_key(self.run_id), latest=True), LOOKUP_TIMEOUT_S
-            )
-        except Exception as err:  # a flaky, slow or failing DHT lookup must not stop the polling
-            log.debug("manifest lookup failed: %s", err)
-            return []
+        """Peers' newest manifests not yet fetched, from a few random shards: peers with
+        deliveries first, then others. A shard lookup that fails or does not answer within
+        LOOKUP_TIMEOUT_S counts as empty (the next poll reads again)."""
+        found = await self.manifests.read(self._lookup)
         known, others = [], []
         pulled = set(self.pull_set())
-        for subkey, raw in subkey_items(entry):
+        for subkey, raw in found.items:
             manifest = self._parse(subkey, raw, pulled)
             if manifest is not None:
                 (known if self.ledger.known(manifest.peer_id) else others).append(manifest)
         return known + others
+
+    async def _lookup(self, key: str) -> list[tuple[object, object]]:
+        self.lookups += 1
+        return await self.runtime.read_owned(key, LOOKUP_TIMEOUT_S)
 
     def _parse(self, subkey: object, raw: object, pulled: set[str]) -> Manifest | None:
         try:

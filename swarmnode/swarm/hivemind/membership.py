@@ -1,5 +1,6 @@
-"""Membership over hivemind: every node keeps a signed heartbeat in its own subkey of one DHT
-key and reads everyone else's. A heartbeat is a claim; it decides only who is shown and who is
+"""Membership over hivemind: every node keeps a signed heartbeat in its own subkey of its
+heartbeat shards (swarm.hivemind.shards) and reads a few random shards a beat, keeping what it
+saw until it goes stale. A heartbeat is a claim; it decides only who is shown and who is
 waited for, never what is trained on."""
 
 from __future__ import annotations
@@ -15,15 +16,10 @@ from hivemind.utils.timed_storage import get_dht_time
 from swarmnode import __version__
 from swarmnode.config import SwarmSettings
 from swarmnode.records import Heartbeat, NodeStatus, RecordError
-from swarmnode.swarm.hivemind.dht import (
-    HEARTBEAT_KEY,
-    heartbeat_from_record,
-    owner_peer_id,
-    pack,
-    subkey_items,
-)
+from swarmnode.swarm.hivemind.dht import heartbeat_from_record, owner_or_none, owner_peer_id, pack
 from swarmnode.swarm.hivemind.reach import classify
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
+from swarmnode.swarm.hivemind.shards import HEARTBEAT_FAMILY, ShardedFamily
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +42,8 @@ class HivemindMembership:
         self.served = served  # payloads served to peers, shown in the heartbeat
         self.on_reach = on_reach  # told (reach, visible addresses) whenever how we are reached changes
         self.reach: str | None = None
-        self.peers: dict[str, Heartbeat] = {}  # heartbeats of this run, replaced whole
+        self.peers: dict[str, Heartbeat] = {}  # heartbeats of this run seen lately
+        self.heartbeats = ShardedFamily(HEARTBEAT_FAMILY, self.peer_id, owner_or_none)
         self.read_at = 0.0  # monotonic time of the last read
         self._status = NodeStatus()
         self._state = "training"
@@ -89,15 +86,13 @@ class HivemindMembership:
     # -- inside the swarm loop ---------------------------------------------------------------
 
     async def read(self) -> None:
-        """Refresh the peers of this run from their heartbeats; note other runs once."""
+        """Add the heartbeats of this run in a few random shards to those seen lately (a
+        heartbeat stale for `stale_after_s` is forgotten); note other runs once."""
         self.read_at = time.monotonic()
-        try:
-            entry = await self.runtime.dht.get(HEARTBEAT_KEY, latest=True)
-        except Exception as err:
-            log.debug("heartbeat lookup failed: %s", err)
-            return
-        peers: dict[str, Heartbeat] = {}
-        for subkey, raw in subkey_items(entry):
+        found = await self.heartbeats.read(self.runtime.read_owned)
+        now = get_dht_time()
+        peers = {peer: hb for peer, hb in self.peers.items() if now - hb.time <= self.settings.stale_after_s}
+        for subkey, raw in found.items:
             try:
                 heartbeat = heartbeat_from_record(subkey, raw)
             except RecordError as err:
@@ -108,7 +103,8 @@ class HivemindMembership:
             if heartbeat.run != self.run_id:
                 self._note_other_run(heartbeat)
                 continue
-            peers[heartbeat.peer] = heartbeat
+            if heartbeat.peer not in peers or heartbeat.time >= peers[heartbeat.peer].time:
+                peers[heartbeat.peer] = heartbeat
         self.peers = peers
 
     def _note_malformed(self, subkey: Any, err: RecordError) -> None:
@@ -158,11 +154,8 @@ class HivemindMembership:
         )
         ttl = max(60.0, 6 * self.settings.heartbeat_interval_s)
         try:
-            await self.runtime.dht.store(
-                HEARTBEAT_KEY,
-                pack(heartbeat.model_dump()),
-                get_dht_time() + ttl,
-                subkey=self.runtime.signer.local_public_key,
+            await self.runtime.store_owned_all(
+                self.heartbeats.write_keys(), pack(heartbeat.model_dump()), get_dht_time() + ttl
             )
         except Exception as err:  # keep beating through transient DHT trouble
             log.debug("heartbeat failed: %s", err)

@@ -29,6 +29,7 @@ from swarmnode.config import SwarmSettings
 from swarmnode.swarm.hivemind.dht import make_validators, subkey_items
 from swarmnode.swarm.hivemind.identity import ensure_identity, load_signing_key
 from swarmnode.swarm.hivemind.reach import forced_reachability
+from swarmnode.swarm.hivemind.shards import ShardIndex
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -92,6 +93,7 @@ class SwarmRuntime:
         self.p2p: P2P | None = None
         self.dht: DHTNode | None = None
         self.signer: RSASignatureValidator | None = None
+        self.shards = ShardIndex()  # shard keys this node's DHT checks records against
         self.peer_id = ""
         self._rejoiner: asyncio.Task | None = None
 
@@ -129,7 +131,7 @@ class SwarmRuntime:
             p2p=self.p2p,
             initial_peers=self.initial_peers or None,
             client_mode=self.client_mode,
-            record_validator=CompositeValidator(make_validators(self.signer)),
+            record_validator=CompositeValidator(make_validators(self.signer, self.shards)),
             bootstrap_timeout=min(s.startup_timeout_s, 10.0),
             cache_locally=True,
         )
@@ -222,6 +224,21 @@ class SwarmRuntime:
         if await self.dht.store(key, value, expiration, subkey=subkey):
             return True
         return dict(subkey_items(await self.dht.get(key, latest=True))).get(subkey) == value
+
+    async def store_owned_all(self, keys: list[str], value: bytes, expiration: float) -> bool:
+        """Store under our own subkey of each key at once (a sharded record's levels); True
+        when every key holds it."""
+        stored = await asyncio.gather(*(self.store_owned_on_loop(key, value, expiration) for key in keys))
+        return all(stored)
+
+    async def read_owned(self, key: str, timeout_s: float = 5.0) -> list[tuple[Any, Any]]:
+        """(subkey, value) pairs under `key`; none when the lookup fails or takes over
+        `timeout_s`, so that a slow or failing DHT read never stops the caller."""
+        try:
+            return subkey_items(await asyncio.wait_for(self.dht.get(key, latest=True), timeout_s))
+        except Exception as err:  # timeouts, dead DHT nodes, a daemon going down
+            log.debug("reading %s: %s", key, err)
+            return []
 
     def get_subkeys(self, key: str, timeout: float = 10.0) -> dict[Any, Any]:
         """All live subkey -> value pairs of a dictionary key (empty when none)."""

@@ -1,7 +1,8 @@
-"""What `swarmnode status` reads: every peer's heartbeat in the DHT, with its age and state.
+"""What `swarmnode status` reads: peers' heartbeats in the DHT, with their age and state.
 
-Heartbeats live under one DHT key for all runs, so one read shows the whole swarm; each row
-says which run the peer is in. A heartbeat older than `stale_after_s` is shown as stale; one
+Heartbeats of all runs live in shards (swarm.hivemind.shards); status finds the level the
+writers use and reads every shard of it, up to STATUS_SHARDS (about 500 peers; of a larger
+swarm, a random sample). Each row says which run the peer is in. A heartbeat older than `stale_after_s` is shown as stale; one
 the peer marked 'left' as left. Records expire from the DHT a minute after the last beat.
 """
 
@@ -14,10 +15,12 @@ from hivemind.utils.timed_storage import get_dht_time
 
 from swarmnode.config import SwarmSettings
 from swarmnode.records import RecordError
-from swarmnode.swarm.hivemind.dht import HEARTBEAT_KEY, heartbeat_from_record
+from swarmnode.swarm.hivemind.dht import heartbeat_from_record, owner_or_none
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
+from swarmnode.swarm.hivemind.shards import HEARTBEAT_FAMILY, ShardedFamily, ShardReads
 
 LOOPBACK = ["/ip4/127.0.0.1/tcp/0"]
+STATUS_SHARDS = 64  # heartbeat shards one status read covers at most
 
 
 def open_status_client(initial_peers: list[str], timeout_s: float) -> SwarmRuntime:
@@ -31,9 +34,10 @@ def open_status_client(initial_peers: list[str], timeout_s: float) -> SwarmRunti
 
 
 def read_heartbeats(runtime: SwarmRuntime, stale_after_s: float) -> list[dict[str, Any]]:
-    """Every valid heartbeat as a row, with 'age_s' and the shown 'state' (training, stale, left)."""
-    rows = []
-    for subkey, raw in runtime.get_subkeys(HEARTBEAT_KEY, timeout=30).items():
+    """Every valid heartbeat found as a row, with 'age_s' and the shown 'state' (training,
+    stale, left); one row a peer, its newest heartbeat."""
+    newest: dict[str, dict[str, Any]] = {}
+    for subkey, raw in runtime.call(_read_shards(runtime), timeout=30).items:
         try:
             heartbeat = heartbeat_from_record(subkey, raw)
         except RecordError:
@@ -42,5 +46,13 @@ def read_heartbeats(runtime: SwarmRuntime, stale_after_s: float) -> list[dict[st
         row["age_s"] = round(max(0.0, get_dht_time() - heartbeat.time), 1)
         if heartbeat.state != "left" and row["age_s"] > stale_after_s:
             row["state"] = "stale"
-        rows.append(row)
-    return sorted(rows, key=lambda h: (h["run"], h["state"] != "training", h["peer"]))
+        if heartbeat.peer not in newest or row["time"] > newest[heartbeat.peer]["time"]:
+            newest[heartbeat.peer] = row
+    return sorted(newest.values(), key=lambda h: (h["run"], h["state"] != "training", h["peer"]))
+
+
+async def _read_shards(runtime: SwarmRuntime) -> ShardReads:
+    """Probe where the writers are, then read up to STATUS_SHARDS shards of that level."""
+    family = ShardedFamily(HEARTBEAT_FAMILY, runtime.peer_id, owner_or_none)
+    await family.read(runtime.read_owned, shards=1)  # the first read probes every level
+    return await family.read_level(runtime.read_owned, family.estimate.level, STATUS_SHARDS)

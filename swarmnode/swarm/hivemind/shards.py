@@ -1,0 +1,206 @@
+"""Records that shard: heartbeats and manifests spread over many DHT keys, so that no key, and
+no read, grows with the swarm.
+
+A family of records (all heartbeats; one run's manifests) lives under 2**level keys at each
+level 0..MAX_LEVEL: `<family>/<level>/<shard>`, where a peer's shard at a level is the top
+`level` bits of a hash of its peer id (so shard s at level l splits into 2s and 2s+1 at l+1).
+Each node estimates how many peers write the family (`SizeEstimate`, from what its own reads
+find) and picks the level at which a shard holds about RECORDS_PER_SHARD records. It writes
+its record at that level and at one level either side, so nodes whose estimates differ a
+little still meet, and it reads a few random shards of its level per read. A node cost per
+read is then about READ_SHARDS * RECORDS_PER_SHARD records, whatever the swarm's size.
+
+Storing nodes enforce the sharding (`ShardIndex`, used by dht.SwarmRecordValidator): a record
+under a shard key must be owned by a peer that hashes into that shard, so an identity writes
+one record per level, never into every shard, and a flood of identities fills only the shards
+its identities hash into. hivemind's validator sees only a key's hash, so the index holds the
+hashes of every shard key of the families it knows: heartbeats, and the node's own run's
+manifests (a node of another run stores our manifests unchecked; readers drop misfiled
+records themselves, see `in_shard`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import math
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hivemind.dht.routing import DHTID
+
+from swarmnode.records import DHT_NAMESPACE
+
+log = logging.getLogger(__name__)
+
+RECORDS_PER_SHARD = 6  # what a read of one shard aims to find
+MAX_LEVEL = 12  # 4,096 shards a level: about 32,000 writers at RECORDS_PER_SHARD
+READ_SHARDS = 2  # shards read per read (all of them when the level has fewer)
+WRITE_SPREAD = 1  # a writer stores at its level and this many levels either side
+PROBE_INTERVAL_S = 30.0  # at most one probe of every level this often, after the first
+ESTIMATE_WEIGHT = 0.3  # weight of a new read in the moving estimate (of log2 writers)
+
+HEARTBEAT_FAMILY = f"{DHT_NAMESPACE}/heartbeats"
+
+
+def manifest_family(run_id: str) -> str:
+    """The family of a run's manifests: each peer's newest batch, in its own shard."""
+    return f"{DHT_NAMESPACE}/{run_id}/manifests"
+
+
+def shard_key(family: str, level: int, shard: int) -> str:
+    return f"{family}/{level}/{shard}"
+
+
+def shard_of(peer_id: str, level: int) -> int:
+    """The peer's shard at `level`: the top `level` bits of a hash of its id."""
+    if level == 0:
+        return 0
+    top = int.from_bytes(hashlib.blake2b(peer_id.encode(), digest_size=8).digest(), "big")
+    return top >> (64 - level)
+
+
+def level_for(writers: float) -> int:
+    """The level at which a shard holds about RECORDS_PER_SHARD of `writers` records."""
+    if writers <= RECORDS_PER_SHARD:
+        return 0
+    return min(MAX_LEVEL, round(math.log2(writers / RECORDS_PER_SHARD)))
+
+
+def in_shard(peer_id: str, level: int, shard: int) -> bool:
+    return shard_of(peer_id, level) == shard
+
+
+@dataclass
+class SizeEstimate:
+    """How many peers write a family, as this node's reads have found: a moving mean of
+    log2(records in a shard * shards at its level)."""
+
+    log2_writers: float | None = None  # None until the first read
+
+    @property
+    def writers(self) -> float:
+        return 0.0 if self.log2_writers is None else 2.0**self.log2_writers
+
+    @property
+    def level(self) -> int:
+        return level_for(self.writers)
+
+    def write_levels(self) -> list[int]:
+        centre = self.level
+        return [lv for lv in range(centre - WRITE_SPREAD, centre + WRITE_SPREAD + 1) if 0 <= lv <= MAX_LEVEL]
+
+    def observe(self, level: int, counts: list[int]) -> None:
+        """A read of `counts` records in shards of `level` (a shard read empty counts as half)."""
+        sample = math.log2(max(sum(counts) / len(counts), 0.5) * 2**level)
+        if self.log2_writers is None:
+            self.log2_writers = sample
+        else:
+            self.log2_writers += ESTIMATE_WEIGHT * (sample - self.log2_writers)
+
+    def reset(self, probe: dict[int, int]) -> None:
+        """Start again from a probe (level -> records in one random shard of it): the level
+        that implies the most writers, since levels off the writers' own hold fewer."""
+        implied = [count * 2**level for level, count in probe.items() if count]
+        self.log2_writers = math.log2(max(implied)) if implied else -1.0
+
+
+Items = list[tuple[Any, Any]]  # (subkey, value) pairs of one shard
+ReadShard = Callable[[str], Awaitable[Items]]
+OwnerOf = Callable[[Any], "str | None"]  # the peer id owning a subkey, None when unowned
+
+
+@dataclass
+class ShardReads:
+    """What one read found, for the caller and for benches: the records filed in their
+    owner's shard, the shards read and how many such records each held."""
+
+    items: Items
+    level: int
+    shards: list[int]
+    counts: list[int]
+    probed: bool = False
+
+
+@dataclass
+class ShardedFamily:
+    """One node's view of one family: where to write its record, and a bounded read."""
+
+    family: str
+    peer_id: str
+    owner_of: OwnerOf
+    estimate: SizeEstimate = field(default_factory=SizeEstimate)
+    rng: random.Random = field(default_factory=random.Random)
+    last_probe: float = -math.inf  # monotonic time of the last probe of every level
+
+    def write_keys(self) -> list[str]:
+        return [shard_key(self.family, lv, shard_of(self.peer_id, lv)) for lv in self.estimate.write_levels()]
+
+    async def read(self, read_shard: ReadShard, shards: int = READ_SHARDS) -> ShardReads:
+        """Read `shards` random shards at this node's level (every shard when there are fewer).
+        First, and again when a read finds nobody (at most every PROBE_INTERVAL_S), probe one
+        shard of every level to find where the writers are: a node joining a large swarm, or
+        whose estimate drifted below the writers', finds them again."""
+        probed = False
+        if self.estimate.log2_writers is None:
+            await self._probe(read_shard)
+            probed = True
+        found = await self._read_level(read_shard, self.estimate.level, shards)
+        if not sum(found.counts) and not probed and time.monotonic() - self.last_probe >= PROBE_INTERVAL_S:
+            await self._probe(read_shard)
+            found = await self._read_level(read_shard, self.estimate.level, shards)
+            probed = True
+        self.estimate.observe(found.level, found.counts)
+        found.probed = probed
+        return found
+
+    async def read_level(self, read_shard: ReadShard, level: int, shards: int) -> ShardReads:
+        """`shards` random shards of `level`, without touching the estimate (status)."""
+        return await self._read_level(read_shard, level, shards)
+
+    async def _read_level(self, read_shard: ReadShard, level: int, shards: int) -> ShardReads:
+        chosen = sorted(self.rng.sample(range(2**level), min(shards, 2**level)))
+        answers = await asyncio.gather(*(read_shard(shard_key(self.family, level, s)) for s in chosen))
+        items: Items = []
+        counts = []
+        for shard, answer in zip(chosen, answers):
+            filed = [(subkey, value) for subkey, value in answer if self._filed(subkey, level, shard)]
+            counts.append(len(filed))
+            items += filed
+        return ShardReads(items, level, chosen, counts)
+
+    def _filed(self, subkey: Any, level: int, shard: int) -> bool:
+        """Is the record in its owner's shard? Storing nodes of other runs do not check ours."""
+        owner = self.owner_of(subkey)
+        return owner is not None and in_shard(owner, level, shard)
+
+    async def _probe(self, read_shard: ReadShard) -> None:
+        self.last_probe = time.monotonic()
+        reads = await asyncio.gather(*(self._read_level(read_shard, lv, 1) for lv in range(MAX_LEVEL + 1)))
+        self.estimate.reset({found.level: found.counts[0] for found in reads})
+        log.debug("probed %s: about %.0f writers, level %d", self.family, self.estimate.writers, self.estimate.level)
+
+
+class ShardIndex:
+    """The hashes of every shard key of the families a storing node checks, each with its
+    (level, shard): a record under one of them must be owned by a peer of that shard."""
+
+    def __init__(self) -> None:
+        self._shards: dict[bytes, tuple[int, int]] = {}
+        self._families: set[str] = set()
+
+    def add(self, family: str) -> None:
+        if family in self._families:
+            return
+        self._families.add(family)
+        for level in range(MAX_LEVEL + 1):
+            for shard in range(2**level):
+                self._shards[DHTID.generate(source=shard_key(family, level, shard)).to_bytes()] = (level, shard)
+
+    def shard(self, key_id: bytes) -> tuple[int, int] | None:
+        """(level, shard) of a known shard key's hash; None for any other key."""
+        return self._shards.get(key_id)
