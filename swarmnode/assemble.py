@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from swarmnode import __version__
 from swarmnode.config import Config
 from swarmnode.exporter import metrics_page
 from swarmnode.health import HealthServer
@@ -87,7 +88,11 @@ def assemble(
         stack.callback(link.exchange.close)
         generator = _guard(lambda: make_generator(config.rollout.backend, policy, config.rollout, seed=config.node.seed))
         stack.callback(generator.close)
-        reporters = _guard(lambda: make_reporters(config.report, run_dir), ReportError)
+        facts = {
+            "peer_id": link.exchange.peer_id, "run_id": run_id, "model": policy.name,
+            "lora_rank": policy.lora_rank, "version": __version__, "config": config.model_dump(mode="json"),
+        }
+        reporters = _guard(lambda: make_reporters(config.report, run_dir, facts), ReportError)
         stack.callback(reporters.close)
         publisher = HubPublisher(config.hub, run_dir / "hub-upload") if config.hub.repo_id else None
         node = Node(

@@ -289,10 +289,13 @@ class WireSettings(_Section):
 
 
 class ReportSettings(_Section):
-    to: list[Literal["tensorboard"]] = Field(
-        default_factory=list, description="where round and eval records also go: tensorboard (optional extra)"
+    to: list[Literal["tensorboard", "wandb", "trackio"]] = Field(
+        default_factory=list,
+        description="where round and eval records also go: tensorboard, wandb, trackio (each an optional extra)",
     )
     dir: str | None = Field(None, description="TensorBoard log dir; None = <run_dir>/tensorboard")
+    project: str = Field("swarmnode", min_length=1, description="W&B / trackio project")
+    name: str | None = Field(None, description="W&B / trackio run name; None = <model>-<last 6 of the peer id>")
 
 
 class HubSettings(_Section):
