@@ -22,7 +22,7 @@ import numpy as np
 
 from swarmnode import wire
 from swarmnode.batches import assigned_prompt_ids, batch_split
-from swarmnode.checkpoint import checkpoint_present, load_checkpoint, save_checkpoint
+from swarmnode.checkpoint import CheckpointWriter, checkpoint_present, load_checkpoint
 from swarmnode.config import Config
 from swarmnode.evaluation import Evaluator
 from swarmnode.hub import CardFacts, HubPublisher
@@ -110,6 +110,7 @@ class Node:
         self.next_round = 0
         self.resumed_at: str | None = None  # when the checkpoint resumed from was written
         self._saved_at = time.monotonic()  # the last checkpoint, or the start
+        self.checkpoints = CheckpointWriter(policy, self.checkpoint_dir)  # off the round's path where memory allows
 
     # -- one round -------------------------------------------------------------------------
 
@@ -223,10 +224,11 @@ class Node:
     def checkpoint_dir(self) -> Path:
         return self.run_dir / "checkpoint"
 
-    def save(self, last_round: int) -> None:
-        save_checkpoint(
-            self.policy, self.checkpoint_dir, last_round,
-            {"run_id": self.run_id, "peer_id": self.peer_id, "time": round(time.time(), 3)},
+    def save(self, last_round: int, wait: bool = True) -> None:
+        """Checkpoint the state after `last_round`; with `wait` False the files are written
+        while the next rounds run (a kill before they are renamed into place keeps the last)."""
+        self.checkpoints.save(
+            last_round, {"run_id": self.run_id, "peer_id": self.peer_id, "time": round(time.time(), 3)}, wait=wait
         )
         self.next_round = last_round + 1
         self._saved_at = time.monotonic()
@@ -288,7 +290,7 @@ class Node:
                     self.view.note(f"eval after round {round_ + 1}: {self._evaluate_all(round_, 'during').eval_acc:.3f}")
                 push_due = self.publisher is not None and self.publisher.due(round_)
                 if self._checkpoint_due(round_) or push_due:
-                    self.save(round_)
+                    self.save(round_, wait=push_due)  # a push reads the files
                 if push_due:
                     self.publisher.push(self.checkpoint_dir / "model", self.card_facts(round_ + 1))
                 round_ += 1
@@ -389,7 +391,11 @@ class Node:
         )
 
     def close(self) -> None:
-        """Close what the node opened itself (its metrics file)."""
+        """Close what the node opened itself: finish a checkpoint being written, the metrics file."""
+        try:
+            self.checkpoints.wait()
+        except Exception as err:  # the run is over; say so, lose nothing else
+            log.warning("the last checkpoint could not be written: %s", err)
         self.metrics.close()
 
 

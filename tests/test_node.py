@@ -1,11 +1,12 @@
 import json
+import threading
 
 import numpy as np
 import pytest
 import torch
 from prometheus_client.parser import text_string_to_metric_families
 
-from swarmnode import wire
+from swarmnode import checkpoint, wire
 from swarmnode.batches import assigned_prompt_ids, batch_split
 from swarmnode.config import ReportSettings, load_config
 from swarmnode.exporter import metrics_page
@@ -223,6 +224,54 @@ def test_checkpoints_come_by_time_as_well_as_by_rounds(tmp_path, make_policy):
     assert node._checkpoint_due(0)
     node.save(0)
     assert not node._checkpoint_due(1), "the clock starts again at each checkpoint"
+    node.close()
+
+
+@pytest.mark.parametrize("lora_rank", [0, 4])
+def test_a_checkpoint_is_written_beside_the_next_rounds_and_holds_the_state_it_was_taken_at(
+    tmp_path, make_policy, monkeypatch, lora_rank
+):
+    node = _node(tmp_path, make_policy, "solo", lora_rank=lora_rank)
+    assert node.checkpoints.background, "a tiny model's copy fits in memory"
+    node.run_round(0)
+    started, release = threading.Event(), threading.Event()
+    real_write = checkpoint.write_snapshot
+
+    def slow_write(policy, snapshot, directory):
+        started.set()
+        assert release.wait(30)
+        real_write(policy, snapshot, directory)
+
+    monkeypatch.setattr(checkpoint, "write_snapshot", slow_write)
+    trainable = {n for n, p in node.policy.model.named_parameters() if p.requires_grad}
+    taken = {n: p.detach().clone() for n, p in node.policy.model.named_parameters() if n in trainable}
+    node.save(0, wait=False)
+    assert started.wait(10) and not (node.checkpoint_dir / "meta.json").exists(), "still being written"
+    frozen = {n: p for n, p in node.policy.model.named_parameters() if n not in trainable}
+    snapshot_weights = node.checkpoints.pending.weights
+    assert all(snapshot_weights[n].data_ptr() == p.data_ptr() for n, p in frozen.items()), "frozen: not copied"
+    node.run_round(1)  # the next round runs while the write waits
+    with torch.no_grad():  # and training changes the weights in place (a round of a random model may not)
+        for name, param in node.policy.model.named_parameters():
+            if name in trainable:
+                param.add_(1.0)
+    release.set()
+    node.checkpoints.wait()
+    node.close()
+    again = _node(tmp_path, make_policy, "solo", lora_rank=lora_rank)
+    assert again.maybe_resume() and again.next_round == 1, "the checkpoint of round 1, as taken"
+    restored = dict(again.policy.model.named_parameters())
+    assert all(torch.equal(taken[n], restored[n].detach()) for n in trainable)
+    again.close()
+
+
+def test_a_checkpoint_too_big_for_the_memory_left_is_written_in_the_round(tmp_path, make_policy, monkeypatch):
+    monkeypatch.setattr(checkpoint, "available_memory_bytes", lambda: 1024)
+    node = _node(tmp_path, make_policy, "solo")
+    assert not node.checkpoints.background
+    node.run_round(0)
+    node.save(0, wait=False)
+    assert (node.checkpoint_dir / "meta.json").exists(), "written before save returned"
     node.close()
 
 
