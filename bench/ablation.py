@@ -62,6 +62,7 @@ from swarmnode.lab.ablation import (  # noqa: E402
     parse_condition,
     run_condition,
 )
+from swarmnode.records import RoundRecord  # noqa: E402
 
 
 def condition(text: str) -> str:
@@ -200,7 +201,8 @@ def load_saved(paths: list[Path]) -> tuple[Setting, argparse.Namespace, list[Con
         raise SystemExit("the files repeat a seed: give each seed once (--first-seed when running)")
     shape = saved["shape"]
     runs = [ConditionRun(r["condition"], r["accounting"], r["seed"],
-                         [MemberRun(m["label"], m["before"], m["after"], [tuple(p) for p in m["curve"]], m["rounds"])
+                         [MemberRun(m["label"], m["before"], m["after"], [tuple(p) for p in m["curve"]],
+                                    [RoundRecord.from_json(line) for line in m["rounds"]])
                           for m in r["members"]]) for f in files for r in f["runs"]]
     args = argparse.Namespace(accounting=saved["accounting"], rounds=shape["rounds"], prompts=shape["prompts_per_round"],
                               group=shape["group_size"], eval_size=shape["eval_size"],

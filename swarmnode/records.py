@@ -109,6 +109,19 @@ class Heartbeat(NodeStatus):
             raise RecordError(f"heartbeat field {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
 
 
+@dataclass(frozen=True)
+class PeerRow:
+    """A peer as `swarmnode status` shows it: its heartbeat, how old that is, and the state
+    shown (`stale` for a heartbeat older than the reader's limit)."""
+
+    heartbeat: Heartbeat
+    age_s: float
+    state: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.heartbeat.model_dump(), "age_s": self.age_s, "state": self.state}
+
+
 # -- metrics.jsonl --------------------------------------------------------------------------
 
 
@@ -153,14 +166,17 @@ class RoundRecord:
 
     @classmethod
     def from_json(cls, line: dict[str, Any]) -> RoundRecord:
-        """A round line read back; the top-level `*_s` keys that are no field are its timings.
-        RecordError for a line that lacks a field (a line of another version)."""
+        """A round line read back; the top-level `*_s` keys that are no field are its timings
+        (or a `timings` map, as `dataclasses.asdict` writes one). RecordError for a line that
+        lacks a field (a line of another version)."""
         names = {f.name for f in fields(cls)} - {"timings", "kind"}
         required = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING}
         missing = sorted(required - line.keys())
         if line.get("kind") != "round" or missing:
             raise RecordError(f"not a round line of this version (missing {', '.join(missing) or 'kind'})")
         timings = {k: v for k, v in line.items() if k.endswith("_s") and k not in names}
+        if isinstance(line.get("timings"), dict):
+            timings.update(line["timings"])
         return cls(**{n: line[n] for n in names if n in line}, timings=timings)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
-from swarmnode.records import EVAL_HISTORY
+from swarmnode.records import EVAL_HISTORY, PeerRow
 
 COLUMNS = [  # (title, justify, in the narrow table); `filtered_frac` keeps the metric's one name
     ("peer", "left", True), ("run", "left", True), ("state", "left", True), ("model", "left", True),
@@ -43,39 +43,39 @@ def _fmt(value: Any, spec: str = "") -> str:
     return format(value, spec) if spec else str(value)
 
 
-def _cells(h: dict[str, Any], wide: bool) -> dict[str, str]:
-    params, lora, state = h.get("params"), h.get("lora") or 0, h["state"]
+def _cells(row: PeerRow, wide: bool) -> dict[str, str]:
+    h = row.heartbeat
     return {
-        "peer": f"…{h['peer'][-8:]}",
-        "run": h["run"][:8],
-        "state": f"[{STATE_COLOURS.get(state, 'white')}]{state}[/] {h['age_s']:.0f}s",
+        "peer": f"…{h.peer[-8:]}",
+        "run": h.run[:8],
+        "state": f"[{STATE_COLOURS.get(row.state, 'white')}]{row.state}[/] {row.age_s:.0f}s",
         # in 80 columns the hub's organisation can go: the model's own name says what it is
-        "model": _fmt(h.get("model")) if wide else _fmt(h.get("model")).rsplit("/", 1)[-1],
-        "params": f"{params / 1e6:.2f}M" if isinstance(params, (int, float)) else "-",
-        "train": f"LoRA r={lora}" if lora else "full",
-        "backend": _fmt(h.get("backend")),
-        "device": _fmt(h.get("device")),
-        "round": _fmt(h.get("round")),
-        "reward": _fmt(h.get("reward"), ".3f"),
+        "model": _fmt(h.model) if wide else _fmt(h.model).rsplit("/", 1)[-1],
+        "params": f"{h.params / 1e6:.2f}M" if h.params is not None else "-",
+        "train": f"LoRA r={h.lora}" if h.lora else "full",
+        "backend": _fmt(h.backend),
+        "device": _fmt(h.device),
+        "round": _fmt(h.round),
+        "reward": _fmt(h.reward, ".3f"),
         "eval_acc": " ".join(filter(None, [
-            _fmt(h.get("eval_acc"), ".3f"), sparkline((h.get("evals") or [])[-(EVAL_HISTORY if wide else NARROW_EVALS):]),
+            _fmt(h.eval_acc, ".3f"), sparkline(h.evals[-(EVAL_HISTORY if wide else NARROW_EVALS):]),
         ])),
-        "tok/s": _fmt(h.get("tokens_per_s"), ".0f"),
-        "published": _fmt(h.get("published")),
-        "consumed": _fmt(h.get("consumed")),
-        "filtered_frac": _fmt(h.get("filtered_frac"), ".2f"),
-        "reach": _fmt(h.get("reach")),
-        "version": _fmt(h.get("version")),
-        "uptime": f"{h.get('uptime_s', 0) / 60:.1f}m",
+        "tok/s": _fmt(h.tokens_per_s, ".0f"),
+        "published": _fmt(h.published),
+        "consumed": _fmt(h.consumed),
+        "filtered_frac": _fmt(h.filtered_frac, ".2f"),
+        "reach": _fmt(h.reach),
+        "version": _fmt(h.version),
+        "uptime": f"{h.uptime_s / 60:.1f}m",
     }
 
 
-def render_table(rows: list[dict[str, Any]], wide: bool = False) -> Table:
+def render_table(rows: list[PeerRow], wide: bool = False) -> Table:
     """The peers as a table: by default the columns that fit 80 characters (peer, state,
     model, training, round, held-out accuracy with its last evaluations drawn, how it is
     reached), `wide` for every column.
     One run shows in the title instead of a column."""
-    runs = sorted({h["run"] for h in rows})
+    runs = sorted({row.heartbeat.run for row in rows})
     one_run = len(runs) == 1
     title = f"swarmnode: {len(rows)} peer(s)" + (f" in run {runs[0][:16]}" if one_run else "")
     shown = [(name, justify) for name, justify, narrow in COLUMNS
@@ -84,11 +84,11 @@ def render_table(rows: list[dict[str, Any]], wide: bool = False) -> Table:
     for column, justify in shown:
         table.add_column(column, justify=justify, no_wrap=column in ("peer", "run", "state", "eval_acc"),
                          overflow="fold" if column == "model" else "ellipsis")
-    for h in rows:
-        cells = _cells(h, wide)
+    for row in rows:
+        cells = _cells(row, wide)
         table.add_row(*(cells[name] for name, _ in shown))
     return table
 
 
-def to_json(rows: list[dict[str, Any]]) -> str:
-    return json.dumps({"time": time.time(), "peers": rows}, indent=1, sort_keys=True)
+def to_json(rows: list[PeerRow]) -> str:
+    return json.dumps({"time": time.time(), "peers": [row.to_json() for row in rows]}, indent=1, sort_keys=True)

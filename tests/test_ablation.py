@@ -23,6 +23,7 @@ from swarmnode.lab.ablation import (
     parse_condition,
     run_condition,
 )
+from swarmnode.records import RoundRecord
 
 FAST = Shape(rounds=3, prompts_per_round=4, group_size=4, max_new_tokens=6, eval_size=8, eval_points=1,
              overrides=("trust.likelihood_gate=false",))  # the gate would make peers' counts vary
@@ -39,7 +40,7 @@ def test_each_member_trains_on_the_batch_its_accounting_promises(condition, acco
     assert [m.label for m in run.members] == ["tiny", "tiny-b"]
     for member in run.members:
         assert len(member.rounds) == FAST.rounds
-        assert [(r["own_samples"], r["peer_samples"]) for r in member.rounds] == [(own, peers)] * FAST.rounds
+        assert [(r.own_samples, r.peer_samples) for r in member.rounds] == [(own, peers)] * FAST.rounds
         assert [point[0] for point in member.curve] == [0, *eval_rounds(FAST)]
         assert member.curve[-1][1] == member.tokens_generated > 0
 
@@ -58,9 +59,13 @@ def test_an_unknown_objective_fails_before_any_training():
 
 
 def _member(label: str, after: float, tokens: int = 100) -> MemberRun:
-    rounds = [{"wire_tokens": tokens, "own_samples": 8, "peer_samples": 8, "gated": 0, "weight_mean": 1.0,
-               "weight_max": 2.0, "truncated_frac": 0.0, "filtered_frac": 0.0, "divergence_mean": 0.5}]
-    return MemberRun(label, before=0.5, after=after, rounds=rounds)
+    record = RoundRecord(
+        round=0, peer_id=label, reward_mean=0.5, peer_reward_mean=None, own_samples=8, peer_samples=8, peers=1,
+        gated=0, below_bar=0, peer_weight_scale=None, filtered=0, filtered_frac=0.0, weight_mean=1.0, weight_max=2.0,
+        truncated_frac=0.0, divergence_mean=0.5, loss=0.0, grad_norm=0.0, wire_bytes=0, wire_tokens=tokens,
+        rejected=0, peer_age_s=None, peer_lag=None, tokens_per_s=0.0,
+    )
+    return MemberRun(label, before=0.5, after=after, rounds=[record])
 
 
 def test_gains_are_paired_by_seed_with_the_standard_error_over_seeds():

@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console
 
 from swarmnode.metrics import LiveView, format_duration
-from swarmnode.records import EVAL_HISTORY, Heartbeat, RecordError, RoundRecord
+from swarmnode.records import EVAL_HISTORY, Heartbeat, PeerRow, RecordError, RoundRecord
 from swarmnode.status import render_table, sparkline
 
 
@@ -46,7 +46,7 @@ def test_status_draws_each_peer_s_last_evaluations_within_80_columns():
     beat = Heartbeat.parse({"peer": "Qm" + "x" * 44, "run": "r" * 16, "time": 1.0, "round": 120, "model": "Qwen/Qwen2.5-3B",
                             "eval_acc": 0.61, "evals": [0.40, 0.47, 0.55, 0.61], "reach": "relayed", "lora": 16})
     out = io.StringIO()
-    Console(file=out, width=80).print(render_table([{**beat.model_dump(), "age_s": 2.0}]))
+    Console(file=out, width=80).print(render_table([PeerRow(beat, 2.0, "training")]))
     assert "0.610 ▁▃▆█" in out.getvalue(), out.getvalue()
     assert all(len(line) <= 80 for line in out.getvalue().splitlines())
     for bad in ([1.5], [0.5] * (EVAL_HISTORY + 1), ["0.5"]):

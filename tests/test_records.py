@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 
 import pytest
 
@@ -63,3 +64,4 @@ def test_metrics_lines_read_back_typed_and_other_versions_are_left_out(tmp_path)
     assert read_rounds(tmp_path / "metrics.jsonl") == [record], "timings come back from the flat line"
     assert read_evals(tmp_path / "metrics.jsonl", "before") == [EvalRecord(round=-1, phase="before", eval_acc=0.4)]
     assert read_evals(tmp_path / "metrics.jsonl", "after") == [] and read_rounds(tmp_path / "nothing.jsonl") == []
+    assert RoundRecord.from_json(asdict(record)) == record, "as the ablation's JSON keeps it (timings nested)"

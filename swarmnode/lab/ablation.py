@@ -33,12 +33,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from swarmnode.assemble import assemble
 from swarmnode.batches import batch_split
 from swarmnode.config import Config, load_config
 from swarmnode.node import Node
+from swarmnode.records import RoundRecord
 from swarmnode.registry import OBJECTIVES
 from swarmnode.swarm.local import InMemoryHub
 
@@ -102,11 +102,11 @@ class MemberRun:
     before: float
     after: float
     curve: list[tuple[int, int, float]] = field(default_factory=list)  # (rounds done, tokens generated, accuracy)
-    rounds: list[dict[str, Any]] = field(default_factory=list)  # per-round records (metrics.jsonl lines)
+    rounds: list[RoundRecord] = field(default_factory=list)  # per-round records, as in metrics.jsonl
 
     @property
     def tokens_generated(self) -> int:
-        return sum(r["wire_tokens"] for r in self.rounds)
+        return sum(r.wire_tokens for r in self.rounds)
 
 
 @dataclass
@@ -228,7 +228,7 @@ def _train_together(
     for round_ in range(shape.rounds):
         states = [node.produce(round_) for node in nodes]
         for member, node, state in zip(members, nodes, states):
-            runs[member.label].rounds.append(node.consume(round_, state).to_json())
+            runs[member.label].rounds.append(node.consume(round_, state))
         if round_ + 1 in checkpoints:
             for member, node in zip(members, nodes):
                 run = runs[member.label]
@@ -323,14 +323,14 @@ def diagnostics(runs: list[ConditionRun]) -> dict[tuple[str, str], dict[str, flo
         rounds = [line for _, member in seeded for line in member.rounds]
         if not rounds:
             continue
-        row = {name: statistics.mean(line[name] for line in rounds) for name in DIAGNOSTICS}
-        row["weight_max"] = max(line["weight_max"] for line in rounds)
-        peers = sum(line["peer_samples"] for line in rounds)
-        gated = sum(line.get("gated", 0) for line in rounds)
+        row = {name: statistics.mean(getattr(line, name) for line in rounds) for name in DIAGNOSTICS}
+        row["weight_max"] = max(line.weight_max for line in rounds)
+        peers = sum(line.peer_samples for line in rounds)
+        gated = sum(line.gated for line in rounds)
         row["gated_frac"] = gated / max(peers + gated, 1)
-        row["below_bar_frac"] = sum(line.get("below_bar", 0) for line in rounds) / max(peers + gated, 1)
-        row["own_samples"] = statistics.mean(line["own_samples"] for line in rounds)
-        row["peer_samples"] = statistics.mean(line["peer_samples"] for line in rounds)
+        row["below_bar_frac"] = sum(line.below_bar for line in rounds) / max(peers + gated, 1)
+        row["own_samples"] = statistics.mean(line.own_samples for line in rounds)
+        row["peer_samples"] = statistics.mean(line.peer_samples for line in rounds)
         table[key] = row
     return table
 

@@ -9,12 +9,11 @@ the peer marked 'left' as left. Records expire from the DHT a minute after the l
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from hivemind.utils.timed_storage import get_dht_time
 
 from swarmnode.config import SwarmSettings
-from swarmnode.records import RecordError
+from swarmnode.records import PeerRow, RecordError
 from swarmnode.swarm.hivemind.dht import heartbeat_from_record, owner_or_none
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 from swarmnode.swarm.hivemind.shards import HEARTBEAT_FAMILY, ShardedFamily, ShardReads
@@ -33,22 +32,20 @@ def open_status_client(initial_peers: list[str], timeout_s: float) -> SwarmRunti
     return runtime
 
 
-def read_heartbeats(runtime: SwarmRuntime, stale_after_s: float) -> list[dict[str, Any]]:
-    """Every valid heartbeat found as a row, with 'age_s' and the shown 'state' (training,
+def read_heartbeats(runtime: SwarmRuntime, stale_after_s: float) -> list[PeerRow]:
+    """Every valid heartbeat found as a row, with its age and the shown state (training,
     stale, left); one row a peer, its newest heartbeat."""
-    newest: dict[str, dict[str, Any]] = {}
+    newest: dict[str, PeerRow] = {}
     for subkey, raw in runtime.call(_read_shards(runtime), timeout=30).items:
         try:
             heartbeat = heartbeat_from_record(subkey, raw)
         except RecordError:
             continue  # malformed: status shows only what a node would accept
-        row = heartbeat.model_dump()
-        row["age_s"] = round(max(0.0, get_dht_time() - heartbeat.time), 1)
-        if heartbeat.state != "left" and row["age_s"] > stale_after_s:
-            row["state"] = "stale"
-        if heartbeat.peer not in newest or row["time"] > newest[heartbeat.peer]["time"]:
-            newest[heartbeat.peer] = row
-    return sorted(newest.values(), key=lambda h: (h["run"], h["state"] != "training", h["peer"]))
+        age_s = round(max(0.0, get_dht_time() - heartbeat.time), 1)
+        state = "stale" if heartbeat.state != "left" and age_s > stale_after_s else heartbeat.state
+        if heartbeat.peer not in newest or heartbeat.time > newest[heartbeat.peer].heartbeat.time:
+            newest[heartbeat.peer] = PeerRow(heartbeat, age_s, state)
+    return sorted(newest.values(), key=lambda r: (r.heartbeat.run, r.state != "training", r.heartbeat.peer))
 
 
 async def _read_shards(runtime: SwarmRuntime) -> ShardReads:
