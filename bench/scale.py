@@ -7,7 +7,8 @@ simulation of the same protocol beyond.
 Real: `--dht-nodes` hivemind DHT nodes in this process (over loopback) hold the heartbeats of
 N identities (2048-bit RSA keys, made once and kept in `--keys`), each written in its own
 shards at the levels a swarm of N uses, as honest nodes would. A new node then reads the
-heartbeats `--reads` times with the real ShardedFamily (its first read probes every level).
+heartbeats `--reads` times with the real ShardedFamily (its first read, and every 16th,
+probes every level).
 Printed per N: DHT lookups and records a read, the bytes those records take on the wire, the
 median time of a read, and the requests the busiest of the DHT nodes served a read.
 
@@ -137,7 +138,7 @@ def measure_real(writers: int, dht_nodes: int, reads: int, keys: Path) -> dict:
     finally:
         for node in [reader, *nodes]:
             node.shutdown()
-    steady = [r for r in rows if not r["probed"]] or rows
+    steady = rows[1:] or rows  # the periodic probe (every 16th read) included
     return {
         "N": writers, "level": family.estimate.level,
         "lookups": statistics.fmean(r["lookups"] for r in steady),
@@ -163,14 +164,15 @@ def main() -> None:
     parser.add_argument("--simulate", type=int, nargs="*", default=[10, 100, 1000, 10000])
     parser.add_argument("--flood", type=int, default=50000, help="junk identities next to 100 simulated nodes (0 = none)")
     parser.add_argument("--dht-nodes", type=int, default=4)
-    parser.add_argument("--reads", type=int, default=12)
-    parser.add_argument("--steps", type=int, default=12, help="simulated steps")
+    parser.add_argument("--reads", type=int, default=33, help="reads by the new node (two periodic probes)")
+    parser.add_argument("--steps", type=int, default=33, help="simulated steps")
     parser.add_argument("--keys", type=Path, default=Path(tempfile.gettempdir()) / "swarmnode-scale-keys")
     args = parser.parse_args()
 
     if args.real:
         print(f"real: {args.dht_nodes} DHT nodes, heartbeats of N identities, {args.reads} reads by a new node "
-              f"(the first probes every level; figures are of the others)", flush=True)
+              f"(the first probes every level; figures are means over the others, periodic probes included)",
+              flush=True)
         results = [measure_real(n, args.dht_nodes, args.reads, args.keys) for n in args.real]
         print(f"{'N':>6} {'level':>5} {'lookups/read':>12} {'records/read':>12} {'KB/read':>8} {'ms/read':>8} "
               f"{'busiest node req/read':>21} {'probe ms':>8}")
@@ -189,7 +191,7 @@ def main() -> None:
               f"{'all found by step':>17} {'newcomer found':>14} {'levels':>12}")
         sims = []
         for n in args.simulate:
-            s = shard_sim.run(n, args.steps, newcomer_at=min(6, args.steps - 2))
+            s = shard_sim.run(n, args.steps, newcomer_at=min(6, args.steps - 2))  # a newcomer at step 6
             sims.append(s)
             print(f"{n:>6} {s['lookups_mean']:>12.2f} {s['records_mean']:>12.1f} "
                   f"{s['records_mean'] * record_bytes / 1024:>8.1f} {s['records_p99'] * record_bytes / 1024:>7.1f} "
@@ -200,7 +202,7 @@ def main() -> None:
                   f"lookups {s['lookups_mean'] / sims[0]['lookups_mean']:.2f}x, busiest storer "
                   f"{s['busiest_storer'] / sims[0]['busiest_storer']:.2f}x")
     if args.flood:
-        steps = 4 * args.steps
+        steps = 48
         plain = shard_sim.run(100, steps)
         flooded = shard_sim.run(100, steps, junk=args.flood)
         print(f"\nflood: 100 simulated nodes, {steps} steps, with and without {args.flood} junk identities")

@@ -8,9 +8,10 @@ import asyncio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from swarmnode.lab.shard_sim import run
+from swarmnode.lab.shard_sim import ShardedSwarm, run
 from swarmnode.swarm.hivemind.shards import (
     MAX_LEVEL,
+    PROBE_EVERY_READS,
     READ_SHARDS,
     RECORDS_PER_SHARD,
     ShardedFamily,
@@ -36,13 +37,16 @@ def test_the_level_keeps_about_records_per_shard_in_a_shard():
     assert level_for(10**9) == MAX_LEVEL
 
 
-def test_a_probe_trusts_the_level_that_implies_the_most_writers():
+def test_a_probe_takes_the_most_writers_a_level_implies_but_not_from_a_lone_record():
     estimate = SizeEstimate()
     assert estimate.write_levels() == [0, 1], "a new node writes where a small swarm reads"
-    # writers centred on level 7 (1,000 of them): levels they do not write look empty
-    estimate.reset({0: 0, 5: 0, 6: 16, 7: 8, 8: 4, 9: 0})
+    # writers centred on level 7 (1,000 of them) fill 6-8; one record left at level 11 by an
+    # estimate since changed would imply 2,048
+    estimate.reset({0: 0, 5: 0, 6: 16, 7: 8, 8: 4, 9: 0, 11: 1})
     assert round(estimate.writers) == 1024 and estimate.level == 7
     assert estimate.write_levels() == [6, 7, 8]
+    estimate.reset({0: 1, 1: 1})
+    assert estimate.writers == 2, "a node alone with one peer: lone records are all there is"
     estimate.reset({level: 0 for level in range(MAX_LEVEL + 1)})
     assert estimate.level == 0
 
@@ -82,6 +86,25 @@ def test_a_thousand_nodes_read_a_bounded_amount_and_find_everyone_within_a_few_s
     assert figures["unfound"] == 0 and figures["steps_to_find_all"] <= 3
     assert figures["newcomer_found_after"] is not None and figures["newcomer_found_after"] <= 3
     assert figures["records_mean"] <= 2 * READ_SHARDS * RECORDS_PER_SHARD
+
+
+def test_a_node_whose_estimate_fell_behind_the_swarm_finds_its_level_again():
+    """A node that probed when it was alone reads level 0, where only the writers whose
+    levels include 0 are: itself. Its reads are never empty, so only the periodic probe
+    brings it to the swarm's level."""
+    swarm = ShardedSwarm(300, ttl_steps=4)
+
+    async def steps(count):
+        for _ in range(count):
+            await swarm.step()
+
+    asyncio.run(steps(8))  # the swarm settles; the records of the first levels expire
+    early = next(iter(swarm.families.values()))
+    early.estimate.log2_writers, early.reads_since_probe = 0.0, 0
+    asyncio.run(steps(4))
+    assert early.estimate.level == 0, "its reads of level 0 find only itself"
+    asyncio.run(steps(PROBE_EVERY_READS))
+    assert abs(early.estimate.level - level_for(300)) <= 1, "a probe found where the writers are"
 
 
 def test_a_flood_of_identities_costs_readers_nothing_more_and_honest_peers_are_still_found():

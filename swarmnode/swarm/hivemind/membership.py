@@ -162,8 +162,8 @@ class HivemindMembership:
 
     async def _loop(self) -> None:
         while True:
+            await self.read()  # first: a read finds the level our heartbeat belongs at
             await self._beat()
-            await self.read()
             await asyncio.sleep(self.settings.heartbeat_interval_s)
 
 

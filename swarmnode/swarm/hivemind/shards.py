@@ -7,8 +7,11 @@ level 0..MAX_LEVEL: `<family>/<level>/<shard>`, where a peer's shard at a level 
 Each node estimates how many peers write the family (`SizeEstimate`, from what its own reads
 find) and picks the level at which a shard holds about RECORDS_PER_SHARD records. It writes
 its record at that level and at one level either side, so nodes whose estimates differ a
-little still meet, and it reads a few random shards of its level per read. A node cost per
-read is then about READ_SHARDS * RECORDS_PER_SHARD records, whatever the swarm's size.
+little still meet, and it reads a few random shards of its level per read. A node's cost per
+read is then about READ_SHARDS * RECORDS_PER_SHARD records, whatever the swarm's size. A read
+at a level sees only the writers whose levels include it, so a node whose estimate is too
+low (it started alone, and the swarm grew) would stay low on its reads alone: every
+PROBE_EVERY_READS reads it probes one shard of every level and starts again from there.
 
 Storing nodes enforce the sharding (`ShardIndex`, used by dht.SwarmRecordValidator): a record
 under a shard key must be owned by a peer that hashes into that shard, so an identity writes
@@ -26,7 +29,6 @@ import hashlib
 import logging
 import math
 import random
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +43,8 @@ RECORDS_PER_SHARD = 6  # what a read of one shard aims to find
 MAX_LEVEL = 12  # 4,096 shards a level: about 32,000 writers at RECORDS_PER_SHARD
 READ_SHARDS = 2  # shards read per read (all of them when the level has fewer)
 WRITE_SPREAD = 1  # a writer stores at its level and this many levels either side
-PROBE_INTERVAL_S = 30.0  # at most one probe of every level this often, after the first
+PROBE_EVERY_READS = 16  # a probe of every level every this many reads (and at the first)
+EMPTY_PROBE_AFTER = 4  # ... and after a read that found nobody, this many reads after the last probe
 ESTIMATE_WEIGHT = 0.3  # weight of a new read in the moving estimate (of log2 writers)
 
 HEARTBEAT_FAMILY = f"{DHT_NAMESPACE}/heartbeats"
@@ -103,9 +106,14 @@ class SizeEstimate:
             self.log2_writers += ESTIMATE_WEIGHT * (sample - self.log2_writers)
 
     def reset(self, probe: dict[int, int]) -> None:
-        """Start again from a probe (level -> records in one random shard of it): the level
-        that implies the most writers, since levels off the writers' own hold fewer."""
-        implied = [count * 2**level for level, count in probe.items() if count]
+        """Start again from a probe (level -> records in one random shard of it): the most
+        writers a level implies, as levels off the writers' own hold fewer. An estimate that
+        comes out too high corrects itself (reads at a level above the writers' find nobody),
+        one too low would not (its reads see only writers whose levels include it). A lone
+        record (one left at a far level by an estimate since changed) counts only where no
+        level holds two."""
+        implied = [count * 2**level for level, count in probe.items() if count >= 2]
+        implied = implied or [count * 2**level for level, count in probe.items() if count]
         self.log2_writers = math.log2(max(implied)) if implied else -1.0
 
 
@@ -135,25 +143,26 @@ class ShardedFamily:
     owner_of: OwnerOf
     estimate: SizeEstimate = field(default_factory=SizeEstimate)
     rng: random.Random = field(default_factory=random.Random)
-    last_probe: float = -math.inf  # monotonic time of the last probe of every level
+    reads_since_probe: int = 0
 
     def write_keys(self) -> list[str]:
         return [shard_key(self.family, lv, shard_of(self.peer_id, lv)) for lv in self.estimate.write_levels()]
 
     async def read(self, read_shard: ReadShard, shards: int = READ_SHARDS) -> ShardReads:
         """Read `shards` random shards at this node's level (every shard when there are fewer).
-        First, and again when a read finds nobody (at most every PROBE_INTERVAL_S), probe one
-        shard of every level to find where the writers are: a node joining a large swarm, or
-        whose estimate drifted below the writers', finds them again."""
-        probed = False
-        if self.estimate.log2_writers is None:
+        First, every PROBE_EVERY_READS reads, and after a read that found nobody (at most every
+        EMPTY_PROBE_AFTER reads), probe one shard of every level to find where the writers
+        are: a node joining a large swarm, or one whose estimate is below the writers', finds
+        them again."""
+        probed = self.estimate.log2_writers is None or self.reads_since_probe >= PROBE_EVERY_READS
+        if probed:
             await self._probe(read_shard)
-            probed = True
         found = await self._read_level(read_shard, self.estimate.level, shards)
-        if not sum(found.counts) and not probed and time.monotonic() - self.last_probe >= PROBE_INTERVAL_S:
+        if not sum(found.counts) and not probed and self.reads_since_probe >= EMPTY_PROBE_AFTER:
             await self._probe(read_shard)
             found = await self._read_level(read_shard, self.estimate.level, shards)
             probed = True
+        self.reads_since_probe += 1
         self.estimate.observe(found.level, found.counts)
         found.probed = probed
         return found
@@ -179,7 +188,7 @@ class ShardedFamily:
         return owner is not None and in_shard(owner, level, shard)
 
     async def _probe(self, read_shard: ReadShard) -> None:
-        self.last_probe = time.monotonic()
+        self.reads_since_probe = 0
         reads = await asyncio.gather(*(self._read_level(read_shard, lv, 1) for lv in range(MAX_LEVEL + 1)))
         self.estimate.reset({found.level: found.counts[0] for found in reads})
         log.debug("probed %s: about %.0f writers, level %d", self.family, self.estimate.writers, self.estimate.level)
