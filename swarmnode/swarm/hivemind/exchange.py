@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections import Counter
@@ -79,7 +80,6 @@ class HivemindExchange:
         self._announcer: asyncio.Task | None = None  # the background store of our manifests
         self._polls = 0  # polls so far: whose turn it is among the peers not proven useful
         self.manifests = ShardedFamily(manifest_family(run_id), self.peer_id, owner_or_none)
-        self.lookups = 0  # manifest shard lookups so far (benches)
         runtime.shards.add(self.manifests.family)  # our DHT node checks the run's shards too
         runtime.call(self.server.register(runtime.p2p), timeout=10)
         self._poller = runtime.call(_spawn(self._poll_forever()), timeout=10)
@@ -276,7 +276,7 @@ class HivemindExchange:
         """Peers' newest manifests not yet fetched, from a few random shards: peers with
         deliveries first, then others. A shard lookup that fails or does not answer within
         LOOKUP_TIMEOUT_S counts as empty (the next poll reads again)."""
-        found = await self.manifests.read(self._lookup)
+        found = await self.manifests.read(functools.partial(self.runtime.read_owned, timeout_s=LOOKUP_TIMEOUT_S))
         known, others = [], []
         pulled = set(self.pull_set())
         for subkey, raw in found.items:
@@ -284,10 +284,6 @@ class HivemindExchange:
             if manifest is not None:
                 (known if self.ledger.known(manifest.peer_id) else others).append(manifest)
         return known + others
-
-    async def _lookup(self, key: str) -> list[tuple[object, object]]:
-        self.lookups += 1
-        return await self.runtime.read_owned(key, LOOKUP_TIMEOUT_S)
 
     def _parse(self, subkey: object, raw: object, pulled: set[str]) -> Manifest | None:
         try:
