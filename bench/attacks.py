@@ -401,7 +401,7 @@ def sybil(args: argparse.Namespace) -> None:
                 junk(r)
             peer_link.exchange.publish(r, os.urandom(2048), 256)
             t = time.perf_counter()
-            found = honest.call(link.membership.heartbeats.read(honest.read_owned), timeout=60)
+            found = honest.call(link.membership.heartbeats.read(honest.read_owned_many), timeout=60)
             reads.append(time.perf_counter() - t)
             read_records.append(len(found.items))
             t = time.perf_counter()

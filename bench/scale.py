@@ -122,13 +122,13 @@ def measure_real(writers: int, dht_nodes: int, reads: int, keys: Path) -> dict:
         for _ in range(reads):
             asked: list[str] = []
 
-            async def read_shard(key: str, asked: list[str] = asked) -> list:
-                asked.append(key)
-                return await reader.read_owned(key, 10.0)
+            async def read_shards(keys: list[str], asked: list[str] = asked) -> list:
+                asked.extend(keys)
+                return await reader.read_owned_many(keys, 10.0)
 
             before = list(served)
             t = time.perf_counter()
-            found = reader.call(family.read(read_shard), timeout=120)
+            found = reader.call(family.read(read_shards), timeout=120)
             elapsed = time.perf_counter() - t
             rows.append({
                 "lookups": len(asked), "records": len(found.items), "probed": found.probed,

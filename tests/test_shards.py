@@ -55,20 +55,20 @@ def test_a_read_of_a_small_swarm_takes_every_shard_and_drops_misfiled_records():
     written = {shard_key("f", 0, 0): [("a", b""), ("b", b""), ("c", b"")]}
     asked = []
 
-    async def read_shard(key):
-        asked.append(key)
-        return written.get(key, [])
+    async def read_shards(keys):
+        asked.extend(keys)
+        return [written.get(key, []) for key in keys]
 
     family = ShardedFamily("f", "me", owner_of=lambda s: s)
-    found = asyncio.run(family.read(read_shard))
+    found = asyncio.run(family.read(read_shards))
     assert found.probed and found.level == 0
     assert sorted(who for who, _ in found.items) == ["a", "b", "c"]
     assert len(asked) == MAX_LEVEL + 1 + 1, "the first read probes each level once, then reads its level"
-    found = asyncio.run(family.read(read_shard))
+    found = asyncio.run(family.read(read_shards))
     assert not found.probed and len(asked) == MAX_LEVEL + 3, "later reads: the shards of its level only"
 
-    async def everywhere(key):  # a storing node of another run checks nothing: "a" in every shard
-        return [("a", b"")]
+    async def everywhere(keys):  # a storing node of another run checks nothing: "a" in every shard
+        return [[("a", b"")] for _ in keys]
 
     found = asyncio.run(family.read_level(everywhere, 1, READ_SHARDS))
     assert found.shards == [0, 1]

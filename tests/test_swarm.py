@@ -31,7 +31,7 @@ from swarmnode.swarm.hivemind.payloads import (
     PayloadServer,
     fetch_payload,
 )
-from swarmnode.swarm.hivemind.runtime import SwarmRuntime
+from swarmnode.swarm.hivemind.runtime import LOOKUP_BEAM, SwarmRuntime
 from swarmnode.swarm.hivemind.shards import (
     HEARTBEAT_FAMILY,
     ShardedFamily,
@@ -186,6 +186,33 @@ def test_a_dictionary_larger_than_16_kib_comes_back_whole(start_runtime):
     assert len(found) == 5 and sum(len(v) for v in found.values()) > 16 * 1024
 
 
+def test_a_narrow_lookup_finds_every_record_in_a_swarm_wider_than_its_beam(start_runtime):
+    """Reads and stores follow only the LOOKUP_BEAM nodes nearest a key (hivemind's default
+    asks about every node of a small swarm on every read). In a swarm of more nodes than that,
+    every record is still found by every node, several keys in one lookup, and a read asks
+    fewer than all the other nodes."""
+    first = start_runtime("n0")
+    nodes = [first] + [start_runtime(f"n{i}", first.visible_maddrs()) for i in range(1, LOOKUP_BEAM + 6)]
+    keys = [shard_key(HEARTBEAT_FAMILY, 0, 0), "also"]
+    for node in nodes:
+        assert node.call(node.store_owned_all(keys, pack({"who": node.peer_id}), get_dht_time() + 60), 30)
+    everyone = {node.peer_id for node in nodes}
+    for reader in nodes:
+        for items in reader.call(reader.read_owned_many(keys, timeout_s=20), 30):
+            assert {records.owner_peer_id(subkey) for subkey, _ in items} == everyone
+        asked = set()
+        real_find = reader.dht.protocol.call_find
+
+        async def counted(peer, keys_, real_find=real_find, asked=asked):  # noqa: ANN001, ANN202
+            asked.add(peer)
+            return await real_find(peer, keys_)
+
+        reader.dht.protocol.call_find = counted
+        reader.call(reader.read_owned_many(keys[:1], timeout_s=20), 30)
+        reader.dht.protocol.call_find = real_find
+        assert 0 < len(asked) < len(nodes) - 1, f"a read asked {len(asked)} of {len(nodes) - 1} nodes"
+
+
 @pytest.mark.parametrize("size_mb", [2, 20])
 def test_payloads_travel_peer_to_peer(start_runtime, size_mb):
     a = start_runtime("a")
@@ -235,17 +262,17 @@ def test_a_dht_lookup_that_never_answers_costs_a_gather_its_deadline_only(start_
     a = start_runtime("a")
     b = start_runtime("b", a.visible_maddrs())
     ex_a, ex_b = _link(a).exchange, _link(b).exchange
-    real_get = a.dht.get
+    real_get = a.dht.get_many
 
     async def hangs(*args, **kwargs):
         await asyncio.sleep(3600)
 
-    monkeypatch.setattr(a.dht, "get", hangs)
+    monkeypatch.setattr(a.dht, "get_many", hangs)
     ex_b.publish(0, b"D" * 100, 1)
     started = time.monotonic()
     assert ex_a.gather(timeout_s=1.0, wait_for={b.peer_id}) == []
     assert time.monotonic() - started < 3
-    monkeypatch.setattr(a.dht, "get", real_get)  # the DHT answers again: so does the exchange
+    monkeypatch.setattr(a.dht, "get_many", real_get)  # the DHT answers again: so does the exchange
     assert [item.payload for item in ex_a.gather(timeout_s=10, wait_for={b.peer_id})] == [b"D" * 100]
 
 
@@ -267,7 +294,7 @@ def test_peers_with_a_delivery_record_are_pulled_directly_while_the_dht_hangs(st
     async def hangs(*args, **kwargs):
         await asyncio.sleep(3600)
 
-    monkeypatch.setattr(a.dht, "get", hangs)
+    monkeypatch.setattr(a.dht, "get_many", hangs)
     for round_ in (1, 2):
         ex_b.publish(round_, f"direct {round_}".encode(), 1)
         got = ex_a.gather(timeout_s=10, wait_for={b.peer_id})
@@ -297,14 +324,14 @@ def test_publishing_never_waits_on_a_dht_store_and_the_newest_manifest_wins(star
     a = start_runtime("a")
     b = start_runtime("b", a.visible_maddrs())
     ex_a, ex_b = _link(a).exchange, _link(b).exchange
-    real_store = b.dht.store
+    real_store = b.dht.store_many
     release = asyncio.Event()
 
     async def stalls(*args, **kwargs):
         await release.wait()
         return await real_store(*args, **kwargs)
 
-    monkeypatch.setattr(b.dht, "store", stalls)
+    monkeypatch.setattr(b.dht, "store_many", stalls)
     started = time.monotonic()
     for round_ in range(3):
         ex_b.publish(round_, f"round {round_}".encode(), 1)

@@ -160,7 +160,7 @@ class LivenessAttacker:
 
     async def _honest_batch(self, honest_peers: set[str]) -> wire.RolloutBatch | None:
         """An honest peer's newest batch, downloaded as any peer may."""
-        found = await self._manifests.read(self.runtime.read_owned, READ_SHARDS)
+        found = await self._manifests.read(self.runtime.read_owned_many, READ_SHARDS)
         for subkey, raw in found.items:
             try:
                 manifest = Manifest.from_record(subkey, raw, wire.WireSettings().max_bytes)
@@ -179,7 +179,7 @@ class LivenessAttacker:
 
     async def _honest_heartbeats(self) -> list[Heartbeat]:
         beats = []
-        for subkey, raw in (await self._heartbeats.read(self.runtime.read_owned, READ_SHARDS)).items:
+        for subkey, raw in (await self._heartbeats.read(self.runtime.read_owned_many, READ_SHARDS)).items:
             try:
                 beat = heartbeat_from_record(subkey, raw)
             except ValueError:

@@ -89,14 +89,14 @@ class ShardedSwarm:
         for peer, family in self.families.items():
             asked: list[str] = []
 
-            async def read_shard(key: str, asked: list[str] = asked) -> list[tuple[str, bytes]]:
-                asked.append(key)
-                live = self.records.get(key, {})
-                return [(who, b"") for who, written in live.items() if self.step_no - written < self.ttl_steps]
+            async def read_shards(keys: list[str], asked: list[str] = asked) -> list[list[tuple[str, bytes]]]:
+                asked.extend(keys)
+                return [[(who, b"") for who, written in self.records.get(key, {}).items()
+                         if self.step_no - written < self.ttl_steps] for key in keys]
 
             count = 0
             for _ in range(reads_per_node):
-                found = await family.read(read_shard)
+                found = await family.read(read_shards)
                 count += len(found.items)
                 for who, _ in found.items:
                     if who != peer and who in self.joined and who not in self.found:

@@ -276,7 +276,7 @@ class HivemindExchange:
         """Peers' newest manifests not yet fetched, from a few random shards: peers with
         deliveries first, then others. A shard lookup that fails or does not answer within
         LOOKUP_TIMEOUT_S counts as empty (the next poll reads again)."""
-        found = await self.manifests.read(functools.partial(self.runtime.read_owned, timeout_s=LOOKUP_TIMEOUT_S))
+        found = await self.manifests.read(functools.partial(self.runtime.read_owned_many, timeout_s=LOOKUP_TIMEOUT_S))
         known, others = [], []
         pulled = set(self.pull_set())
         for subkey, raw in found.items:

@@ -89,7 +89,7 @@ class HivemindMembership:
         """Add the heartbeats of this run in a few random shards to those seen lately (a
         heartbeat stale for `stale_after_s` is forgotten); note other runs once."""
         self.read_at = time.monotonic()
-        found = await self.heartbeats.read(self.runtime.read_owned)
+        found = await self.heartbeats.read(self.runtime.read_owned_many)
         now = get_dht_time()
         peers = {peer: hb for peer, hb in self.peers.items() if now - hb.time <= self.settings.stale_after_s}
         for subkey, raw in found.items:

@@ -14,6 +14,7 @@ import contextvars
 import logging
 import tempfile
 import threading
+import time
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -33,6 +34,13 @@ from swarmnode.swarm.hivemind.shards import ShardIndex
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+# A lookup follows this many of the nodes nearest a key. hivemind's default is its bucket size
+# (20): in a swarm of a few dozen nodes a read then asks nearly every node, and validates
+# every record of every answer (an RSA verification each), which made DHT reads most of a
+# node's CPU under a crowd of identities. Records live on the DHTNode's num_replicas (5)
+# nodes nearest their key, and stores and reads both look with this beam, so both find them.
+LOOKUP_BEAM = 8
 
 
 class SwarmError(RuntimeError):
@@ -217,34 +225,57 @@ class SwarmRuntime:
         return self.call(self.store_owned_on_loop(key, value, get_dht_time() + ttl_s), timeout)
 
     async def store_owned_on_loop(self, key: str, value: bytes, expiration: float) -> bool:
-        """Store under our own subkey and say whether the swarm now holds it. hivemind answers
-        with the last replica's verdict, which is False when a peer's lookup had already cached
-        the record there; so a False is checked by reading the key back."""
-        subkey = self.signer.local_public_key
-        if await self.dht.store(key, value, expiration, subkey=subkey):
-            return True
-        return dict(subkey_items(await self.dht.get(key, latest=True))).get(subkey) == value
+        """Store under our own subkey and say whether the swarm now holds it."""
+        return await self.store_owned_all([key], value, expiration)
 
     async def store_owned_all(self, keys: list[str], value: bytes, expiration: float) -> bool:
-        """Store under our own subkey of each key at once (a sharded record's levels); True
-        when every key holds it."""
-        stored = await asyncio.gather(*(self.store_owned_on_loop(key, value, expiration) for key in keys))
-        return all(stored)
+        """Store under our own subkey of each key in one lookup (a sharded record's levels);
+        True when every key holds it. hivemind answers with the last replica's verdict, which
+        is False when a peer's lookup had already cached the record there; so a False is
+        checked by reading the key back."""
+        subkey = self.signer.local_public_key
+        stored = await self.dht.store_many(
+            keys, [value] * len(keys), expiration, subkeys=[subkey] * len(keys), beam_size=LOOKUP_BEAM
+        )
+        unsure = [key for key in keys if not stored[key, subkey]]
+        if not unsure:
+            return True
+        return all(dict(items).get(subkey) == value for items in await self.read_owned_many(unsure))
 
     async def read_owned(self, key: str, timeout_s: float = 5.0) -> list[tuple[Any, Any]]:
         """(subkey, value) pairs under `key`; none when the lookup fails or takes over
         `timeout_s`, so that a slow or failing DHT read never stops the caller."""
-        try:
-            return subkey_items(await asyncio.wait_for(self.dht.get(key, latest=True), timeout_s))
-        except Exception as err:  # timeouts, dead DHT nodes, a daemon going down
-            log.debug("reading %s: %s", key, err)
+        return (await self.read_owned_many([key], timeout_s))[0]
+
+    async def read_owned_many(self, keys: list[str], timeout_s: float = 5.0) -> list[list[tuple[Any, Any]]]:
+        """The (subkey, value) pairs under each of `keys`, looked up together (hivemind asks a
+        node for several keys in one request). A key whose lookup fails or takes over
+        `timeout_s` reads as empty; the others keep what they found, so one slow key (an
+        empty one is looked up until the beam is exhausted) costs a read nothing else."""
+        if not keys:
             return []
+        deadline = time.monotonic() + timeout_s
+        try:
+            futures = await asyncio.wait_for(
+                self.dht.get_many(
+                    keys, sufficient_expiration_time=float("inf"), beam_size=LOOKUP_BEAM, return_futures=True
+                ),
+                timeout_s,
+            )
+        except Exception as err:  # timeouts, dead DHT nodes, a daemon going down
+            log.debug("reading %s: %s", keys, err)
+            return [[] for _ in keys]
+        _, unfinished = await asyncio.wait(set(futures.values()), timeout=max(0.0, deadline - time.monotonic()))
+        for future in unfinished:
+            future.cancel()  # hivemind stops looking for that key
+        return [_items_of(futures[key]) for key in keys]
 
     def get_subkeys(self, key: str, timeout: float = 10.0) -> dict[Any, Any]:
         """All live subkey -> value pairs of a dictionary key (empty when none)."""
 
         async def fetch() -> dict[Any, Any]:
-            return dict(subkey_items(await self.dht.get(key, latest=True)))
+            found = await self.dht.get_many([key], sufficient_expiration_time=float("inf"), beam_size=LOOKUP_BEAM)
+            return dict(subkey_items(found[key]))
 
         return self.call(fetch(), timeout)
 
@@ -273,3 +304,10 @@ class SwarmRuntime:
             self._thread.join(timeout=5)
         if not self.loop.is_running():
             self.loop.close()
+
+
+def _items_of(future: asyncio.Future) -> list[tuple[Any, Any]]:
+    """A finished lookup's (subkey, value) pairs; none when it failed or was cancelled."""
+    if not future.done() or future.cancelled() or future.exception() is not None:
+        return []
+    return subkey_items(future.result())

@@ -7,8 +7,9 @@ level 0..MAX_LEVEL: `<family>/<level>/<shard>`, where a peer's shard at a level 
 Each node estimates how many peers write the family (`SizeEstimate`, from what its own reads
 find) and picks the level at which a shard holds about RECORDS_PER_SHARD records. It writes
 its record at that level and at one level either side, so nodes whose estimates differ a
-little still meet, and it reads a few random shards of its level per read. A node's cost per
-read is then about READ_SHARDS * RECORDS_PER_SHARD records, whatever the swarm's size. A read
+little still meet, and it reads a few random shards of its level per read, in one lookup (the
+caller's `ReadShards`). A node's cost per read is then about READ_SHARDS * RECORDS_PER_SHARD
+records, whatever the swarm's size. A read
 at a level sees only the writers whose levels include it, so a node whose estimate is too
 low (it started alone, and the swarm grew) would stay low on its reads alone: every
 PROBE_EVERY_READS reads it probes one shard of every level and starts again from there.
@@ -24,7 +25,6 @@ records themselves, see `in_shard`).
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import math
@@ -118,7 +118,7 @@ class SizeEstimate:
 
 
 Items = list[tuple[Any, Any]]  # (subkey, value) pairs of one shard
-ReadShard = Callable[[str], Awaitable[Items]]
+ReadShards = Callable[[list[str]], Awaitable[list[Items]]]  # the items of each key, in one lookup
 OwnerOf = Callable[[Any], "str | None"]  # the peer id owning a subkey, None when unowned
 
 
@@ -148,7 +148,7 @@ class ShardedFamily:
     def write_keys(self) -> list[str]:
         return [shard_key(self.family, lv, shard_of(self.peer_id, lv)) for lv in self.estimate.write_levels()]
 
-    async def read(self, read_shard: ReadShard, shards: int = READ_SHARDS) -> ShardReads:
+    async def read(self, read_shards: ReadShards, shards: int = READ_SHARDS) -> ShardReads:
         """Read `shards` random shards at this node's level (every shard when there are fewer).
         First, every PROBE_EVERY_READS reads, and after a read that found nobody (at most every
         EMPTY_PROBE_AFTER reads), probe one shard of every level to find where the writers
@@ -156,24 +156,24 @@ class ShardedFamily:
         them again."""
         probed = self.estimate.log2_writers is None or self.reads_since_probe >= PROBE_EVERY_READS
         if probed:
-            await self._probe(read_shard)
-        found = await self._read_level(read_shard, self.estimate.level, shards)
+            await self._probe(read_shards)
+        found = await self._read_level(read_shards, self.estimate.level, shards)
         if not sum(found.counts) and not probed and self.reads_since_probe >= EMPTY_PROBE_AFTER:
-            await self._probe(read_shard)
-            found = await self._read_level(read_shard, self.estimate.level, shards)
+            await self._probe(read_shards)
+            found = await self._read_level(read_shards, self.estimate.level, shards)
             probed = True
         self.reads_since_probe += 1
         self.estimate.observe(found.level, found.counts)
         found.probed = probed
         return found
 
-    async def read_level(self, read_shard: ReadShard, level: int, shards: int) -> ShardReads:
+    async def read_level(self, read_shards: ReadShards, level: int, shards: int) -> ShardReads:
         """`shards` random shards of `level`, without touching the estimate (status)."""
-        return await self._read_level(read_shard, level, shards)
+        return await self._read_level(read_shards, level, shards)
 
-    async def _read_level(self, read_shard: ReadShard, level: int, shards: int) -> ShardReads:
+    async def _read_level(self, read_shards: ReadShards, level: int, shards: int) -> ShardReads:
         chosen = sorted(self.rng.sample(range(2**level), min(shards, 2**level)))
-        answers = await asyncio.gather(*(read_shard(shard_key(self.family, level, s)) for s in chosen))
+        answers = await read_shards([shard_key(self.family, level, s) for s in chosen])
         items: Items = []
         counts = []
         for shard, answer in zip(chosen, answers):
@@ -187,10 +187,14 @@ class ShardedFamily:
         owner = self.owner_of(subkey)
         return owner is not None and in_shard(owner, level, shard)
 
-    async def _probe(self, read_shard: ReadShard) -> None:
+    async def _probe(self, read_shards: ReadShards) -> None:
         self.reads_since_probe = 0
-        reads = await asyncio.gather(*(self._read_level(read_shard, lv, 1) for lv in range(MAX_LEVEL + 1)))
-        self.estimate.reset({found.level: found.counts[0] for found in reads})
+        chosen = [self.rng.randrange(2**level) for level in range(MAX_LEVEL + 1)]
+        answers = await read_shards([shard_key(self.family, level, s) for level, s in enumerate(chosen)])
+        self.estimate.reset({
+            level: sum(self._filed(subkey, level, shard) for subkey, _ in answer)
+            for level, (shard, answer) in enumerate(zip(chosen, answers))
+        })
         log.debug("probed %s: about %.0f writers, level %d", self.family, self.estimate.writers, self.estimate.level)
 
 

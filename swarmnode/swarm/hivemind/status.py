@@ -51,5 +51,5 @@ def read_heartbeats(runtime: SwarmRuntime, stale_after_s: float) -> list[PeerRow
 async def _read_shards(runtime: SwarmRuntime) -> ShardReads:
     """Probe where the writers are, then read up to STATUS_SHARDS shards of that level."""
     family = ShardedFamily(HEARTBEAT_FAMILY, runtime.peer_id, owner_or_none)
-    await family.read(runtime.read_owned, shards=1)  # the first read probes every level
-    return await family.read_level(runtime.read_owned, family.estimate.level, STATUS_SHARDS)
+    await family.read(runtime.read_owned_many, shards=1)  # the first read probes every level
+    return await family.read_level(runtime.read_owned_many, family.estimate.level, STATUS_SHARDS)
