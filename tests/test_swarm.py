@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import socket
 import stat
 import struct
@@ -23,7 +24,7 @@ from swarmnode.swarm.hivemind import dht as records
 from swarmnode.swarm.hivemind import payloads
 from swarmnode.swarm.hivemind.connect import attach
 from swarmnode.swarm.hivemind.dht import Manifest, owner_or_none, pack, payload_digest
-from swarmnode.swarm.hivemind.exchange import choose_downloads, direct_pulls
+from swarmnode.swarm.hivemind.exchange import choose_downloads, choose_pull_set, direct_pulls
 from swarmnode.swarm.hivemind.identity import ensure_identity, load_signing_key
 from swarmnode.swarm.hivemind.payloads import (
     MAX_STREAMS_PER_PEER,
@@ -316,6 +317,19 @@ def test_peers_not_proven_useful_are_asked_a_few_a_poll_in_turn():
         asked.update(chosen)
     assert asked["useful"] == 17 * 8 and {asked[p] for p in ["new", *junk]} == {16}
     assert direct_pulls(["useful", "new", "junk0"], standing, 5) == ["useful", "new", "junk0"]
+
+
+def test_a_pull_set_too_small_for_every_known_peer_leaves_none_out_for_good():
+    """Seventeen known peers, a set of sixteen: the useful one is always in, and the ties
+    among the rest (all scored 0: a crowd of useless identities and one unlucky honest peer)
+    fall differently at each poll, so every one of them is asked."""
+    known = [f"junk{i}" for i in range(16)] + ["unlucky", "useful"]
+    standing = {peer: 0.0 for peer in known} | {"useful": 0.5}
+    rng = random.Random(0)
+    sets = [choose_pull_set(known, standing, 16, rng) for _ in range(40)]
+    assert all(len(chosen) == 16 and chosen[0] == "useful" for chosen in sets)
+    assert set().union(*sets) == set(known)
+    assert sum("unlucky" in chosen for chosen in sets) >= 20
 
 
 def test_publishing_never_waits_on_a_dht_store_and_the_newest_manifest_wins(start_runtime, monkeypatch):

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import random
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -79,6 +80,7 @@ class HivemindExchange:
         self._unannounced: Manifest | None = None  # our newest manifest, not yet stored
         self._announcer: asyncio.Task | None = None  # the background store of our manifests
         self._polls = 0  # polls so far: whose turn it is among the peers not proven useful
+        self._rng = random.Random()  # breaks ties among equally useful peers for the pull set
         self.manifests = ShardedFamily(manifest_family(run_id), self.peer_id, owner_or_none)
         runtime.shards.add(self.manifests.family)  # our DHT node checks the run's shards too
         runtime.call(self.server.register(runtime.p2p), timeout=10)
@@ -248,10 +250,8 @@ class HivemindExchange:
         `swarm.max_pull_peers`. Everyone else is found through the DHT (strangers within a
         bound: `choose_downloads`)."""
         known = [peer for peer in list(self.ledger.peers) if self.ledger.known(peer)]
-        # a peer's standing after one batch is noisy (a batch of all-wrong groups scores 0), so
-        # the useful come first rather than the useless being left out
-        known.sort(key=lambda peer: -(self.ledger.standing(peer) or 0.0))
-        return known[: self.settings.max_pull_peers]
+        standing = {peer: self.ledger.standing(peer) for peer in known}
+        return choose_pull_set(known, standing, self.settings.max_pull_peers, self._rng)
 
     def _pull_known(self) -> None:
         """Ask the pull set for anything newer (`direct_pulls`: the useful every poll, the
@@ -315,6 +315,20 @@ class HivemindExchange:
             task.cancel()
         self._inflight.clear()
         self._inflight_bytes.clear()
+
+
+def choose_pull_set(
+    known: list[str], standing: dict[str, float | None], limit: int, rng: random.Random
+) -> list[str]:
+    """At most `limit` of the peers with a delivery record, the most useful first. A peer's
+    standing after one batch is noisy (a batch of all-wrong groups scores 0), so the useful
+    come first rather than the useless being left out; and ties (every peer scored 0 is tied,
+    an honest one unlucky once among a crowd of useless identities) are broken at random at
+    each call, so that when more peers are known than the set holds none is left out for good."""
+    chosen = list(known)
+    rng.shuffle(chosen)
+    chosen.sort(key=lambda peer: -(standing.get(peer) or 0.0))
+    return chosen[:limit]
 
 
 def direct_pulls(
