@@ -9,12 +9,13 @@ N identities (2048-bit RSA keys, made once and kept in `--keys`), each written i
 shards at the levels a swarm of N uses, as honest nodes would. A new node then reads the
 heartbeats `--reads` times with the real ShardedFamily (its first read, and every 16th,
 probes every level).
-Printed per N: DHT lookups and records a read, the bytes those records take on the wire, the
-median time of a read, and the requests the busiest of the DHT nodes served a read.
+Printed per N: DHT keys looked up and records a read, the requests the reader sent, the bytes
+the records take on the wire, the median time of a read, and the requests the busiest of the
+DHT nodes served a read. A read's keys go out as one lookup (two with a probe).
 
 Simulated (swarmnode/lab/shard_sim.py): N nodes each run ShardedFamily against an in-memory
 DHT where each key lives on the 5 nodes nearest its hash; one step = every node writes and
-reads once. Printed per N: lookups and records a node reads a step (bytes from the real
+reads once. Printed per N: keys looked up and records a node reads a step (bytes from the real
 record size), requests the busiest storing node serves a step, the steps until every peer and
 a newcomer (joining at step 6) were first read by another node, and the level nodes settle
 at. `--flood` adds that many junk identities (each in its own shards, at the readers' levels)
@@ -87,6 +88,14 @@ def measure_real(writers: int, dht_nodes: int, reads: int, keys: Path) -> dict:
     reader = SwarmRuntime(settings, initial_peers=first)
     reader.start()
     served = [0] * len(nodes)
+    sent = [0]  # requests the reader sends
+    real_find = reader.dht.protocol.call_find
+
+    async def counted_find(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        sent[0] += 1
+        return await real_find(*args, **kwargs)
+
+    reader.dht.protocol.call_find = counted_find
     for i, node in enumerate(nodes):  # requests each DHT node answers from its storage
         for store in (node.dht.protocol.storage, node.dht.protocol.cache):
             original = store.get
@@ -126,12 +135,12 @@ def measure_real(writers: int, dht_nodes: int, reads: int, keys: Path) -> dict:
                 asked.extend(keys)
                 return await reader.read_owned_many(keys, 10.0)
 
-            before = list(served)
+            before, sent_before = list(served), sent[0]
             t = time.perf_counter()
             found = reader.call(family.read(read_shards), timeout=120)
             elapsed = time.perf_counter() - t
             rows.append({
-                "lookups": len(asked), "records": len(found.items), "probed": found.probed,
+                "lookups": len(asked), "sent": sent[0] - sent_before, "records": len(found.items), "probed": found.probed,
                 "bytes": sum(record_wire_bytes(s, v) for s, v in found.items), "s": elapsed,
                 "busiest": max(after - b for after, b in zip(served, before)),
             })
@@ -143,6 +152,7 @@ def measure_real(writers: int, dht_nodes: int, reads: int, keys: Path) -> dict:
         "N": writers, "level": family.estimate.level,
         "lookups": statistics.fmean(r["lookups"] for r in steady),
         "records": statistics.fmean(r["records"] for r in steady),
+        "sent": statistics.fmean(r["sent"] for r in steady),
         "bytes": statistics.fmean(r["bytes"] for r in steady),
         "ms": 1000 * statistics.median(r["s"] for r in steady),
         "busiest": statistics.median(r["busiest"] for r in steady),
@@ -174,20 +184,20 @@ def main() -> None:
               f"(the first probes every level; figures are means over the others, periodic probes included)",
               flush=True)
         results = [measure_real(n, args.dht_nodes, args.reads, args.keys) for n in args.real]
-        print(f"{'N':>6} {'level':>5} {'lookups/read':>12} {'records/read':>12} {'KB/read':>8} {'ms/read':>8} "
-              f"{'busiest node req/read':>21} {'probe ms':>8}")
+        print(f"{'N':>6} {'level':>5} {'keys/read':>9} {'requests sent/read':>18} {'records/read':>12} {'KB/read':>8} "
+              f"{'ms/read':>8} {'busiest node req/read':>21} {'probe ms':>8}")
         for r in results:
-            print(f"{r['N']:>6} {r['level']:>5} {r['lookups']:>12.2f} {r['records']:>12.1f} {r['bytes'] / 1024:>8.1f} "
+            print(f"{r['N']:>6} {r['level']:>5} {r['lookups']:>9.2f} {r['sent']:>18.2f} {r['records']:>12.1f} {r['bytes'] / 1024:>8.1f} "
                   f"{r['ms']:>8.1f} {r['busiest']:>21.1f} {r['probe_ms']:>8.0f}")
         base = results[0]
         for r in results[1:]:
-            print(f"N={r['N']} vs N={base['N']}: bytes {r['bytes'] / base['bytes']:.2f}x, lookups "
+            print(f"N={r['N']} vs N={base['N']}: bytes {r['bytes'] / base['bytes']:.2f}x, keys "
                   f"{r['lookups'] / base['lookups']:.2f}x, time {r['ms'] / base['ms']:.2f}x")
     record_bytes = real_record_bytes()
     if args.simulate:
         print(f"\nsimulated: one step = every node writes and reads once; {RECORDS_PER_SHARD} records a shard aimed at; "
               f"{record_bytes} B a record (a real heartbeat)", flush=True)
-        print(f"{'N':>6} {'lookups/step':>12} {'records/step':>12} {'KB/step':>8} {'p99 KB':>7} {'busiest storer req':>18} "
+        print(f"{'N':>6} {'keys/step':>12} {'records/step':>12} {'KB/step':>8} {'p99 KB':>7} {'busiest storer req':>18} "
               f"{'all found by step':>17} {'newcomer found':>14} {'levels':>12}")
         sims = []
         for n in args.simulate:
@@ -199,7 +209,7 @@ def main() -> None:
                   f"{str(s['levels']):>12}", flush=True)
         for s in sims[1:]:
             print(f"N={s['nodes']} vs N={sims[0]['nodes']}: bytes {s['records_mean'] / sims[0]['records_mean']:.2f}x, "
-                  f"lookups {s['lookups_mean'] / sims[0]['lookups_mean']:.2f}x, busiest storer "
+                  f"keys {s['lookups_mean'] / sims[0]['lookups_mean']:.2f}x, busiest storer "
                   f"{s['busiest_storer'] / sims[0]['busiest_storer']:.2f}x")
     if args.flood:
         steps = 48
