@@ -151,9 +151,11 @@ def run_scenario(
         # nodes wait for all of them and each other: both train with the attack from round 1.
         # Many identities share this process and beat late, so some look stale (5 s) at any
         # moment and the count may never be reached: the wait then ends after 90 s, with
-        # every identity long started.
+        # every identity long started (they start in about 30 s).
         cfg = honest_config(directory / name, rounds, deadline_s)
         cfg["swarm"] |= {"min_peers": count + 1, "wait_for_peers_s": 90.0}
+        if attack == "crowd":  # the crowd's heartbeats, late as they are, count (the default 20 s)
+            cfg["swarm"]["stale_after_s"] = 20.0
         return cfg
 
     bootstrap = start_node(directory / "a", config("a"), [], core=honest_core)
@@ -162,11 +164,13 @@ def run_scenario(
     try:
         wait_for_file(directory / "a" / "run" / "swarm.json", bootstrap, 120)
         maddrs = json.loads((directory / "a" / "run" / "swarm.json").read_text())["maddrs"][:1]
+        # b starts with a, before the identities: when the count of peers is not reached, the
+        # two honest nodes' waits still end within seconds of each other, and they train together
+        processes.append(start_node(directory / "b", config("b"), maddrs, core=honest_core))
         num_train = make_task(TaskSettings(name="arithmetic")).num_train
         attackers = [LivenessAttacker(attack, maddrs, seed=0, num_train=num_train) for _ in range(count)]
         with ThreadPoolExecutor(max_workers=8) as starting:
             list(starting.map(LivenessAttacker.start, attackers))
-        processes.append(start_node(directory / "b", config("b"), maddrs, core=honest_core))
         started, cpu_before = time.monotonic(), attackers_cpu_s(processes)
         cpu_s: list[float] = []
         peak_rss = watch_rss(processes, timeout_s=1800, cpu_s=cpu_s)
