@@ -222,11 +222,7 @@ class SwarmRuntime:
 
     def store_owned(self, key: str, value: bytes, ttl_s: float, timeout: float = 10.0) -> bool:
         """Store `value` under our own subkey of `key`; signed, so only we can overwrite it."""
-        return self.call(self.store_owned_on_loop(key, value, get_dht_time() + ttl_s), timeout)
-
-    async def store_owned_on_loop(self, key: str, value: bytes, expiration: float) -> bool:
-        """Store under our own subkey and say whether the swarm now holds it."""
-        return await self.store_owned_all([key], value, expiration)
+        return self.call(self.store_owned_all([key], value, get_dht_time() + ttl_s), timeout)
 
     async def store_owned_all(self, keys: list[str], value: bytes, expiration: float) -> bool:
         """Store under our own subkey of each key in one lookup (a sharded record's levels);
@@ -242,26 +238,17 @@ class SwarmRuntime:
             return True
         return all(dict(items).get(subkey) == value for items in await self.read_owned_many(unsure))
 
-    async def read_owned(self, key: str, timeout_s: float = 5.0) -> list[tuple[Any, Any]]:
-        """(subkey, value) pairs under `key`; none when the lookup fails or takes over
-        `timeout_s`, so that a slow or failing DHT read never stops the caller."""
-        return (await self.read_owned_many([key], timeout_s))[0]
-
     async def read_owned_many(self, keys: list[str], timeout_s: float = 5.0) -> list[list[tuple[Any, Any]]]:
         """The (subkey, value) pairs under each of `keys`, looked up together (hivemind asks a
         node for several keys in one request). A key whose lookup fails or takes over
         `timeout_s` reads as empty; the others keep what they found, so one slow key (an
-        empty one is looked up until the beam is exhausted) costs a read nothing else."""
+        empty one is looked up until the beam is exhausted) costs a read nothing else, and a
+        slow or failing DHT read never stops the caller."""
         if not keys:
             return []
         deadline = time.monotonic() + timeout_s
         try:
-            futures = await asyncio.wait_for(
-                self.dht.get_many(
-                    keys, sufficient_expiration_time=float("inf"), beam_size=LOOKUP_BEAM, return_futures=True
-                ),
-                timeout_s,
-            )
+            futures = await asyncio.wait_for(self._get_latest(keys, return_futures=True), timeout_s)
         except Exception as err:  # timeouts, dead DHT nodes, a daemon going down
             log.debug("reading %s: %s", keys, err)
             return [[] for _ in keys]
@@ -274,10 +261,15 @@ class SwarmRuntime:
         """All live subkey -> value pairs of a dictionary key (empty when none)."""
 
         async def fetch() -> dict[Any, Any]:
-            found = await self.dht.get_many([key], sufficient_expiration_time=float("inf"), beam_size=LOOKUP_BEAM)
-            return dict(subkey_items(found[key]))
+            return dict(subkey_items((await self._get_latest([key]))[key]))
 
         return self.call(fetch(), timeout)
+
+    async def _get_latest(self, keys: list[str], return_futures: bool = False) -> dict[Any, Any]:
+        """hivemind's lookup of the newest copy of each key among the LOOKUP_BEAM nodes nearest it."""
+        return await self.dht.get_many(
+            keys, sufficient_expiration_time=float("inf"), beam_size=LOOKUP_BEAM, return_futures=return_futures
+        )
 
     def shutdown(self) -> None:
         """Stop the DHT node and the daemon, then the loop; safe to call twice."""

@@ -173,28 +173,27 @@ class ShardedFamily:
 
     async def _read_level(self, read_shards: ReadShards, level: int, shards: int) -> ShardReads:
         chosen = sorted(self.rng.sample(range(2**level), min(shards, 2**level)))
-        answers = await read_shards([shard_key(self.family, level, s) for s in chosen])
-        items: Items = []
-        counts = []
-        for shard, answer in zip(chosen, answers):
-            filed = [(subkey, value) for subkey, value in answer if self._filed(subkey, level, shard)]
-            counts.append(len(filed))
-            items += filed
-        return ShardReads(items, level, chosen, counts)
+        filed = await self._read_filed(read_shards, [(level, shard) for shard in chosen])
+        return ShardReads([item for items in filed for item in items], level, chosen, [len(items) for items in filed])
+
+    async def _read_filed(self, read_shards: ReadShards, where: list[tuple[int, int]]) -> list[Items]:
+        """The records of each (level, shard), in one lookup, that are filed in their owner's
+        shard: storing nodes of other runs do not check ours."""
+        answers = await read_shards([shard_key(self.family, level, shard) for level, shard in where])
+        return [
+            [(subkey, value) for subkey, value in answer if self._filed(subkey, level, shard)]
+            for (level, shard), answer in zip(where, answers)
+        ]
 
     def _filed(self, subkey: Any, level: int, shard: int) -> bool:
-        """Is the record in its owner's shard? Storing nodes of other runs do not check ours."""
         owner = self.owner_of(subkey)
         return owner is not None and in_shard(owner, level, shard)
 
     async def _probe(self, read_shards: ReadShards) -> None:
         self.reads_since_probe = 0
-        chosen = [self.rng.randrange(2**level) for level in range(MAX_LEVEL + 1)]
-        answers = await read_shards([shard_key(self.family, level, s) for level, s in enumerate(chosen)])
-        self.estimate.reset({
-            level: sum(self._filed(subkey, level, shard) for subkey, _ in answer)
-            for level, (shard, answer) in enumerate(zip(chosen, answers))
-        })
+        where = [(level, self.rng.randrange(2**level)) for level in range(MAX_LEVEL + 1)]
+        filed = await self._read_filed(read_shards, where)
+        self.estimate.reset({level: len(items) for (level, _), items in zip(where, filed)})
         log.debug("probed %s: about %.0f writers, level %d", self.family, self.estimate.writers, self.estimate.level)
 
 
