@@ -82,7 +82,9 @@ class Intake:
         self.pool.expire(time.monotonic(), node.max_age_s, node.staleness)
         live = set(self.membership.live_peers())
         _, budget = batch_split(self.config)
-        short = sum(len(groups) for groups in self.pool.offers(round_).values()) < budget
+        # Useless peers' groups (standing 0) fill no share (pool.fair_queue), so they count for nothing here
+        offered = self.pool.offers(round_)
+        short = sum(len(groups) for peer, groups in offered.items() if self.ledger.standing(peer) != 0.0) < budget
         # Wait only when the pool cannot fill the peers' share: for peers that delivered before
         # and hold nothing fresh here, at most `wait_s`, so nobody waits long for the slow.
         # Before anyone ever delivered, wait for the first batch from anyone, up to

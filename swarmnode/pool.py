@@ -114,25 +114,25 @@ def fair_queue(
     offers: Mapping[str, list[T]], standing: Mapping[str, float | None], rng: random.Random,
     newcomer_every: int = NEWCOMER_EVERY, probation: bool = False,
 ) -> list[T]:
-    """Every offered group once, in the order the peers' share of a batch takes them.
+    """The offered groups the peers' share of a batch may take, in the order it takes them.
 
     Peers take turns, one group a turn, so no peer takes the share by offering more, and no
     peer id by sorting first (ties are broken by `rng`). Peers whose samples have been useful
     (standing > 0) go first, the most useful first; every `newcomer_every`-th turn goes to a
     newcomer (standing None: never screened) while one has groups left, so a new peer is heard
-    at once; peers screened and found useless (standing 0) only fill what is left. With
-    `probation` (the caller's every PROBATION_EVERY-th round), the first newcomer turn that no
-    newcomer takes goes to one group of one useless peer picked by `rng`: an honest peer whose
-    first screened group happened to teach nothing is screened again and can earn its way
-    back, while a crowd of useless identities costs at most one group every few rounds."""
+    at once. Peers screened and found useless (standing 0) are left out: their groups would
+    cost a step's work and teach nothing. With `probation` (the caller's every
+    PROBATION_EVERY-th round), the first newcomer turn that no newcomer takes goes to one
+    group of one useless peer picked by `rng`: an honest peer whose first screened groups
+    happened to teach nothing is screened again and can earn its way back, while a crowd of
+    useless identities costs at most one group every few rounds."""
     peers = list(offers)
     rng.shuffle(peers)
     proven = sorted((p for p in peers if (standing.get(p) or 0.0) > 0), key=lambda p: -(standing[p] or 0.0))
     newcomers = [p for p in peers if standing.get(p) is None]
     useless = [p for p in peers if standing.get(p) is not None and standing[p] <= 0]
     proven_turns, newcomer_turns = _turns(offers, proven), _turns(offers, newcomers)
-    useless_turns = _turns(offers, useless)
-    on_probation, useless_turns = (useless_turns[:1], useless_turns[1:]) if probation else ([], useless_turns)
+    on_probation = _turns(offers, useless)[:1] if probation else []
     queue: list[T] = []
     while proven_turns or newcomer_turns or on_probation:
         newcomer_slot = (len(queue) + 1) % newcomer_every == 0
@@ -143,7 +143,7 @@ def fair_queue(
         else:
             source = proven_turns or newcomer_turns
         queue.append(source.pop(0))
-    return queue + useless_turns
+    return queue
 
 
 def _turns(offers: Mapping[str, list[T]], peers: list[str]) -> list[T]:
