@@ -360,6 +360,49 @@ def test_publishing_never_waits_on_a_dht_store_and_the_newest_manifest_wins(star
     assert 1 not in got, "round 1 was superseded before it was announced"
 
 
+def test_the_announced_round_stays_served_however_many_rounds_follow():
+    server = PayloadServer(RUN, keep_rounds=3)
+    for r in range(10):
+        server.put(r, f"round {r}".encode())
+        if r == 2:
+            server.pin(2)
+    assert sorted(server._payloads) == [2, 7, 8, 9], "the pinned round and the 3 newest"
+    server.pin(9)
+    server.put(10, b"round 10")
+    assert sorted(server._payloads) == [7, 8, 9, 10], "round 2, no longer pinned, goes as any other"
+
+
+def test_manifests_are_stored_once_a_discovery_interval_and_a_stranger_still_fetches(start_runtime, monkeypatch):
+    """Fast rounds do not mean a DHT store each: the first manifest goes out at once, the next
+    no sooner than `swarm.discovery_interval_s` later, with the newest round; a stranger that
+    reads the first one fetches its round although many rounds followed it."""
+    a = start_runtime("a")
+    b = start_runtime("b", a.visible_maddrs())
+    ex_a, ex_b = _link(a).exchange, _link(b).exchange
+    real_store = b.dht.store_many
+    stored: list[float] = []
+
+    async def counting(keys, *args, **kwargs):
+        if any(key.startswith(manifest_family(RUN)) for key in keys):  # heartbeats are stored too
+            stored.append(time.monotonic())
+        return await real_store(keys, *args, **kwargs)
+
+    monkeypatch.setattr(b.dht, "store_many", counting)
+    started = time.monotonic()
+    for round_ in range(12):
+        ex_b.publish(round_, f"round {round_}".encode(), 1)
+        time.sleep(0.05)
+    first = ex_a.gather(timeout_s=1.5, wait_for={b.peer_id})
+    assert [(item.round, item.payload) for item in first] == [(0, b"round 0")], "the first round, still served"
+    interval = b.settings.discovery_interval_s
+    deadline = time.monotonic() + interval + 10
+    while len(stored) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(stored) == 2 and stored[1] - stored[0] >= interval - 0.05, (stored, started)
+    got = {item.round for item in ex_a.gather(timeout_s=5, wait_for={b.peer_id})}
+    assert got and max(got) == 11, "then the newest"
+
+
 def test_idle_payload_streams_from_one_identity_block_no_one(start_runtime):
     """An identity that opens many streams and says nothing holds MAX_STREAMS_PER_PEER of them
     for REQUEST_TIMEOUT_S at most, and no serving slot: an honest download goes straight through."""

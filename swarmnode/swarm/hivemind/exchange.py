@@ -79,6 +79,7 @@ class HivemindExchange:
         self._arrival = asyncio.Event()  # set when a download completes (used on the swarm loop only)
         self._unannounced: Manifest | None = None  # our newest manifest, not yet stored
         self._announcer: asyncio.Task | None = None  # the background store of our manifests
+        self._next_announce = 0.0  # time.monotonic() before which no manifest is stored
         self._polls = 0  # polls so far: whose turn it is among the peers not proven useful
         self._rng = random.Random()  # breaks ties among equally useful peers for the pull set
         self.manifests = ShardedFamily(manifest_family(run_id), self.peer_id, owner_or_none)
@@ -89,7 +90,13 @@ class HivemindExchange:
     def publish(self, round_: int, payload: bytes, tokens: int = 0) -> None:
         """Serve the payload of our round `round_` and announce it in the background: a DHT
         store can take seconds when the nodes that hold the key are slow (or slow on purpose),
-        and a round never waits on it. A newer publish supersedes one not yet announced."""
+        and a round never waits on it. A newer publish supersedes one not yet announced.
+
+        The DHT is for strangers (peers that know us pull directly), and they read it every
+        `swarm.discovery_interval_s`, so a manifest is stored at most that often: a store
+        asks the nodes near each of its keys, and they answer with every record there (a
+        crowd's too), each checked by its RSA signature. The announced round stays served
+        until the next announcement, however fast the rounds go."""
         manifest = Manifest(self.peer_id, round_, len(payload), payload_digest(payload), tokens)
         self.runtime.loop.call_soon_threadsafe(self._publish_on_loop, round_, payload, manifest)
 
@@ -100,9 +107,13 @@ class HivemindExchange:
             self._announcer = asyncio.create_task(self._announce_newest())
 
     async def _announce_newest(self) -> None:
-        """Store our newest manifest until none is waiting: one store at a time, the newest wins."""
+        """Store our newest manifest until none is waiting: one store at a time, at most one
+        every discovery interval, the newest wins."""
         while self._unannounced is not None:
+            await asyncio.sleep(max(0.0, self._next_announce - time.monotonic()))
             manifest, self._unannounced = self._unannounced, None
+            self.server.pin(manifest.round)
+            self._next_announce = time.monotonic() + self.settings.discovery_interval_s
             expiration = get_dht_time() + MANIFEST_TTL_S
             try:
                 ok = await asyncio.wait_for(
