@@ -90,7 +90,7 @@ from swarmnode.policy import Policy
 from swarmnode.records import Heartbeat
 from swarmnode.swarm.hivemind.connect import attach
 from swarmnode.swarm.hivemind.dht import Manifest, SwarmRecordValidator, owner_peer_id, pack
-from swarmnode.swarm.hivemind.runtime import SwarmRuntime
+from swarmnode.swarm.hivemind.runtime import SwarmError, SwarmRuntime
 from swarmnode.swarm.hivemind.shards import HEARTBEAT_FAMILY, level_for, manifest_family, shard_key, shard_of
 from swarmnode.swarm.ledger import PeerLedger
 from swarmnode.swarm.local import InMemoryHub
@@ -136,6 +136,22 @@ def wait_for_file(path: Path, process: subprocess.Popen, timeout_s: float) -> No
         time.sleep(0.2)
 
 
+def started_attacker(attack: str, maddrs: list[str], num_train: int, tries: int = 3) -> LivenessAttacker:
+    """One lying identity, joined. With many daemons starting at once on a loaded machine a
+    daemon's first dial of the bootstrap node can fail; a fresh identity tries again."""
+    for attempt in range(tries):
+        attacker = LivenessAttacker(attack, maddrs, seed=0, num_train=num_train)
+        try:
+            attacker.start()
+            return attacker
+        except SwarmError as err:
+            if attempt == tries - 1:
+                raise
+            print(f"an attacking identity did not join ({err}); trying again", file=sys.stderr)
+            time.sleep(1.0)
+    raise AssertionError("unreachable")
+
+
 def attacker_count(attack: str | None, crowd: int) -> int:
     return 0 if attack is None else 2 if attack == "far" else crowd if attack == "crowd" else 1
 
@@ -168,9 +184,9 @@ def run_scenario(
         # two honest nodes' waits still end within seconds of each other, and they train together
         processes.append(start_node(directory / "b", config("b"), maddrs, core=honest_core))
         num_train = make_task(TaskSettings(name="arithmetic")).num_train
-        attackers = [LivenessAttacker(attack, maddrs, seed=0, num_train=num_train) for _ in range(count)]
         with ThreadPoolExecutor(max_workers=8) as starting:
-            list(starting.map(LivenessAttacker.start, attackers))
+            for attacker in starting.map(lambda _: started_attacker(attack, maddrs, num_train), range(count)):
+                attackers.append(attacker)
         started, cpu_before = time.monotonic(), attackers_cpu_s(processes)
         cpu_s: list[float] = []
         peak_rss = watch_rss(processes, timeout_s=1800, cpu_s=cpu_s)
