@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -50,12 +51,17 @@ class HivemindMembership:
         self._other_runs: set[str] = set()
         self._bad_heartbeats: set[str] = set()
         self._started = time.time()
+        self._beaten_at = -math.inf  # time.monotonic() of our last heartbeat store
         self._task = runtime.call(_spawn(self._loop()), timeout=5)
 
     def announce(self, status: NodeStatus) -> None:
-        """Set what the heartbeat says and send it now, so peers see our round promptly."""
+        """Set what the heartbeat says; send it now unless a heartbeat went out within the
+        last `swarm.heartbeat_interval_s` (the loop sends the newest on time). A node with
+        fast rounds would otherwise store one a round, and each store looks up the nodes near
+        its keys, which answer with every record there, each checked by its RSA signature."""
         self._status = status
-        asyncio.run_coroutine_threadsafe(self._beat(), self.runtime.loop)
+        if time.monotonic() - self._beaten_at >= self.settings.heartbeat_interval_s:
+            asyncio.run_coroutine_threadsafe(self._beat(), self.runtime.loop)
 
     def live_peers(self) -> dict[str, Heartbeat]:
         now = get_dht_time()
@@ -140,6 +146,7 @@ class HivemindMembership:
             self.on_reach(reach, maddrs)
 
     async def _beat(self) -> None:
+        self._beaten_at = time.monotonic()
         await self._update_reach()
         heartbeat = Heartbeat(
             **self._status.model_dump(),
