@@ -14,7 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import msgpack
 import pytest
+from hivemind.dht.validation import DHTRecord
 from hivemind.p2p import PeerID
+from hivemind.utils.crypto import RSAPublicKey
 from hivemind.utils.timed_storage import get_dht_time
 
 from swarmnode.config import SwarmSettings, load_config
@@ -114,6 +116,25 @@ def _key(tmp_path, name):
     path = tmp_path / f"{name}.key"
     ensure_identity(path)
     return path
+
+
+def test_each_distinct_record_s_signature_is_verified_once_and_a_forgery_still_fails(tmp_path, monkeypatch):
+    signer = records.RememberingSignatureValidator(load_signing_key(_key(tmp_path, "a")), kept=2)
+    verified = []
+    real_verify = RSAPublicKey.verify
+    monkeypatch.setattr(RSAPublicKey, "verify", lambda key, data, sig: verified.append(1) or real_verify(key, data, sig))
+    subkey = signer.local_public_key
+
+    def signed(value: bytes, expiration: float = 123.0) -> DHTRecord:
+        return DHTRecord(b"key", subkey, signer.sign_value(DHTRecord(b"key", subkey, value, expiration)), expiration)
+
+    record = signed(b"value")
+    assert signer.validate(record) and signer.validate(record) and len(verified) == 1, "the same record: once"
+    forged = DHTRecord(b"key", subkey, b"VALUE" + record.value[len(b"value"):], 123.0)
+    assert not signer.validate(forged) and not signer.validate(forged)
+    assert not signer.validate(DHTRecord(b"key", subkey, record.value, 124.0)), "another expiration, the old signature"
+    assert len(verified) == 3
+    assert signer.validate(record) and len(verified) == 4, "only the last `kept` verdicts are kept"
 
 
 def test_validator_rejects_unowned_oversized_and_far_future_records():
@@ -478,6 +499,35 @@ def test_downloads_one_per_peer_and_strangers_bounded_in_count_and_bytes():
     assert [m.peer_id for m in choose_downloads(strangers, running, known, 64, 64 * mib)] == ["s1"]
     small = [_manifest(f"t{i}", 0, 1024) for i in range(8)]
     assert len(choose_downloads(small, {}, known, 3, 64 * mib)) == 3
+
+
+def test_a_node_with_fast_rounds_stores_a_heartbeat_once_an_interval_not_once_a_round(start_runtime, monkeypatch):
+    """Forty rounds in two seconds announce forty statuses; the DHT gets a heartbeat about
+    once a `swarm.heartbeat_interval_s`, and peers still see the newest round."""
+    a = start_runtime("a")
+    b = start_runtime("b", a.visible_maddrs())
+    watcher, beating = _link(a).membership, _link(b).membership
+    real_store = b.dht.store_many
+    stored: list[float] = []
+
+    async def counting(keys, *args, **kwargs):
+        if any(key.startswith(HEARTBEAT_FAMILY) for key in keys):
+            stored.append(time.monotonic())
+        return await real_store(keys, *args, **kwargs)
+
+    monkeypatch.setattr(b.dht, "store_many", counting)
+    started = time.monotonic()
+    for round_ in range(40):
+        beating.announce(NodeStatus(round=round_))
+        time.sleep(0.05)
+    elapsed = time.monotonic() - started
+    interval = beating.settings.heartbeat_interval_s
+    assert len(stored) <= 2 * (elapsed / interval + 1), (len(stored), elapsed, interval)
+    deadline = time.monotonic() + 10
+    while watcher.live_peers().get(b.peer_id, NodeStatus()).round != 39 and time.monotonic() < deadline:
+        watcher.wait_for_peers(1, timeout_s=0)
+        time.sleep(0.2)
+    assert watcher.live_peers()[b.peer_id].round == 39
 
 
 def test_heartbeats_show_live_peers_of_the_run_only(start_runtime):

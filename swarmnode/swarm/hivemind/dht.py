@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 import msgpack
 from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.dht.validation import DHTRecord, RecordValidatorBase
+from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.timed_storage import get_dht_time
 
 from swarmnode.records import Heartbeat, RecordError
@@ -27,6 +29,7 @@ MAX_RECORD_BYTES = 4096  # far below the 16 KiB line where hivemind's DHT pipe u
 MAX_TTL_S = 3600.0
 CLOCK_SLACK_S = 30.0
 DIGEST_BYTES = 32
+SIGNATURE_VERDICTS_KEPT = 8192  # distinct records whose signature check a node remembers
 _OWNER_RE = re.compile(rb"\[owner:([^\]]+)\]")
 
 
@@ -186,6 +189,32 @@ class SwarmRecordValidator(RecordValidatorBase):
 
     def merge_with(self, other: RecordValidatorBase) -> bool:
         return isinstance(other, SwarmRecordValidator)
+
+
+class RememberingSignatureValidator(RSASignatureValidator):
+    """hivemind's owner-signature check, each distinct record verified once. Every answer
+    to a DHT lookup (reads, and the lookups a store makes to find where to store) carries
+    every record under the key, and the same records come back lookup after lookup, each an
+    RSA verification: under a crowd of identities most of a node's network CPU. A verdict
+    depends on the record's bytes alone, so the last SIGNATURE_VERDICTS_KEPT are kept."""
+
+    def __init__(self, private_key: RSAPrivateKey | None = None, kept: int = SIGNATURE_VERDICTS_KEPT) -> None:
+        super().__init__(private_key)
+        self.kept = kept
+        self._verdicts: OrderedDict[bytes, bool] = OrderedDict()  # record digest -> verdict
+
+    def validate(self, record: DHTRecord) -> bool:
+        packed = msgpack.packb([record.key, record.subkey, record.value, record.expiration_time])
+        digest = hashlib.blake2b(packed, digest_size=32).digest()
+        verdict = self._verdicts.get(digest)
+        if verdict is None:
+            verdict = super().validate(record)
+            self._verdicts[digest] = verdict
+            if len(self._verdicts) > self.kept:
+                self._verdicts.popitem(last=False)
+        else:
+            self._verdicts.move_to_end(digest)
+        return verdict
 
 
 def make_validators(signer: RSASignatureValidator, shards: ShardIndex) -> list[RecordValidatorBase]:

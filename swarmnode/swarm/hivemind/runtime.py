@@ -19,7 +19,6 @@ from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.dht.node import DHTNode
 from hivemind.dht.validation import CompositeValidator
 from hivemind.p2p import P2P, P2PDaemonError, PeerID
@@ -27,7 +26,7 @@ from hivemind.utils.multiaddr import Multiaddr
 from hivemind.utils.timed_storage import get_dht_time
 
 from swarmnode.config import SwarmSettings
-from swarmnode.swarm.hivemind.dht import make_validators, subkey_items
+from swarmnode.swarm.hivemind.dht import RememberingSignatureValidator, make_validators, subkey_items
 from swarmnode.swarm.hivemind.identity import ensure_identity, load_signing_key
 from swarmnode.swarm.hivemind.reach import forced_reachability
 from swarmnode.swarm.hivemind.shards import ShardIndex
@@ -100,7 +99,7 @@ class SwarmRuntime:
         self._thread = threading.Thread(target=self._run_loop, name="swarm-loop", daemon=True)
         self.p2p: P2P | None = None
         self.dht: DHTNode | None = None
-        self.signer: RSASignatureValidator | None = None
+        self.signer: RememberingSignatureValidator | None = None
         self.shards = ShardIndex()  # shard keys this node's DHT checks records against
         self.peer_id = ""
         self._rejoiner: asyncio.Task | None = None
@@ -119,7 +118,7 @@ class SwarmRuntime:
             self.identity_path = Path(self._scratch.name) / "identity.key"
         created = not self.identity_path.exists()
         ensure_identity(self.identity_path)
-        self.signer = RSASignatureValidator(load_signing_key(self.identity_path))
+        self.signer = RememberingSignatureValidator(load_signing_key(self.identity_path))
         self._thread.start()
         try:
             self.call(self._start(), timeout=timeout_s + 5)
