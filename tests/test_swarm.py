@@ -70,8 +70,8 @@ def start_runtime(tmp_path):
         runtime.shutdown()
 
 
-def _link(runtime: SwarmRuntime, run: str = RUN, ledger: PeerLedger | None = None) -> SwarmLink:
-    config = load_config(None, ["swarm.heartbeat_interval_s=0.5", "wire.max_bytes=67108864", "node.staleness=1"])
+def _link(runtime: SwarmRuntime, run: str = RUN, ledger: PeerLedger | None = None, *sets: str) -> SwarmLink:
+    config = load_config(None, ["swarm.heartbeat_interval_s=0.5", "wire.max_bytes=67108864", "node.staleness=1", *sets])
     return attach(runtime, run, config, ledger or PeerLedger())
 
 
@@ -422,6 +422,23 @@ def test_manifests_are_stored_once_a_discovery_interval_and_a_stranger_still_fet
     assert len(stored) == 2 and stored[1] - stored[0] >= interval - 0.05, (stored, started)
     got = {item.round for item in ex_a.gather(timeout_s=5, wait_for={b.peer_id})}
     assert got and max(got) == 11, "then the newest"
+
+
+def test_a_round_waiting_for_a_known_peer_asks_it_at_once_not_at_the_next_poll(start_runtime):
+    """With polls 10 s apart (and the DHT read as rarely), a round that waits for a peer that
+    delivered before still gets that peer's new batch within a fraction of a second."""
+    a = start_runtime("a")
+    b = start_runtime("b", a.visible_maddrs())
+    slow_polls = ("swarm.poll_interval_s=10", "swarm.discovery_interval_s=60")
+    ex_a, ex_b = _link(a, RUN, None, *slow_polls).exchange, _link(b, RUN, None, *slow_polls).exchange
+    ex_b.publish(0, b"round 0", 1)
+    assert [item.round for item in ex_a.gather(timeout_s=15, wait_for={b.peer_id})] == [0], "found through the DHT"
+    ex_a.ledger.delivered(b.peer_id)  # what the node's intake says of a batch that passed its checks
+    time.sleep(0.5)  # the poller's first ask, right after the delivery, has come and gone
+    ex_b.publish(1, b"round 1", 1)
+    started = time.monotonic()
+    got = ex_a.gather(timeout_s=3, wait_for={b.peer_id})
+    assert [item.round for item in got] == [1] and time.monotonic() - started < 1.5
 
 
 def test_idle_payload_streams_from_one_identity_block_no_one(start_runtime):

@@ -23,7 +23,7 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from hivemind.utils.timed_storage import get_dht_time
 
@@ -46,6 +46,7 @@ GATHER_GRACE_S = 30.0  # how long past its deadline a gather may run before the 
 UNEARNED_PAYLOADS_IN_FLIGHT = 2  # strangers' downloads at once, in promised bytes, as max-size payloads
 DIRECT = -1  # the round of a direct pull's key while it runs (the answer names the round)
 UNPROVEN_PER_POLL = 2  # peers not proven useful asked directly each poll, in turn
+WAITING_POLL_S = 0.05  # while a round waits for known peers, they are asked this often
 
 Key = tuple[str, int]  # (peer, its round)
 
@@ -168,8 +169,10 @@ class HivemindExchange:
             delivered = {peer for peer, _ in self._ready}
             if time.monotonic() >= deadline or (wait_for <= delivered and (delivered or not wait_for_any)):
                 break
+            # peers waited for are asked at once and again every WAITING_POLL_S, not at the next poll
+            self._ask_directly(peer for peer in wait_for - delivered if self.ledger.known(peer))
             self._arrival.clear()
-            pause = min(self.settings.poll_interval_s, max(0.0, deadline - time.monotonic()))
+            pause = min(WAITING_POLL_S, max(0.0, deadline - time.monotonic()))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._arrival.wait(), pause)
         found = [
@@ -267,11 +270,15 @@ class HivemindExchange:
     def _pull_known(self) -> None:
         """Ask the pull set for anything newer (`direct_pulls`: the useful every poll, the
         others a few a poll in turn)."""
-        busy = {peer for peer, _ in self._inflight}
         standing = {peer: self.ledger.standing(peer) for peer in self.pull_set()}
-        chosen = direct_pulls(list(standing), standing, self._polls)
+        self._ask_directly(direct_pulls(list(standing), standing, self._polls))
         self._polls += 1
-        for peer in chosen:
+
+    def _ask_directly(self, peers: Iterable[str]) -> None:
+        """Ask each of `peers` not already being downloaded from for its newest batch after
+        the last one we have of it."""
+        busy = {peer for peer, _ in self._inflight}
+        for peer in peers:
             if peer in busy:
                 continue
             after = max([self._newest.get(peer, -1), *(r for p, r in self._ready if p == peer)])
