@@ -148,10 +148,14 @@ class Intake:
     def take(self, offered: list[OfferedGroup], own: list[Sample], timings: dict[str, float]) -> Taken:
         """Fill the peers' share of the batch from `offered`, in its order, with samples that
         pass screening: a gated sample takes no room, the next groups are screened in its place
-        (at most SCREEN_PASSES times). Every group screened is used up."""
+        (at most SCREEN_PASSES times), and a group on probation comes on top. Every group
+        screened is used up."""
         _, budget = batch_split(self.config)
         group_size = self.config.rollout.group_size
-        wanted = budget * group_size
+        # a useless peer's group on probation (pool.fair_queue) comes on top of the share, so
+        # screening it again costs a proven peer nothing
+        on_probation = any(self.ledger.standing(group.peer_id) == 0.0 for group in offered)
+        wanted = (budget + on_probation) * group_size
         taken = Taken()
         struck: set[str] = set()
         queue = list(offered)

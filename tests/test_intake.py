@@ -195,11 +195,13 @@ def test_crowding_identities_with_many_useless_groups_lose_the_batch_to_the_hone
                 junk.produce(round_)
             for node, state in zip(nodes, states):
                 node.consume(round_, state)
-    assert all(len(samples) == 32 for samples in taken), "the peers' share is filled every round"
+    assert all(len(samples) >= 32 for samples in taken), "the peers' share is filled every round"
     honest = [samples.count("honest-b") for samples in taken]
-    # after the first rounds only one crowd group gets in, on probation, every PROBATION_EVERY-th round
+    # after the first rounds the honest peer fills the share; one crowd group gets in on top,
+    # on probation, every PROBATION_EVERY-th round
     group_size = nodes[0].config.rollout.group_size
-    assert all(honest[r] == 32 - (group_size if r % PROBATION_EVERY == 0 else 0) for r in (3, 4)), honest
+    assert honest[3:] == [32, 32], honest
+    assert [len(taken[r]) for r in (3, 4)] == [32 + (group_size if r % PROBATION_EVERY == 0 else 0) for r in (3, 4)]
     ledger = nodes[0].ledger
     assert ledger.standing("honest-b") > 0
     assert all(ledger.standing(f"0000-crowd-{i}") in (None, 0.0) for i in range(4))
