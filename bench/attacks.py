@@ -167,7 +167,8 @@ def run_scenario(
         # moment and the count may never be reached: the wait then ends after 90 s, with
         # every identity long started (they start in about 30 s).
         cfg = honest_config(directory / name, rounds, deadline_s)
-        cfg["swarm"] |= {"min_peers": count + 1, "wait_for_peers_s": 90.0}
+        # 64 identities pinned to one core take minutes to join: 4 s each, at least 90 s
+        cfg["swarm"] |= {"min_peers": count + 1, "wait_for_peers_s": max(90.0, 4.0 * count)}
         if attack == "crowd":  # the crowd's heartbeats, late as they are, count (the default 20 s)
             cfg["swarm"]["stale_after_s"] = 20.0
         return cfg
