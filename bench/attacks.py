@@ -144,8 +144,9 @@ def started_attacker(attack: str, maddrs: list[str], num_train: int, tries: int 
         try:
             attacker.start()
             return attacker
-        except SwarmError as err:
-            print(f"an attacking identity did not join (try {attempt + 1} of {tries}): {err}", file=sys.stderr)
+        except (SwarmError, TimeoutError) as err:
+            print(f"an attacking identity did not join (try {attempt + 1} of {tries}): {err!r}", file=sys.stderr)
+            attacker.stop()
             time.sleep(1.0)
     return None
 
