@@ -18,7 +18,7 @@ from swarmnode import wire
 from swarmnode.batches import batch_split, check_batch
 from swarmnode.config import Config
 from swarmnode.policy import Policy
-from swarmnode.pool import PROBATION_EVERY, OfferedGroup, PeerPool, fair_queue
+from swarmnode.pool import PROBATION_EVERY, OfferedGroup, PeerPool, fair_queue, is_useless
 from swarmnode.samples import Sample, ScoredGroup, score_group, train_samples
 from swarmnode.swarm.base import Membership, Received, RolloutExchange
 from swarmnode.swarm.ledger import PeerLedger
@@ -82,9 +82,10 @@ class Intake:
         self.pool.expire(time.monotonic(), node.max_age_s, node.staleness)
         live = set(self.membership.live_peers())
         _, budget = batch_split(self.config)
-        # Useless peers' groups (standing 0) fill no share (pool.fair_queue), so they count for nothing here
+        # Useless peers' groups only fill what the others leave (pool.fair_queue), so they do
+        # not make the share full: a round still waits its bounded time for a proven peer
         offered = self.pool.offers(round_)
-        short = sum(len(groups) for peer, groups in offered.items() if self.ledger.standing(peer) != 0.0) < budget
+        short = sum(len(groups) for peer, groups in offered.items() if not is_useless(self.ledger.standing(peer))) < budget
         # Wait only when the pool cannot fill the peers' share: for peers that delivered before
         # and hold nothing fresh here, at most `wait_s`, so nobody waits long for the slow.
         # Before anyone ever delivered, wait for the first batch from anyone, up to
@@ -152,9 +153,13 @@ class Intake:
         screened is used up."""
         _, budget = batch_split(self.config)
         group_size = self.config.rollout.group_size
-        # a useless peer's group on probation (pool.fair_queue) comes on top of the share, so
-        # screening it again costs a proven peer nothing
-        on_probation = any(self.ledger.standing(group.peer_id) == 0.0 for group in offered)
+        # a useless peer's group on probation comes first (pool.fair_queue) and on top of the
+        # share, so screening it again costs a proven peer nothing; no share, no probation
+        first = offered[0].peer_id if offered else None
+        on_probation = (
+            budget > 0 and first is not None and is_useless(self.ledger.standing(first))
+            and not self.ledger.is_banned(first)
+        )
         wanted = (budget + on_probation) * group_size
         taken = Taken()
         struck: set[str] = set()

@@ -110,6 +110,11 @@ class PeerPool:
         return sum(len(groups) for groups in self._held.values())
 
 
+def is_useless(standing: float | None) -> bool:
+    """Screened, and none of its samples taught anything (all answers alike, or gated)."""
+    return standing is not None and standing <= 0
+
+
 def fair_queue(
     offers: Mapping[str, list[T]], standing: Mapping[str, float | None], rng: random.Random,
     newcomer_every: int = NEWCOMER_EVERY, probation: bool = False,
@@ -118,32 +123,27 @@ def fair_queue(
 
     Peers take turns, one group a turn, so no peer takes the share by offering more, and no
     peer id by sorting first (ties are broken by `rng`). Peers whose samples have been useful
-    (standing > 0) go first, the most useful first; every `newcomer_every`-th turn goes to a
-    newcomer (standing None: never screened) while one has groups left, so a new peer is heard
-    at once. Peers screened and found useless (standing 0) are left out: their groups would
-    cost a step's work and teach nothing. With `probation` (the caller's every
-    PROBATION_EVERY-th round), the first newcomer turn that no newcomer takes goes to one
-    group of one useless peer picked by `rng`: an honest peer whose first screened groups
-    happened to teach nothing is screened again and can earn its way back, while a crowd of
-    useless identities costs at most one group every few rounds."""
+    go first, the most useful first; every `newcomer_every`-th turn goes to a newcomer
+    (standing None: never screened) while one has groups left, so a new peer is heard at once.
+    Peers found useless (`is_useless`) only fill what is left. With `probation` (the caller's
+    every PROBATION_EVERY-th round), one group of one useless peer picked by `rng` comes first,
+    for the caller to take on top of the share: an honest peer whose first screened groups
+    happened to teach nothing is screened again and can earn its way back even when useful
+    peers fill the share, at the cost of one group every few rounds."""
     peers = list(offers)
     rng.shuffle(peers)
-    proven = sorted((p for p in peers if (standing.get(p) or 0.0) > 0), key=lambda p: -(standing[p] or 0.0))
     newcomers = [p for p in peers if standing.get(p) is None]
-    useless = [p for p in peers if standing.get(p) is not None and standing[p] <= 0]
+    useless = [p for p in peers if is_useless(standing.get(p))]
+    proven = sorted((p for p in peers if p not in newcomers and p not in useless), key=lambda p: -(standing[p] or 0.0))
     proven_turns, newcomer_turns = _turns(offers, proven), _turns(offers, newcomers)
-    on_probation = _turns(offers, useless)[:1] if probation else []
+    useless_turns = _turns(offers, useless)
+    on_probation, useless_turns = (useless_turns[:1], useless_turns[1:]) if probation else ([], useless_turns)
     queue: list[T] = []
-    while proven_turns or newcomer_turns or on_probation:
+    while proven_turns or newcomer_turns:
         newcomer_slot = (len(queue) + 1) % newcomer_every == 0
-        if newcomer_slot and newcomer_turns:
-            source = newcomer_turns
-        elif (newcomer_slot or not (proven_turns or newcomer_turns)) and on_probation:
-            source = on_probation
-        else:
-            source = proven_turns or newcomer_turns
+        source = newcomer_turns if newcomer_slot and newcomer_turns else proven_turns or newcomer_turns
         queue.append(source.pop(0))
-    return queue
+    return on_probation + queue + useless_turns
 
 
 def _turns(offers: Mapping[str, list[T]], peers: list[str]) -> list[T]:

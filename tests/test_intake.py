@@ -30,15 +30,15 @@ def test_peers_take_turns_whatever_they_offer_and_whatever_their_ids():
     assert firsts == {"aaa0", "zzz0"}, "ties are broken at random, not by peer id"
 
 
-def test_useful_peers_first_newcomers_every_fourth_turn_useless_left_out():
+def test_useful_peers_first_newcomers_every_fourth_turn_useless_last():
     offers = _offers(good=8, better=8, new=8, junk=8)
     standing = {"good": 0.3, "better": 0.6, "new": None, "junk": 0.0}
     queue = fair_queue(offers, standing, random.Random(0))
-    assert sorted(queue) == sorted(g for peer in ("good", "better", "new") for g in offers[peer])
+    assert len(queue) == 32 and sorted(queue) == sorted(g for groups in offers.values() for g in groups)
     assert queue[:3] == ["better0", "good0", "better1"]
     assert [queue[i] for i in (3, 7, 11)] == ["new0", "new1", "new2"]
-    assert fair_queue(_offers(new=2, junk=1), {"junk": 0.0}, random.Random(0)) == ["new0", "new1"]
-    assert fair_queue(_offers(junk=4), {"junk": 0.0}, random.Random(0)) == [], "useless groups fill no room"
+    assert not any(g.startswith("junk") for g in queue[:24]) and queue[24:] == [f"junk{i}" for i in range(8)]
+    assert fair_queue(_offers(new=2, junk=1), {"junk": 0.0}, random.Random(0)) == ["new0", "new1", "junk0"]
 
 
 def test_a_useless_peer_gets_one_probation_turn_in_probation_rounds():
@@ -48,13 +48,14 @@ def test_a_useless_peer_gets_one_probation_turn_in_probation_rounds():
     offers = _offers(good=8, **{f"junk{k}_": 8 for k in range(16)})
     standing = {"good": 0.5, **{f"junk{k}_": 0.0 for k in range(16)}}
     plain = fair_queue(offers, standing, random.Random(0))
-    assert plain == [f"good{i}" for i in range(8)], "no probation: useless peers get nothing"
+    assert plain[:8] == [f"good{i}" for i in range(8)], "no probation: useless peers only fill what is left"
     probed = fair_queue(offers, standing, random.Random(0), probation=True)
-    assert probed[3].startswith("junk") and probed[:3] + probed[4:] == plain, "one useless group, on probation"
-    picked = {fair_queue(offers, standing, random.Random(seed), probation=True)[3][:-1] for seed in range(40)}
+    assert sorted(probed) == sorted(plain), "every group once"
+    assert probed[0].startswith("junk") and probed[1:9] == plain[:8], "one useless group, first, on top of the share"
+    picked = {fair_queue(offers, standing, random.Random(seed), probation=True)[0][:-1] for seed in range(40)}
     assert len(picked) > 8, "the useless peer on probation is picked at random, not by id"
-    newcomer_first = fair_queue(_offers(good=4, new=2, junk=2), {"good": 0.5, "junk": 0.0}, random.Random(0), probation=True)
-    assert newcomer_first == ["good0", "good1", "good2", "new0", "good3", "new1", "junk0"], "newcomers first"
+    with_newcomers = fair_queue(_offers(good=4, new=2, junk=2), {"good": 0.5, "junk": 0.0}, random.Random(0), probation=True)
+    assert with_newcomers == ["junk0", "good0", "good1", "good2", "new0", "good3", "new1", "junk1"], "newcomers keep their turns"
 
 
 def _groups(peer: str, round_: int, count: int, arrived: float = 0.0) -> list[OfferedGroup]:
@@ -130,6 +131,15 @@ class _Live:
         return self.peers
 
 
+def test_a_node_that_takes_no_peer_groups_takes_no_probation_group_either(tmp_path):
+    config = _config(tmp_path, "a", "node.max_peer_groups=0")
+    ledger = PeerLedger()
+    ledger.screened("junk", 8, 0)
+    intake = Intake(config, None, None, "run", _RecordingExchange(), _Live(["junk"]), ledger)
+    taken = intake.take(_groups("junk", 0, 1), own=[], timings={})
+    assert taken.kept == [] and taken.peers == set(), "nothing scored, nothing taken"
+
+
 def test_useless_groups_in_the_pool_do_not_stop_the_wait_for_a_proven_peer(tmp_path):
     """A crowd's useless groups fill no share, so they must not stand in for it either: with
     the pool full of them and nothing of the proven peer's, the round still waits its bounded
@@ -143,10 +153,10 @@ def test_useless_groups_in_the_pool_do_not_stop_the_wait_for_a_proven_peer(tmp_p
     intake = Intake(config, None, None, "run", exchange, _Live(["good", *(f"junk{k}" for k in range(4))]), ledger)
     for k in range(4):
         intake.pool.add(f"junk{k}", 0, _groups(f"junk{k}", 0, 16, arrived=time.monotonic()), our_round=0)
-    assert intake.collect(1, wait_s=0.3, timings={}) == [], "not a probation round: useless groups get nothing"
+    assert {group.peer_id for group in intake.collect(1, wait_s=0.3, timings={})} == {f"junk{k}" for k in range(4)}
     assert exchange.waits[-1] == (0.3, {"good"}), "64 useless groups held: still short, so wait for the proven peer"
     intake.pool.add("good", 0, _groups("good", 0, 4, arrived=time.monotonic()), our_round=2)
-    assert len(intake.collect(2, wait_s=0.3, timings={})) == 4
+    assert [group.peer_id for group in intake.collect(2, wait_s=0.3, timings={})[:4]] == ["good"] * 4
     assert exchange.waits[-1][0] == 0.0, "the proven peer's groups fill the share: no wait"
 
 

@@ -81,6 +81,7 @@ def _readme_reference() -> dict[str, str]:
         keys = [first] + [f"{section}.{key}" for key in rest]
         defaults = [value.strip() for value in cells[1].split(" / ")]
         assert len(keys) == len(defaults), line
+        assert not set(keys) & set(rows), f"named twice: {line}"
         rows.update(zip(keys, defaults))
     return rows
 

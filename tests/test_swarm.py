@@ -389,8 +389,14 @@ def test_the_announced_round_stays_served_however_many_rounds_follow():
             server.pin(2)
     assert sorted(server._payloads) == [2, 7, 8, 9], "the pinned round and the 3 newest"
     server.pin(9)
+    server.settle_pin(9, stored=True)  # the DHT now names round 9, not round 2
     server.put(10, b"round 10")
     assert sorted(server._payloads) == [7, 8, 9, 10], "round 2, no longer pinned, goes as any other"
+    server.pin(10)
+    server.settle_pin(10, stored=False)  # the DHT still names round 9
+    for r in (11, 12, 13):
+        server.put(r, f"round {r}".encode())
+    assert sorted(server._payloads) == [9, 11, 12, 13], "a failed store leaves the older pin"
 
 
 def test_manifests_are_stored_once_a_discovery_interval_and_a_stranger_still_fetches(start_runtime, monkeypatch):
@@ -413,7 +419,7 @@ def test_manifests_are_stored_once_a_discovery_interval_and_a_stranger_still_fet
     for round_ in range(12):
         ex_b.publish(round_, f"round {round_}".encode(), 1)
         time.sleep(0.05)
-    first = ex_a.gather(timeout_s=1.5, wait_for={b.peer_id})
+    first = ex_a.gather(timeout_s=10, wait_for={b.peer_id})
     assert [(item.round, item.payload) for item in first] == [(0, b"round 0")], "the first round, still served"
     interval = b.settings.discovery_interval_s
     deadline = time.monotonic() + interval + 10
@@ -434,6 +440,7 @@ def test_a_round_waiting_for_a_known_peer_asks_it_at_once_not_at_the_next_poll(s
     ex_b.publish(0, b"round 0", 1)
     assert [item.round for item in ex_a.gather(timeout_s=15, wait_for={b.peer_id})] == [0], "found through the DHT"
     ex_a.ledger.delivered(b.peer_id)  # what the node's intake says of a batch that passed its checks
+    ex_a.ledger.screened(b.peer_id, 8, 8)  # ... and of samples that proved useful
     time.sleep(0.5)  # the poller's first ask, right after the delivery, has come and gone
     ex_b.publish(1, b"round 1", 1)
     started = time.monotonic()

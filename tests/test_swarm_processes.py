@@ -142,9 +142,11 @@ def _trained_with_peers(node: NodeProcess, since: int = 1) -> bool:
 def test_three_heterogeneous_nodes_train_on_each_others_samples(swarm):
     nodes, _ = swarm
     live = list(nodes.values())
-    wait_for(lambda: all(len(n.rounds()) >= 10 for n in live), 240, "10 rounds on every node", live)
+    # 20 rounds (a few seconds): the three start within a second of each other, and a fast node
+    # may run its first rounds before it has found anyone; those are left out below
+    wait_for(lambda: all(len(n.rounds()) >= 20 for n in live), 240, "20 rounds on every node", live)
     for node in live:
-        rounds = node.rounds()[2:]  # each counts its own rounds; the first ones may find nobody yet
+        rounds = node.rounds()[5:]  # each counts its own rounds; the first ones may find nobody yet
         used = [r["peer_samples"] > 0 for r in rounds]
         # each node counts its own rounds at its own speed: a round may find nothing new
         assert sum(used) >= 0.6 * len(used), (node.name, [r["peer_samples"] for r in rounds])

@@ -124,6 +124,7 @@ class HivemindExchange:
             except Exception as err:  # a slow or failing DHT: the next round's manifest tries again
                 log.debug("announcing round %d: %s", manifest.round, err)
                 ok = False
+            self.server.settle_pin(manifest.round, ok)
             if not ok:
                 log.warning("could not announce round %d in the DHT; peers may miss it", manifest.round)
 
@@ -169,8 +170,12 @@ class HivemindExchange:
             delivered = {peer for peer, _ in self._ready}
             if time.monotonic() >= deadline or (wait_for <= delivered and (delivered or not wait_for_any)):
                 break
-            # peers waited for are asked at once and again every WAITING_POLL_S, not at the next poll
-            self._ask_directly(peer for peer in wait_for - delivered if self.ledger.known(peer))
+            # proven peers waited for are asked at once and again every WAITING_POLL_S, not at the
+            # next poll (at most max_pull_peers of them: others wait for their turn in the polls)
+            pulled = set(self.pull_set())
+            self._ask_directly(
+                peer for peer in wait_for - delivered if peer in pulled and (self.ledger.standing(peer) or 0.0) > 0
+            )
             self._arrival.clear()
             pause = min(WAITING_POLL_S, max(0.0, deadline - time.monotonic()))
             with contextlib.suppress(TimeoutError):

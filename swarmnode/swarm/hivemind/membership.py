@@ -61,6 +61,7 @@ class HivemindMembership:
         its keys, which answer with every record there, each checked by its RSA signature."""
         self._status = status
         if time.monotonic() - self._beaten_at >= self.settings.heartbeat_interval_s:
+            self._beaten_at = time.monotonic()  # now, not when the loop gets to it: one beat scheduled
             asyncio.run_coroutine_threadsafe(self._beat(), self.runtime.loop)
 
     def live_peers(self) -> dict[str, Heartbeat]:

@@ -59,20 +59,28 @@ class PayloadServer:
         self._open: Counter[str] = Counter()  # requester -> streams it holds open now
         self.served = 0
         self.served_to: dict[int, set[str]] = {}  # round -> peers that downloaded it
-        self._pinned: int | None = None  # the round whose manifest is in the DHT
+        self._pinned: set[int] = set()  # rounds whose manifest is (or is being put) in the DHT
 
     def put(self, round_: int, payload: bytes) -> None:
         """Serve this round, and the `keep_rounds` newest with it (besides the pinned one)."""
         self._payloads[round_] = payload
-        evictable = [r for r in self._payloads if r != self._pinned]  # oldest first
+        evictable = [r for r in self._payloads if r not in self._pinned]  # oldest first
         for dropped in evictable[: max(0, len(evictable) - self.keep_rounds)]:
             del self._payloads[dropped]
             self.served_to.pop(dropped, None)
 
     def pin(self, round_: int) -> None:
-        """Keep serving `round_` however many rounds follow, until another is pinned: its
-        manifest is the one in the DHT, which a stranger reads and then asks for."""
-        self._pinned = round_
+        """Keep serving `round_` however many rounds follow: its manifest is being stored in
+        the DHT, where a stranger reads it and then asks for it."""
+        self._pinned.add(round_)
+
+    def settle_pin(self, round_: int, stored: bool) -> None:
+        """The store of `round_`'s manifest ended: stored, it replaces every older pin (the DHT
+        now names it); not stored, the pin it had goes and the older ones stay."""
+        if stored:
+            self._pinned = {round_}
+        else:
+            self._pinned.discard(round_)
 
     async def register(self, p2p: P2P) -> None:
         await p2p.add_binary_stream_handler(PROTOCOL, self.handle)
