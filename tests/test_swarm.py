@@ -70,6 +70,20 @@ def start_runtime(tmp_path):
         runtime.shutdown()
 
 
+def _store_times(runtime: SwarmRuntime, family: str, monkeypatch) -> list[float]:
+    """When `runtime` stores records of `family` from now on (a list that fills as it does)."""
+    real_store = runtime.dht.store_many
+    stored: list[float] = []
+
+    async def counting(keys, *args, **kwargs):
+        if any(key.startswith(family) for key in keys):
+            stored.append(time.monotonic())
+        return await real_store(keys, *args, **kwargs)
+
+    monkeypatch.setattr(runtime.dht, "store_many", counting)
+    return stored
+
+
 def _link(runtime: SwarmRuntime, run: str = RUN, ledger: PeerLedger | None = None, *sets: str) -> SwarmLink:
     config = load_config(None, ["swarm.heartbeat_interval_s=0.5", "wire.max_bytes=67108864", "node.staleness=1", *sets])
     return attach(runtime, run, config, ledger or PeerLedger())
@@ -406,15 +420,7 @@ def test_manifests_are_stored_once_a_discovery_interval_and_a_stranger_still_fet
     a = start_runtime("a")
     b = start_runtime("b", a.visible_maddrs())
     ex_a, ex_b = _link(a).exchange, _link(b).exchange
-    real_store = b.dht.store_many
-    stored: list[float] = []
-
-    async def counting(keys, *args, **kwargs):
-        if any(key.startswith(manifest_family(RUN)) for key in keys):  # heartbeats are stored too
-            stored.append(time.monotonic())
-        return await real_store(keys, *args, **kwargs)
-
-    monkeypatch.setattr(b.dht, "store_many", counting)
+    stored = _store_times(b, manifest_family(RUN), monkeypatch)  # heartbeats are stored too
     started = time.monotonic()
     for round_ in range(12):
         ex_b.publish(round_, f"round {round_}".encode(), 1)
@@ -531,15 +537,7 @@ def test_a_node_with_fast_rounds_stores_a_heartbeat_once_an_interval_not_once_a_
     a = start_runtime("a")
     b = start_runtime("b", a.visible_maddrs())
     watcher, beating = _link(a).membership, _link(b).membership
-    real_store = b.dht.store_many
-    stored: list[float] = []
-
-    async def counting(keys, *args, **kwargs):
-        if any(key.startswith(HEARTBEAT_FAMILY) for key in keys):
-            stored.append(time.monotonic())
-        return await real_store(keys, *args, **kwargs)
-
-    monkeypatch.setattr(b.dht, "store_many", counting)
+    stored = _store_times(b, HEARTBEAT_FAMILY, monkeypatch)
     started = time.monotonic()
     for round_ in range(40):
         beating.announce(NodeStatus(round=round_))
