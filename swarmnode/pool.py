@@ -132,9 +132,9 @@ def fair_queue(
     peers fill the share, at the cost of one group every few rounds."""
     peers = list(offers)
     rng.shuffle(peers)
+    proven = sorted((p for p in peers if (standing.get(p) or 0.0) > 0), key=lambda p: -(standing[p] or 0.0))
     newcomers = [p for p in peers if standing.get(p) is None]
     useless = [p for p in peers if is_useless(standing.get(p))]
-    proven = sorted((p for p in peers if p not in newcomers and p not in useless), key=lambda p: -(standing[p] or 0.0))
     proven_turns, newcomer_turns = _turns(offers, proven), _turns(offers, newcomers)
     useless_turns = _turns(offers, useless)
     on_probation, useless_turns = (useless_turns[:1], useless_turns[1:]) if probation else ([], useless_turns)
