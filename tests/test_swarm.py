@@ -338,6 +338,26 @@ def test_peers_with_a_delivery_record_are_pulled_directly_while_the_dht_hangs(st
     assert ex_a.gather(timeout_s=1, wait_for={b.peer_id}) == [], "nothing newer: nothing handed out twice"
 
 
+def test_a_peer_seen_in_heartbeats_is_pulled_directly_while_its_manifests_stay_hidden(start_runtime, monkeypatch):
+    """A new peer is found from the run's heartbeats as well as from manifests: with every DHT
+    lookup of node a hanging (its manifests never found), b's batch still arrives once a
+    has seen b's heartbeat, and not before."""
+    a = start_runtime("a")
+    b = start_runtime("b", a.visible_maddrs())
+    ex_a, ex_b = _link(a).exchange, _link(b).exchange
+    seen: list[str] = []
+    ex_a.live_peers = lambda: seen
+
+    async def hangs(*args, **kwargs):
+        await asyncio.sleep(3600)
+
+    monkeypatch.setattr(a.dht, "get_many", hangs)
+    ex_b.publish(0, b"heard of by heartbeat", 1)
+    assert ex_a.gather(timeout_s=1.5, wait_for={b.peer_id}) == [], "no manifest, no heartbeat: not found"
+    seen.append(b.peer_id)
+    assert [i.payload for i in ex_a.gather(timeout_s=10, wait_for={b.peer_id})] == [b"heard of by heartbeat"]
+
+
 def test_peers_not_proven_useful_are_asked_a_few_a_poll_in_turn():
     """Identities that deliver junk cost few requests: every useful peer is asked each poll,
     the rest two a poll in turn, so each of sixteen is still asked every eighth poll, and one

@@ -111,6 +111,11 @@ class PeerLedger:
             return None
         return 0.0 if self.is_banned(peer_id) else record.standing
 
+    def has_delivered(self, peer_id: str) -> bool:
+        """Delivered a valid batch to this node at some point (whatever happened since)."""
+        record = self.peers.get(peer_id)
+        return record is not None and record.delivered > 0
+
     @property
     def ever_delivered(self) -> bool:
         """Some peer delivered a valid batch to this node at some point."""

@@ -63,7 +63,8 @@ def attach(runtime: SwarmRuntime, run_id: str, config: Config, ledger: PeerLedge
     )
     try:
         exchange = HivemindExchange(
-            runtime, run_id, config.swarm, server=server, ledger=ledger, max_payload_bytes=config.wire.max_bytes
+            runtime, run_id, config.swarm, server=server, ledger=ledger, max_payload_bytes=config.wire.max_bytes,
+            live_peers=lambda: membership.live_peers().keys(),
         )
     except BaseException:
         membership.close()

@@ -47,6 +47,7 @@ UNEARNED_PAYLOADS_IN_FLIGHT = 2  # strangers' downloads at once, in promised byt
 DIRECT = -1  # the round of a direct pull's key while it runs (the answer names the round)
 UNPROVEN_PER_POLL = 2  # peers not proven useful asked directly each poll, in turn
 WAITING_POLL_S = 0.05  # while a round waits for known peers, they are asked this often
+STRANGER_PULL_TIMEOUT_S = 5.0  # a direct pull of a peer seen only in heartbeats (its batch is found through the DHT too)
 
 Key = tuple[str, int]  # (peer, its round)
 
@@ -63,8 +64,10 @@ class HivemindExchange:
         server: PayloadServer,
         ledger: PeerLedger,
         max_payload_bytes: int,
+        live_peers: Callable[[], Iterable[str]] = tuple,
     ) -> None:
         self.runtime = runtime
+        self.live_peers = live_peers  # peers of the run seen lately in heartbeats (membership)
         self.peer_id = runtime.peer_id
         self.run_id = run_id
         self.settings = settings
@@ -273,27 +276,51 @@ class HivemindExchange:
         return choose_pull_set(known, standing, self.settings.max_pull_peers, self._rng)
 
     def _pull_known(self) -> None:
-        """Ask the pull set for anything newer (`direct_pulls`: the useful every poll, the
-        others a few a poll in turn)."""
-        standing = {peer: self.ledger.standing(peer) for peer in self.pull_set()}
-        self._ask_directly(direct_pulls(list(standing), standing, self._polls))
+        """Ask the pull set, and the peers seen in heartbeats that never delivered, for anything
+        newer (`direct_pulls`: the useful every poll, the others a few a poll in turn)."""
+        pull_set = self.pull_set()
+        strangers = self._strangers(set(pull_set))
+        standing = {peer: self.ledger.standing(peer) for peer in pull_set} | dict.fromkeys(strangers)
+        self._ask_directly(direct_pulls(list(standing), standing, self._polls), strangers=set(strangers))
         self._polls += 1
 
-    def _ask_directly(self, peers: Iterable[str]) -> None:
+    def _ask_directly(self, peers: Iterable[str], strangers: set[str] = frozenset()) -> None:
         """Ask each of `peers` not already being downloaded from for its newest batch after
-        the last one we have of it."""
+        the last one we have of it. A pull of one of `strangers` counts as a stranger's
+        download of a max-size payload (`choose_downloads`' bound) and gives up after
+        STRANGER_PULL_TIMEOUT_S."""
         busy = {peer for peer, _ in self._inflight}
         for peer in peers:
             if peer in busy:
                 continue
-            after = max([self._newest.get(peer, -1), *(r for p, r in self._ready if p == peer)])
+            timeout_s = self.settings.fetch_timeout_s
             key = (peer, DIRECT)
+            if peer in strangers:
+                if not self._room_for_stranger():
+                    continue
+                timeout_s = STRANGER_PULL_TIMEOUT_S
+                self._inflight_bytes[key] = self.max_payload_bytes
+            after = max([self._newest.get(peer, -1), *(r for p, r in self._ready if p == peer)])
             task = asyncio.create_task(
-                fetch_newest(self.runtime.p2p, peer, self.run_id, after, self.max_payload_bytes,
-                             self.settings.fetch_timeout_s)
+                fetch_newest(self.runtime.p2p, peer, self.run_id, after, self.max_payload_bytes, timeout_s)
             )
             self._inflight[key] = task
             task.add_done_callback(lambda done, key=key: self._settle(key, done))
+
+    def _strangers(self, pulled: set[str]) -> list[str]:
+        """Peers of the run seen live in heartbeats that never delivered to us (nor are banned):
+        asked directly in turn, so a new peer is heard within a few polls without waiting for
+        its manifest to turn up in the shards we read."""
+        return [
+            peer for peer in self.live_peers()
+            if peer != self.peer_id and peer not in pulled and not self.ledger.is_banned(peer)
+            and not self.ledger.has_delivered(peer)
+        ]
+
+    def _room_for_stranger(self) -> bool:
+        """Another stranger's download of a max-size payload fits `choose_downloads`' bound."""
+        promised = sum(size for (peer, _), size in self._inflight_bytes.items() if not self.ledger.known(peer))
+        return promised + self.max_payload_bytes <= UNEARNED_PAYLOADS_IN_FLIGHT * self.max_payload_bytes
 
     async def _new_manifests(self) -> list[Manifest]:
         """Peers' newest manifests not yet fetched, from a few random shards: peers with
