@@ -338,6 +338,32 @@ def test_peers_with_a_delivery_record_are_pulled_directly_while_the_dht_hangs(st
     assert ex_a.gather(timeout_s=1, wait_for={b.peer_id}) == [], "nothing newer: nothing handed out twice"
 
 
+def test_a_slow_dht_lookup_does_not_hold_up_the_direct_pulls(start_runtime, monkeypatch):
+    """The background poller asks known peers every poll while a DHT lookup for new peers
+    hangs beside it: b's newer batch is in a's hands within a second without a round
+    waiting for it (a lookup takes up to LOOKUP_TIMEOUT_S; discovery here runs non-stop)."""
+    a = start_runtime("a")
+    b = start_runtime("b", a.visible_maddrs())
+    ledger = PeerLedger()
+    ex_a = _link(a, RUN, ledger, "swarm.discovery_interval_s=0.01").exchange
+    ex_b = _link(b).exchange
+    ex_b.publish(0, b"found in the DHT", 1)
+    assert [i.payload for i in ex_a.gather(timeout_s=15, wait_for={b.peer_id})] == [b"found in the DHT"]
+    ledger.delivered(b.peer_id)
+    ledger.screened(b.peer_id, 8, 4)  # useful: asked every poll
+
+    async def hangs(*args, **kwargs):
+        await asyncio.sleep(3600)
+
+    monkeypatch.setattr(a.dht, "get_many", hangs)
+    time.sleep(1.0)  # a lookup is hanging now
+    for round_ in (1, 2, 3):
+        ex_b.publish(round_, f"direct {round_}".encode(), 1)
+        time.sleep(1.0)
+        got = ex_a.gather(timeout_s=0, wait_for=set())
+        assert [(i.round, i.payload) for i in got] == [(round_, f"direct {round_}".encode())]
+
+
 def test_a_peer_seen_in_heartbeats_is_pulled_directly_while_its_manifests_stay_hidden(start_runtime, monkeypatch):
     """A new peer is found from the run's heartbeats as well as from manifests: with every DHT
     lookup of node a hanging (its manifests never found), b's batch still arrives once a

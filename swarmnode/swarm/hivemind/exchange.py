@@ -84,6 +84,7 @@ class HivemindExchange:
         self._unannounced: Manifest | None = None  # our newest manifest, not yet stored
         self._announcer: asyncio.Task | None = None  # the background store of our manifests
         self._next_announce = 0.0  # time.monotonic() before which no manifest is stored
+        self._lookup: asyncio.Task | None = None  # the running DHT lookup for new peers' manifests
         self._polls = 0  # polls so far: whose turn it is among the peers not proven useful
         self._rng = random.Random()  # breaks ties among equally useful peers for the pull set
         self.manifests = ShardedFamily(manifest_family(run_id), self.peer_id, owner_or_none)
@@ -254,17 +255,26 @@ class HivemindExchange:
         from directly for anything newer (no DHT), and every `swarm.discovery_interval_s` (every
         poll until someone delivered) look in the DHT for manifests of other peers. A round
         never waits on a DHT lookup, and a lookup slowed by dead or slow DHT nodes costs the
-        exchange between known peers nothing."""
+        exchange between known peers nothing: the lookup runs beside the polls (one at a time),
+        never in their way."""
         next_lookup = 0.0
         while True:
             try:
                 self._pull_known()
-                if time.monotonic() >= next_lookup or not self.ledger.ever_delivered:
+                due = time.monotonic() >= next_lookup or not self.ledger.ever_delivered
+                if due and (self._lookup is None or self._lookup.done()):
                     next_lookup = time.monotonic() + self.settings.discovery_interval_s
-                    self._start_fetches(await self._new_manifests())
-            except Exception as err:  # keep polling through anything one lookup does
-                log.debug("manifest poll failed: %s", err)
+                    self._lookup = asyncio.create_task(self._look_up())
+            except Exception as err:  # keep polling through anything one poll does
+                log.debug("poll failed: %s", err)
             await asyncio.sleep(self.settings.poll_interval_s)
+
+    async def _look_up(self) -> None:
+        """One DHT lookup for new peers' manifests, and downloads of what it found."""
+        try:
+            self._start_fetches(await self._new_manifests())
+        except Exception as err:  # the next lookup reads again
+            log.debug("manifest lookup failed: %s", err)
 
     def pull_set(self) -> list[str]:
         """The peers asked directly for their newest batch: those the ledger knows (delivered,
@@ -359,6 +369,8 @@ class HivemindExchange:
 
     async def _cancel_all(self) -> None:
         self._poller.cancel()
+        if self._lookup is not None:
+            self._lookup.cancel()
         if self._announcer is not None:
             self._announcer.cancel()
         for task in list(self._inflight.values()):
