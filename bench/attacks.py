@@ -8,9 +8,9 @@
     python bench/attacks.py content [--rounds 40] [--attacks before after low-lp high-lp wrong long]
     python bench/attacks.py honest [--rounds 40] [--seeds 5] [--models tiny tiny-large tiny]
 
-Liveness: two honest `swarmnode join` processes (the tiny default, on 127.0.0.1) train
-`--rounds` rounds together while a lying identity joins their run (see
-swarmnode/lab/adversary.py): `far` claims round 1,000,000 from two identities,
+Liveness: lying identities (see swarmnode/lab/adversary.py) start a swarm, and two honest
+`swarmnode join` processes (the tiny default, on 127.0.0.1) join it through the first identity
+at the same moment and train `--rounds` rounds together (the baseline: b joins a, nobody else): `far` claims round 1,000,000 from two identities,
 `silent` heartbeats and never publishes, `mute` announces batches and never answers a
 download, `drip` serves its batch a few bytes a second, `cut` announces 32 MiB payloads and
 closes after all but the last byte, `idle` holds 16 silent payload streams to each honest node,
@@ -163,34 +163,39 @@ def run_scenario(
 
     def config(name: str) -> dict:
         # identities satisfy swarm.min_peers (see README, "Security model"), so the honest
-        # nodes wait for all of them and each other: both train with the attack from round 1.
-        # Many identities share this process and beat late, so some look stale (5 s) at any
-        # moment and the count may never be reached: the wait then ends after 90 s, with
-        # every identity long started (they start in about 30 s).
+        # nodes wait for all of them and each other, at most 30 s: a node sees a sample of a
+        # large swarm's heartbeats, so 64 identities' count may never be reached, and both
+        # honest nodes, started at the same moment, then stop waiting at the same moment
         cfg = honest_config(directory / name, rounds, deadline_s)
-        # 64 identities pinned to one core take minutes to join: 4 s each, at least 90 s
-        cfg["swarm"] |= {"min_peers": count + 1, "wait_for_peers_s": max(90.0, 4.0 * count)}
+        if count:
+            cfg["swarm"] |= {"min_peers": count + 1, "wait_for_peers_s": 30.0}
         if attack == "crowd":  # the crowd's heartbeats, late as they are, count (the default 20 s)
             cfg["swarm"]["stale_after_s"] = 20.0
         return cfg
 
-    bootstrap = start_node(directory / "a", config("a"), [], core=honest_core)
-    processes = [bootstrap]
+    processes: list[subprocess.Popen] = []
     attackers: list[LivenessAttacker] = []
     try:
-        wait_for_file(directory / "a" / "run" / "swarm.json", bootstrap, 120)
-        maddrs = json.loads((directory / "a" / "run" / "swarm.json").read_text())["maddrs"][:1]
-        # b starts with a, before the identities: when the count of peers is not reached, the
-        # two honest nodes' waits still end within seconds of each other, and they train together
-        processes.append(start_node(directory / "b", config("b"), maddrs, core=honest_core))
         num_train = make_task(TaskSettings(name="arithmetic")).num_train
-        if count:  # the identities join through either honest node
-            wait_for_file(directory / "b" / "run" / "swarm.json", processes[1], 120)
-            maddrs += json.loads((directory / "b" / "run" / "swarm.json").read_text())["maddrs"][:1]
-        with ThreadPoolExecutor(max_workers=8) as starting:
-            for attacker in starting.map(lambda _: started_attacker(attack, maddrs, num_train), range(count)):
-                if attacker is not None:
-                    attackers.append(attacker)
+        if count:
+            # The identities are in the swarm before the honest nodes: the first starts it, the
+            # others join through it (64 pinned to one core take minutes), and then both honest
+            # nodes join through it at once, so they train side by side from their first round
+            first = started_attacker(attack, [], num_train)
+            if first is None:
+                raise RuntimeError("the first identity could not start a swarm")
+            attackers.append(first)
+            maddrs = first.runtime.visible_maddrs()[:1]
+            with ThreadPoolExecutor(max_workers=8) as starting:
+                for attacker in starting.map(lambda _: started_attacker(attack, maddrs, num_train), range(count - 1)):
+                    if attacker is not None:
+                        attackers.append(attacker)
+            processes += [start_node(directory / name, config(name), maddrs, core=honest_core) for name in HONEST]
+        else:
+            processes.append(start_node(directory / "a", config("a"), [], core=honest_core))
+            wait_for_file(directory / "a" / "run" / "swarm.json", processes[0], 120)
+            maddrs = json.loads((directory / "a" / "run" / "swarm.json").read_text())["maddrs"][:1]
+            processes.append(start_node(directory / "b", config("b"), maddrs, core=honest_core))
         started, cpu_before = time.monotonic(), attackers_cpu_s(processes)
         cpu_s: list[float] = []
         peak_rss = watch_rss(processes, timeout_s=1800, cpu_s=cpu_s)
