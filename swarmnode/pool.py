@@ -18,7 +18,7 @@ import numpy as np
 
 NEWCOMER_EVERY = 4  # every 4th turn of the peers' share goes to a peer without a useful record
 PROBATION_EVERY = 4  # every 4th round, a newcomer turn no newcomer takes goes to one useless peer
-SPACING_WEIGHT = 0.5  # how far one new gap between a peer's batches moves its measured spacing
+SPACING_WEIGHT = 0.5  # how far one longer gap between a peer's batches moves its measured spacing
 
 T = TypeVar("T")
 
@@ -57,9 +57,12 @@ class PeerPool:
         if round_ <= self._newest.get(peer_id, -1):
             return False
         if peer_id in self._arrived_in:
+            # a shorter gap counts at once, a longer one by SPACING_WEIGHT: a peer that paused
+            # (started after us, restarted, was unreachable a while) is not paced as slow for
+            # rounds after it is back, while its batches go stale unused
             gap = max(1, our_round - self._arrived_in[peer_id])
             previous = self._spacing.get(peer_id, gap)
-            self._spacing[peer_id] = previous + SPACING_WEIGHT * (gap - previous)
+            self._spacing[peer_id] = gap if gap < previous else previous + SPACING_WEIGHT * (gap - previous)
         self._newest[peer_id] = round_
         self._arrived_in[peer_id] = our_round
         self._held.setdefault(peer_id, []).extend(groups)

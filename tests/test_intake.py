@@ -99,6 +99,21 @@ def test_a_slower_peer_s_batch_is_spread_over_the_rounds_until_its_next():
     assert len(fast.offers(1)["fast"]) == 12, "a peer as fast as us: everything it holds"
 
 
+def test_a_peer_back_from_a_pause_is_paced_by_its_pace_now():
+    """One long gap between a peer's batches (it started after us, or was away) does not make
+    it look slow once its batches come every third round again: its batch is spread over
+    three rounds, not over the thirty-odd the mean of 65 and 3 would say."""
+    pool = PeerPool()
+    now = time.monotonic()
+    for round_, ours in ((0, 0), (1, 65), (2, 68)):
+        pool.add("p", round_, _groups("p", round_, 6, arrived=now), ours)
+    pool.expire(now, max_age_s=300, staleness=0)  # only its newest batch is fresh
+    assert len(pool.offers(68)["p"]) == 2, "6 groups over the 3 rounds until its next batch"
+    pool.add("p", 3, _groups("p", 3, 6, arrived=now), 80)  # a longer gap moves the pace half way
+    pool.expire(now, max_age_s=300, staleness=0)
+    assert len(pool.offers(80)["p"]) == 1, "paced over 7.5 rounds: one of its 6 groups now"
+
+
 def test_standing_follows_the_share_of_useful_samples():
     ledger = PeerLedger()
     assert ledger.standing("p") is None, "never screened: a newcomer"
