@@ -163,7 +163,7 @@ def run_scenario(
 
     def config(name: str) -> dict:
         # The identities are there before the honest nodes, and satisfy swarm.min_peers (1;
-        # see README, "Security model"): both honest nodes, started at the same moment, start
+        # see docs/security.md): both honest nodes, started at the same moment, start
         # training at about the same moment, with the attack on from their first round
         cfg = honest_config(directory / name, rounds, deadline_s)
         if attack == "crowd":  # the crowd's heartbeats, late as they are, count (the default 20 s)
