@@ -273,6 +273,7 @@ def test_lying_peers_are_counted_and_unreachable_ones_are_not(start_runtime):
     rogue = start_runtime("rogue", honest.visible_maddrs())
     ledger = PeerLedger(SwarmSettings(max_rejects=10))
     ex = _link(honest, ledger=ledger).exchange
+    ex.live_peers = tuple  # the rogue is found through its manifests only, not its heartbeat
     rogue_ex = _link(rogue).exchange
     # 1: content that does not match the signed digest
     rogue_ex.server.put(0, b"A" * 1000)
@@ -298,6 +299,7 @@ def test_a_dht_lookup_that_never_answers_costs_a_gather_its_deadline_only(start_
     a = start_runtime("a")
     b = start_runtime("b", a.visible_maddrs())
     ex_a, ex_b = _link(a).exchange, _link(b).exchange
+    ex_a.live_peers = tuple  # b is found through its manifest only, not through its heartbeat
     real_get = a.dht.get_many
 
     async def hangs(*args, **kwargs):
@@ -419,6 +421,7 @@ def test_publishing_never_waits_on_a_dht_store_and_the_newest_manifest_wins(star
     a = start_runtime("a")
     b = start_runtime("b", a.visible_maddrs())
     ex_a, ex_b = _link(a).exchange, _link(b).exchange
+    ex_a.live_peers = tuple  # b is found through its manifest only, not through its heartbeat
     real_store = b.dht.store_many
     release = asyncio.Event()
 
@@ -528,6 +531,30 @@ def test_idle_payload_streams_from_one_identity_block_no_one(start_runtime):
 
 async def _open_streams(server) -> int:
     return sum(server._open.values())
+
+
+def test_a_stranger_seen_in_heartbeats_that_cuts_a_transfer_is_not_asked_again(start_runtime):
+    """A peer known only from its heartbeat is asked directly in turn, until it cuts a
+    transfer: then it is asked no more (its manifests still lead to it, within the strangers'
+    bound), so a cutting identity costs one max-size read, not one a turn."""
+    honest = start_runtime("honest")
+    rogue = start_runtime("rogue", honest.visible_maddrs())
+    ledger = PeerLedger()
+    ex = _link(honest, ledger=ledger).exchange
+    ex.live_peers = lambda: [rogue.peer_id]
+    asked = []
+
+    async def cut(info, reader, writer):
+        (length,) = struct.unpack(">I", await reader.readexactly(4))
+        asked.append(msgpack.unpackb(await reader.readexactly(length)))
+        writer.write(struct.pack(">BQQ", payloads.OK, 5, 1000) + bytes(999))
+        await writer.drain()
+        writer.close()
+
+    rogue.call(rogue.p2p.add_binary_stream_handler(PAYLOAD_PROTOCOL, cut), timeout=10)
+    time.sleep(3)  # a dozen polls
+    assert len(asked) == 1 and ledger.has_cut(rogue.peer_id), asked
+    assert ledger.counts[rogue.peer_id] == 0, "a crash looks the same: no strike"
 
 
 def test_a_cut_transfer_is_not_retried_and_costs_standing_not_a_strike(start_runtime):

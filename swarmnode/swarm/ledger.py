@@ -116,6 +116,11 @@ class PeerLedger:
         record = self.peers.get(peer_id)
         return record is not None and record.delivered > 0
 
+    def has_cut(self, peer_id: str) -> bool:
+        """Closed a download mid-payload since its last verified batch (or ever, if none)."""
+        record = self.peers.get(peer_id)
+        return record is not None and record.cut
+
     @property
     def ever_delivered(self) -> bool:
         """Some peer delivered a valid batch to this node at some point."""

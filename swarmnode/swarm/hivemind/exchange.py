@@ -318,13 +318,13 @@ class HivemindExchange:
             task.add_done_callback(lambda done, key=key: self._settle(key, done))
 
     def _strangers(self, pulled: set[str]) -> list[str]:
-        """Peers of the run seen live in heartbeats that never delivered to us (nor are banned):
-        asked directly in turn, so a new peer is heard within a few polls without waiting for
-        its manifest to turn up in the shards we read."""
+        """Peers of the run seen live in heartbeats that never delivered to us (nor cut a
+        download, nor are banned): asked directly in turn, so a new peer is heard within a few
+        polls without waiting for its manifest to turn up in the shards we read."""
         return [
             peer for peer in self.live_peers()
             if peer != self.peer_id and peer not in pulled and not self.ledger.is_banned(peer)
-            and not self.ledger.has_delivered(peer)
+            and not self.ledger.has_delivered(peer) and not self.ledger.has_cut(peer)
         ]
 
     def _room_for_stranger(self) -> bool:
