@@ -10,8 +10,8 @@
 
 Liveness: lying identities (see swarmnode/lab/adversary.py) start a swarm, and two honest
 `swarmnode join` processes (the tiny default, on 127.0.0.1) join it through the first identity
-at the same moment and train `--rounds` rounds together (the baseline: b joins a, nobody else): `far` claims round 1,000,000 from two identities,
-`silent` heartbeats and never publishes, `mute` announces batches and never answers a
+at the same moment and train `--rounds` rounds together (the baseline: b joins a, nobody
+else): `far` claims round 1,000,000 from two identities, `silent` heartbeats and never publishes, `mute` announces batches and never answers a
 download, `drip` serves its batch a few bytes a second, `cut` announces 32 MiB payloads and
 closes after all but the last byte, `idle` holds 16 silent payload streams to each honest node,
 re-opened every 10 s, `late` delivers a valid batch every second, each 0.25 s later than the

@@ -289,7 +289,7 @@ class HivemindExchange:
         """Ask the pull set, and the peers seen in heartbeats that never delivered, for anything
         newer (`direct_pulls`: the useful every poll, the others a few a poll in turn)."""
         pull_set = self.pull_set()
-        strangers = self._strangers(set(pull_set))
+        strangers = self._strangers()
         standing = {peer: self.ledger.standing(peer) for peer in pull_set} | dict.fromkeys(strangers)
         self._ask_directly(direct_pulls(list(standing), standing, self._polls), strangers=set(strangers))
         self._polls += 1
@@ -317,20 +317,23 @@ class HivemindExchange:
             self._inflight[key] = task
             task.add_done_callback(lambda done, key=key: self._settle(key, done))
 
-    def _strangers(self, pulled: set[str]) -> list[str]:
+    def _strangers(self) -> list[str]:
         """Peers of the run seen live in heartbeats that never delivered to us (nor cut a
         download, nor are banned): asked directly in turn, so a new peer is heard within a few
         polls without waiting for its manifest to turn up in the shards we read."""
         return [
             peer for peer in self.live_peers()
-            if peer != self.peer_id and peer not in pulled and not self.ledger.is_banned(peer)
+            if peer != self.peer_id and not self.ledger.is_banned(peer)
             and not self.ledger.has_delivered(peer) and not self.ledger.has_cut(peer)
         ]
 
     def _room_for_stranger(self) -> bool:
-        """Another stranger's download of a max-size payload fits `choose_downloads`' bound."""
-        promised = sum(size for (peer, _), size in self._inflight_bytes.items() if not self.ledger.known(peer))
-        return promised + self.max_payload_bytes <= UNEARNED_PAYLOADS_IN_FLIGHT * self.max_payload_bytes
+        """Another stranger's download of a max-size payload fits `choose_downloads`' bounds."""
+        count, promised = strangers_in_flight(self._inflight_bytes, self.ledger.known)
+        return (
+            count < self.settings.max_peers_per_round
+            and promised + self.max_payload_bytes <= UNEARNED_PAYLOADS_IN_FLIGHT * self.max_payload_bytes
+        )
 
     async def _new_manifests(self) -> list[Manifest]:
         """Peers' newest manifests not yet fetched, from a few random shards: peers with
@@ -423,8 +426,7 @@ def choose_downloads(
     downloads and `max_other_bytes` promised bytes at once, so payloads promised by strangers
     (and cut before their last byte) hold a bounded amount of memory."""
     busy = {peer for peer, _ in inflight}
-    others = [size for (peer, _), size in inflight.items() if not known(peer)]
-    count, promised = len(others), sum(others)
+    count, promised = strangers_in_flight(inflight, known)
     chosen = []
     for manifest in manifests:
         if manifest.peer_id in busy:
@@ -436,6 +438,13 @@ def choose_downloads(
         busy.add(manifest.peer_id)
         chosen.append(manifest)
     return chosen
+
+
+def strangers_in_flight(inflight: dict[Key, int], known: Callable[[str], bool]) -> tuple[int, int]:
+    """The downloads running (key -> promised bytes) from peers without a delivery record: how
+    many, and the bytes they promised."""
+    others = [size for (peer, _), size in inflight.items() if not known(peer)]
+    return len(others), sum(others)
 
 
 async def _spawn(coro) -> asyncio.Task:  # noqa: ANN001
