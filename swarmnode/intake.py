@@ -18,10 +18,10 @@ from swarmnode import wire
 from swarmnode.batches import batch_split, check_batch
 from swarmnode.config import Config
 from swarmnode.policy import Policy
-from swarmnode.pool import PROBATION_EVERY, OfferedGroup, PeerPool, fair_queue, is_useless
+from swarmnode.pool import PROBATION_EVERY, OfferedGroup, PeerPool, fair_queue
 from swarmnode.samples import Sample, ScoredGroup, score_group, train_samples
 from swarmnode.swarm.base import Membership, Received, RolloutExchange
-from swarmnode.swarm.ledger import PeerLedger
+from swarmnode.swarm.ledger import PeerLedger, is_useless
 from swarmnode.tasks.base import Task
 from swarmnode.trust import Screening, screen
 

@@ -16,6 +16,8 @@ from typing import TypeVar
 
 import numpy as np
 
+from swarmnode.swarm.ledger import is_proven, is_useless
+
 NEWCOMER_EVERY = 4  # every 4th turn of the peers' share goes to a peer without a useful record
 PROBATION_EVERY = 4  # every 4th round, a newcomer turn no newcomer takes goes to one useless peer
 SPACING_WEIGHT = 0.5  # how far one longer gap between a peer's batches moves its measured spacing
@@ -113,11 +115,6 @@ class PeerPool:
         return sum(len(groups) for groups in self._held.values())
 
 
-def is_useless(standing: float | None) -> bool:
-    """Screened, and none of its samples taught anything (all answers alike, or gated)."""
-    return standing is not None and standing <= 0
-
-
 def fair_queue(
     offers: Mapping[str, list[T]], standing: Mapping[str, float | None], rng: random.Random,
     newcomer_every: int = NEWCOMER_EVERY, probation: bool = False,
@@ -135,7 +132,7 @@ def fair_queue(
     peers fill the share, at the cost of one group every few rounds."""
     peers = list(offers)
     rng.shuffle(peers)
-    proven = sorted((p for p in peers if (standing.get(p) or 0.0) > 0), key=lambda p: -(standing[p] or 0.0))
+    proven = sorted((p for p in peers if is_proven(standing.get(p))), key=lambda p: -(standing[p] or 0.0))
     newcomers = [p for p in peers if standing.get(p) is None]
     useless = [p for p in peers if is_useless(standing.get(p))]
     proven_turns, newcomer_turns = _turns(offers, proven), _turns(offers, newcomers)

@@ -28,6 +28,17 @@ log = logging.getLogger(__name__)
 STANDING_WEIGHT = 0.2  # how far one screened batch moves a peer's standing
 
 
+def is_proven(standing: float | None) -> bool:
+    """Screened, and some of its samples taught something: asked for new batches every poll,
+    and first in the peers' share."""
+    return standing is not None and standing > 0
+
+
+def is_useless(standing: float | None) -> bool:
+    """Screened, and none of its samples taught anything (all answers alike, or gated)."""
+    return standing is not None and standing <= 0
+
+
 @dataclass
 class PeerRecord:
     """What one peer has shown this node."""
@@ -105,7 +116,7 @@ class PeerLedger:
 
     def standing(self, peer_id: str) -> float | None:
         """How useful the peer's samples have been lately, None for a peer never screened: the
-        order in which peers share a batch (swarmnode.intake.fair_queue)."""
+        order in which peers share a batch (swarmnode.pool.fair_queue)."""
         record = self.peers.get(peer_id)
         if record is None or not record.screened:
             return None

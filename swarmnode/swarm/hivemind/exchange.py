@@ -34,7 +34,7 @@ from swarmnode.swarm.hivemind.dht import Manifest, owner_or_none, owner_peer_id,
 from swarmnode.swarm.hivemind.payloads import FetchError, PayloadServer, fetch_newest, fetch_payload
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 from swarmnode.swarm.hivemind.shards import ShardedFamily, manifest_family
-from swarmnode.swarm.ledger import PeerLedger
+from swarmnode.swarm.ledger import PeerLedger, is_proven
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ class HivemindExchange:
             # next poll (at most max_pull_peers of them: others wait for their turn in the polls)
             pulled = set(self.pull_set())
             self._ask_directly(
-                peer for peer in wait_for - delivered if peer in pulled and (self.ledger.standing(peer) or 0.0) > 0
+                peer for peer in wait_for - delivered if peer in pulled and is_proven(self.ledger.standing(peer))
             )
             self._arrival.clear()
             pause = min(WAITING_POLL_S, max(0.0, deadline - time.monotonic()))
@@ -404,8 +404,8 @@ def direct_pulls(
     such peers are each asked every poll (an honest peer whose batch happened to teach nothing
     is still heard at once); sixteen identities delivering junk cost two requests a poll, not
     sixteen, and each of them is asked every eighth poll."""
-    proven = [peer for peer in pull_set if (standing.get(peer) or 0.0) > 0]
-    others = [peer for peer in pull_set if (standing.get(peer) or 0.0) <= 0]
+    proven = [peer for peer in pull_set if is_proven(standing.get(peer))]
+    others = [peer for peer in pull_set if not is_proven(standing.get(peer))]
     if len(others) <= others_per_poll:
         return proven + others
     start = (poll * others_per_poll) % len(others)
