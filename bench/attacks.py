@@ -197,6 +197,7 @@ def run_scenario(
         cpu_s: list[float] = []
         peak_rss = watch_rss(processes, timeout_s=1800, cpu_s=cpu_s)
         attackers_cores = (attackers_cpu_s(processes) - cpu_before) / (time.monotonic() - started)
+        downloaded = sum(attacker.server.served for attacker in attackers)  # batches the honest nodes took
     finally:
         for attacker in attackers:
             attacker.stop()
@@ -206,7 +207,9 @@ def run_scenario(
                 process.wait()
     lines = {name: round_lines(read_metrics(directory / name / "run" / "metrics.jsonl")) for name in HONEST}
     ids = {name: rounds[0]["peer_id"] if rounds else "" for name, rounds in lines.items()}
-    result: dict = {"attackers_cores": attackers_cores, "joined": len(attackers), "count": count}
+    result: dict = {
+        "attackers_cores": attackers_cores, "joined": len(attackers), "count": count, "downloaded": downloaded,
+    }
     for (name, rounds), other, rss, cpu in zip(lines.items(), reversed(HONEST), peak_rss, cpu_s):
         late = rounds[2:] or [{}]
         result[name] = {
@@ -298,6 +301,10 @@ def liveness(args: argparse.Namespace) -> None:
     for attack, result in rows:
         if result["joined"] < result["count"]:
             print(f"{attack}: {result['joined']} of {result['count']} attacking identities joined")
+        if result["downloaded"]:
+            honest_rounds = sum(result[name]["rounds"] for name in HONEST)
+            print(f"{attack}: the honest nodes downloaded {result['downloaded']} of the identities' batches "
+                  f"({result['downloaded'] / max(honest_rounds, 1):.2f} an honest round)")
 
 
 def slow_peer(args: argparse.Namespace) -> None:

@@ -126,15 +126,18 @@ def test_standing_follows_the_share_of_useful_samples():
 
 
 class _RecordingExchange:
-    """Stands in for the exchange: records how long each gather was allowed to wait, for whom."""
+    """Stands in for the exchange: records how long each gather was allowed to wait, for whom,
+    and whose groups the node said it held."""
 
     peer_id = "me"
 
     def __init__(self) -> None:
         self.waits: list[tuple[float, set[str]]] = []
+        self.held: list[frozenset[str]] = []
 
-    def gather(self, timeout_s: float, waiting: set[str], anyone: bool) -> list:
+    def gather(self, timeout_s: float, waiting: set[str], anyone: bool, held: frozenset[str] = frozenset()) -> list:
         self.waits.append((timeout_s, set(waiting)))
+        self.held.append(held)
         return []
 
 
@@ -170,6 +173,7 @@ def test_useless_groups_in_the_pool_do_not_stop_the_wait_for_a_proven_peer(tmp_p
         intake.pool.add(f"junk{k}", 0, _groups(f"junk{k}", 0, 16, arrived=time.monotonic()), our_round=0)
     assert {group.peer_id for group in intake.collect(1, wait_s=0.3, timings={})} == {f"junk{k}" for k in range(4)}
     assert exchange.waits[-1] == (0.3, {"good"}), "64 useless groups held: still short, so wait for the proven peer"
+    assert exchange.held[-1] == {f"junk{k}" for k in range(4)}, "told whose groups wait here: no more of theirs"
     intake.pool.add("good", 0, _groups("good", 0, 4, arrived=time.monotonic()), our_round=2)
     assert [group.peer_id for group in intake.collect(2, wait_s=0.3, timings={})[:4]] == ["good"] * 4
     assert exchange.waits[-1][0] == 0.0, "the proven peer's groups fill the share: no wait"

@@ -402,6 +402,48 @@ def test_peers_not_proven_useful_are_asked_a_few_a_poll_in_turn():
     assert direct_pulls(["useful", "new", "junk0"], standing, 5) == ["useful", "new", "junk0"]
 
 
+def test_peers_not_proven_useful_whose_groups_are_held_are_not_asked():
+    """A crowd of useless identities whose groups the node still holds costs no requests: only
+    the useful peer and those held nothing of are asked, in turn as before."""
+    junk = [f"junk{i}" for i in range(16)]
+    standing = {"useful": 0.4, "new": None, **dict.fromkeys(junk, 0.0)}
+    held = frozenset(["new", *junk[:15], "useful"])
+    for poll in range(8):
+        assert direct_pulls(["useful", "new", *junk], standing, poll, held) == ["useful", "junk15"]
+
+
+def test_a_useless_peer_is_asked_for_more_only_once_its_groups_are_used(start_runtime):
+    """The polls leave a peer whose samples taught nothing alone while the node holds its
+    groups unused (its newer batch would only wait behind them), and ask it again once the
+    node's gather says it holds none: a useless identity costs a download per batch the node
+    used, not two requests a poll."""
+    honest = start_runtime("honest")
+    junk = start_runtime("junk", honest.visible_maddrs())
+    ledger = PeerLedger()
+    ledger.delivered(junk.peer_id)
+    ledger.screened(junk.peer_id, offered=8, useful=0)
+    asked = []
+
+    async def nothing_newer(info, reader, writer):
+        (length,) = struct.unpack(">I", await reader.readexactly(4))
+        asked.append(msgpack.unpackb(await reader.readexactly(length)))
+        writer.write(struct.pack(">BQQ", payloads.NOTHING_NEWER, 0, 0))
+        await writer.drain()
+        writer.close()
+
+    junk.call(junk.p2p.add_binary_stream_handler(PAYLOAD_PROTOCOL, nothing_newer), timeout=10)
+    ex = _link(honest, ledger=ledger).exchange
+    held = frozenset({junk.peer_id})
+    assert ex.gather(timeout_s=0, held=held) == []
+    time.sleep(0.5)  # a poll before the gather above may still be under way
+    asked.clear()
+    time.sleep(2.0)
+    assert asked == [], "held: not asked in eight polls"
+    assert ex.gather(timeout_s=0) == []  # the node used what it held of the peer
+    time.sleep(1.0)
+    assert len(asked) >= 2, "nothing held: asked every poll (the only peer not proven useful)"
+
+
 def test_a_pull_set_too_small_for_every_known_peer_leaves_none_out_for_good():
     """Seventeen known peers, a set of sixteen: the useful one is always in, and the ties
     among the rest (all scored 0: a crowd of useless identities and one unlucky honest peer)

@@ -37,10 +37,14 @@ class RolloutExchange(Protocol):
         timeout_s: float,
         wait_for: set[str] | frozenset[str] = frozenset(),
         wait_for_any: bool = False,
+        held: frozenset[str] = frozenset(),
     ) -> list[Received]:
         """Peers' batches that arrived since the last call, each (peer, round) once and only
         rounds newer than any handed out for that peer; waits until every peer in `wait_for`
-        delivered one (and, with `wait_for_any`, at least one peer did), or `timeout_s`."""
+        delivered one (and, with `wait_for_any`, at least one peer did), or `timeout_s`.
+        `held`: peers whose groups the node still holds unused. Until the next call, those not
+        proven useful need not be fetched from: their newer batch would wait behind the one
+        held (a transport where fetching costs nothing may ignore it)."""
         ...
 
     def linger(self, round_: int, peers: set[str], timeout_s: float) -> None:

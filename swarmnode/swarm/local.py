@@ -72,6 +72,7 @@ class InMemoryExchange:
         timeout_s: float = 0.0,
         wait_for: set[str] | frozenset[str] = frozenset(),
         wait_for_any: bool = False,
+        held: frozenset[str] = frozenset(),  # nothing is fetched in memory: every batch is handed out
     ) -> list[Received]:
         started = time.monotonic()
 

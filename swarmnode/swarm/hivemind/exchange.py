@@ -23,7 +23,7 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from hivemind.utils.timed_storage import get_dht_time
 
@@ -86,6 +86,7 @@ class HivemindExchange:
         self._next_announce = 0.0  # time.monotonic() before which no manifest is stored
         self._lookup: asyncio.Task | None = None  # the running DHT lookup for new peers' manifests
         self._polls = 0  # polls so far: whose turn it is among the peers not proven useful
+        self._held: frozenset[str] = frozenset()  # peers whose groups the node holds unused (its last gather)
         self._rng = random.Random()  # breaks ties among equally useful peers for the pull set
         self.manifests = ShardedFamily(manifest_family(run_id), self.peer_id, owner_or_none)
         runtime.shards.add(self.manifests.family)  # our DHT node checks the run's shards too
@@ -137,8 +138,10 @@ class HivemindExchange:
         timeout_s: float,
         wait_for: set[str] | frozenset[str] = frozenset(),
         wait_for_any: bool = False,
+        held: frozenset[str] = frozenset(),
     ) -> list[Received]:
         deadline = time.monotonic() + timeout_s
+        self._held = frozenset(held)  # read by the polls on the swarm loop: one reference, swapped whole
         try:
             return self.runtime.call(
                 self._gather(deadline, set(wait_for), wait_for_any), timeout=timeout_s + GATHER_GRACE_S
@@ -291,7 +294,7 @@ class HivemindExchange:
         pull_set = self.pull_set()
         strangers = self._strangers()
         standing = {peer: self.ledger.standing(peer) for peer in pull_set} | dict.fromkeys(strangers)
-        self._ask_directly(direct_pulls(list(standing), standing, self._polls), strangers=set(strangers))
+        self._ask_directly(direct_pulls(list(standing), standing, self._polls, self._held), strangers=set(strangers))
         self._polls += 1
 
     def _ask_directly(self, peers: Iterable[str], strangers: set[str] = frozenset()) -> None:
@@ -368,6 +371,8 @@ class HivemindExchange:
             return None
         if owner in pulled:  # asked directly every poll
             return None
+        if owner in self._held and not is_proven(self.ledger.standing(owner)):  # as in direct_pulls
+            return None
         return manifest
 
     async def _cancel_all(self) -> None:
@@ -397,15 +402,18 @@ def choose_pull_set(
 
 
 def direct_pulls(
-    pull_set: list[str], standing: dict[str, float | None], poll: int, others_per_poll: int = UNPROVEN_PER_POLL
+    pull_set: list[str], standing: dict[str, float | None], poll: int, held: Collection[str] = frozenset(),
+    others_per_poll: int = UNPROVEN_PER_POLL,
 ) -> list[str]:
     """Whom to ask directly at poll number `poll`: every peer whose samples proved useful
-    (standing > 0), and `others_per_poll` of the rest (new, or useless so far) in turn. A few
-    such peers are each asked every poll (an honest peer whose batch happened to teach nothing
-    is still heard at once); sixteen identities delivering junk cost two requests a poll, not
-    sixteen, and each of them is asked every eighth poll."""
+    (standing > 0), and `others_per_poll` of the rest (new, or useless so far) in turn, leaving
+    out those whose groups the node still holds unused (`held`): their next batch would only
+    wait behind the one held, and the node takes their groups only where useful peers leave
+    room. A few such peers are each asked every poll (an honest peer whose batch happened to
+    teach nothing is still heard at once); sixteen identities delivering junk cost a download
+    each when the node has used up (or let expire) what it holds of theirs, not two a poll."""
     proven = [peer for peer in pull_set if is_proven(standing.get(peer))]
-    others = [peer for peer in pull_set if not is_proven(standing.get(peer))]
+    others = [peer for peer in pull_set if not is_proven(standing.get(peer)) and peer not in held]
     if len(others) <= others_per_poll:
         return proven + others
     start = (poll * others_per_poll) % len(others)
