@@ -64,6 +64,25 @@ def halve_after_oom(settings: Any, field: str, where: str, at_one: str) -> None:
     log.warning("out of memory %s %d -> %d", where, size, size // 2)
 
 
+def with_adapters(model: torch.nn.Module, lora: LoraSettings, seed: int) -> torch.nn.Module:
+    """`model` wrapped in fresh LoRA adapters drawn from `seed`. peft draws them from torch's
+    global generator, which nothing seeds before: left alone, every start of the same run
+    trained from other adapters, and a seed did not fix a LoRA run. The global generator's
+    state is put back afterwards."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return get_peft_model(
+            model,
+            LoraConfig(
+                r=lora.rank,
+                lora_alpha=lora.alpha,
+                lora_dropout=lora.dropout,
+                target_modules=list(lora.target_modules),
+                task_type="CAUSAL_LM",
+            ),
+        )
+
+
 def inference_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
     """A frozen copy of `model` with every parameter in `dtype` (tied weights stay tied).
 
@@ -118,6 +137,7 @@ class Policy:
         source: str | None = None,
         revision: str | None = None,
         compute_dtype: torch.dtype | None = None,
+        seed: int = 0,
     ) -> None:
         self.tokenizer = tokenizer
         self.name = name
@@ -133,16 +153,7 @@ class Policy:
         self.num_params = sum(p.numel() for p in model.parameters())
         self.lora_rank = lora.rank or None
         if lora.rank:
-            model = get_peft_model(
-                model,
-                LoraConfig(
-                    r=lora.rank,
-                    lora_alpha=lora.alpha,
-                    lora_dropout=lora.dropout,
-                    target_modules=list(lora.target_modules),
-                    task_type="CAUSAL_LM",
-                ),
-            )
+            model = with_adapters(model, lora, seed)
         if train.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.model = model
@@ -158,8 +169,9 @@ class Policy:
             raise ValueError(f"tokenizer of {name} has no EOS token")
 
     @classmethod
-    def load(cls, settings: ModelSettings, train: TrainSettings) -> Policy:
-        """Load weights and tokenizer for the settings' model name."""
+    def load(cls, settings: ModelSettings, train: TrainSettings, seed: int = 0) -> Policy:
+        """Load weights and tokenizer for the settings' model name; `seed` draws the LoRA
+        adapters' initial weights."""
         hf_logging.disable_progress_bar()  # per-round lines are ours; loading bars clutter them
         name = resolve_model_name(settings.name)
         device = pick_device(settings.device)
@@ -177,7 +189,7 @@ class Policy:
         model = model.to(device=device, dtype=weights_dtype)
         return cls(
             model, tokenizer, name, train, settings.lora, settings.use_chat_template,
-            source=source, revision=settings.revision, compute_dtype=dtype,
+            source=source, revision=settings.revision, compute_dtype=dtype, seed=seed,
         )
 
     def compute(self) -> contextlib.AbstractContextManager:

@@ -6,6 +6,7 @@ from swarmnode.config import LoraSettings, LossSettings, RolloutSettings, TrainS
 from swarmnode.policy import OutOfMemory, Policy, TrainSample
 from swarmnode.rollout.hf import HFGenerator
 from swarmnode.shapes import resolve_model_name
+from swarmnode.tiny import build_model
 
 
 def _prompts(policy, n=3):
@@ -237,3 +238,23 @@ def test_sampling_follows_the_generators_own_seeded_stream(make_policy):
     assert torch.equal(torch.get_rng_state(), state)
     assert tokens(other) != run_first[0]
     assert run_first[0] != run_first[1], "the stream moves on between calls"
+
+
+
+def test_a_seed_fixes_the_lora_adapters_and_leaves_torch_s_generator_alone(tokenizer):
+    """peft draws new adapters from torch's global generator: without a seed of their own,
+    two starts of one LoRA run trained from different adapters and a seed fixed nothing."""
+
+    def adapters(seed: int, draws_before: int) -> dict[str, torch.Tensor]:
+        torch.manual_seed(0)
+        model = build_model(tokenizer, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                            num_attention_heads=4, num_key_value_heads=2)
+        torch.rand(draws_before)  # whatever ran before in this process moved the generator
+        state = torch.get_rng_state()
+        policy = Policy(model, tokenizer, "t", TrainSettings(), LoraSettings(rank=4), False, seed=seed)
+        assert torch.equal(torch.get_rng_state(), state), "the global generator is where it was"
+        return {n: p.detach().clone() for n, p in policy.model.named_parameters() if "lora_A" in n}
+
+    first, again, other = adapters(7, draws_before=1), adapters(7, draws_before=50), adapters(8, draws_before=1)
+    assert first and all(torch.equal(first[n], again[n]) for n in first)
+    assert not all(torch.equal(first[n], other[n]) for n in first)
