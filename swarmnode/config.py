@@ -153,7 +153,7 @@ class TrainSettings(_Section):
 
 class NodeSettings(_Section):
     rounds: int = Field(50, ge=0)
-    seed: int = 0
+    seed: int = Field(0, description="draws this node's prompts, its sampling and new LoRA adapters")
     peer_id: str | None = Field(None, description="None = derived from the run dir")
     run_dir: Path = Path("runs/default")
     staleness: int = Field(
