@@ -197,7 +197,7 @@ def run_scenario(
         cpu_s: list[float] = []
         peak_rss = watch_rss(processes, timeout_s=1800, cpu_s=cpu_s)
         attackers_cores = (attackers_cpu_s(processes) - cpu_before) / (time.monotonic() - started)
-        downloaded = sum(attacker.server.served for attacker in attackers)  # batches the honest nodes took
+        downloaded = sum(a.server.served for a in attackers if a.server is not None)  # batches the honest nodes took
     finally:
         for attacker in attackers:
             attacker.stop()
