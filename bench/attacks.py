@@ -571,7 +571,7 @@ def run_content(attack: str | None, defences: bool, args: argparse.Namespace, se
         attacker = None
         if attack:
             config = content_config(directory, ATTACKER, seed, args.eval_size, defences, args.overrides)
-            evil_policy = Policy.load(config.model, config.train)
+            evil_policy = Policy.load(config.model, config.train, seed=config.node.seed)
             attacker = stack.enter_context(assemble(
                 config, policy=evil_policy,
                 join=lambda run: poisoning_link(hub.join(ATTACKER, run), attack, config, nodes[0].task, evil_policy),

@@ -42,7 +42,7 @@ def main() -> None:
             "rollout": {"max_new_tokens": 16, "backend": "hf"},
             "train": {"micro_batch_size": 2},
         })
-        policy = Policy.load(config.model, config.train)
+        policy = Policy.load(config.model, config.train, seed=config.node.seed)
         rng = np.random.default_rng(0)
         samples = [
             TrainSample(list(rng.integers(10, 1000, 16)), rng.integers(10, 1000, 16).astype(np.int32),

@@ -135,7 +135,7 @@ def measure(label: str, config: Config, shape: ModelShape, args: argparse.Namesp
             torch.cuda.reset_peak_memory_stats(device)
             free, total = torch.cuda.mem_get_info(device)
             context = total - free - torch.cuda.memory_reserved(device)  # CUDA context, other processes
-        policy = Policy.load(config.model, config.train)
+        policy = Policy.load(config.model, config.train, seed=config.node.seed)
         generator = make_generator(backend, policy, rollout, seed=0)
         rng = np.random.default_rng(0)
         count = rollout.prompts_per_round

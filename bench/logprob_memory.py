@@ -48,7 +48,7 @@ def one(args: argparse.Namespace) -> dict[str, float]:
     model = Qwen2ForCausalLM(config).to(device)
     settings = TrainSettings(micro_batch_size=args.micro_batch, logprob_chunk_tokens=args.chunk)
     policy = Policy(model, tokenizer, "bench", settings, LoraSettings(), use_chat_template=False,
-                    compute_dtype=torch.bfloat16 if device.type == "cuda" else None)
+                    compute_dtype=torch.bfloat16 if device.type == "cuda" else None, seed=0)
     rng = np.random.default_rng(0)
     prompts = [list(rng.integers(10, 1000, args.prompt)) for _ in range(args.micro_batch)]
     completions = [rng.integers(10, 1000, args.completion) for _ in range(args.micro_batch)]

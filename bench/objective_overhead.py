@@ -24,7 +24,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     args = parser.parse_args()
     config = load_config(None, ["node.run_dir=/tmp/swarmnode-bench-overhead"])
-    policy = Policy.load(config.model, config.train)
+    policy = Policy.load(config.model, config.train, seed=config.node.seed)
     node = Node(config, policy, make_generator("hf", policy, config.rollout), make_task(config.task))
     state = node.produce(0)
     node.close()

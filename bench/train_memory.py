@@ -50,7 +50,7 @@ def main() -> None:
             line = f"{label:<22} estimate {trainer / GIB:6.1f} GiB"
             if on_gpu:
                 torch.cuda.reset_peak_memory_stats()
-                policy = Policy.load(config.model, config.train)
+                policy = Policy.load(config.model, config.train, seed=config.node.seed)
                 rng = np.random.default_rng(0)
                 samples = [
                     TrainSample(list(rng.integers(10, 1000, TYPICAL_PROMPT_TOKENS)), rng.integers(10, 1000, args.length).astype(np.int32),

@@ -46,7 +46,7 @@ def main() -> None:
             print(f"building a random {args.shape}-shaped model in {scratch} ...", flush=True)
             build_random_model(KNOWN_SHAPES[args.shape], Path(scratch), dtype)
             config.model.name = scratch
-        policy = Policy.load(config.model, config.train)
+        policy = Policy.load(config.model, config.train, seed=config.node.seed)
         prompts = [policy.encode_prompt("", f"What is {a} + {a * 7 % 90}?") for a in range(args.prompts)]
         started = time.perf_counter()
         fast = VLLMGenerator(policy, config.rollout, seed=0)

@@ -62,7 +62,7 @@ def main() -> None:
             dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
             build_random_model(args.shape, Path(scratch) / "model", dtype)
             config.model.name = str(Path(scratch) / "model")
-        policy = Policy.load(config.model, config.train)
+        policy = Policy.load(config.model, config.train, seed=config.node.seed)
         with torch.no_grad():  # a non-zero adapter, as after some training
             for name, p in policy.model.named_parameters():
                 if "lora_B" in name:

@@ -20,7 +20,7 @@ from swarmnode.tasks import make_task
 
 def real_round_bytes() -> None:
     config = load_config(None, ["node.run_dir=/tmp/swarmnode-bench-wire", "node.eval_size=1"])
-    policy = Policy.load(config.model, config.train)
+    policy = Policy.load(config.model, config.train, seed=config.node.seed)
     node = Node(config, policy, make_generator("hf", policy, config.rollout), make_task(config.task))
     state = node.produce(0)
     node.close()

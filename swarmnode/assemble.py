@@ -209,7 +209,10 @@ def _start_swarm(config: Config, view: LiveView, config_path: Path | None) -> Sw
 
 
 def _load_policy(config: Config) -> Policy:
-    return _guard(lambda: Policy.load(config.model, config.train, seed=config.node.seed), FileNotFoundError, ValueError, RuntimeError, OSError)
+    return _guard(
+        lambda: Policy.load(config.model, config.train, seed=config.node.seed),
+        FileNotFoundError, ValueError, RuntimeError, OSError,
+    )
 
 
 def _link(

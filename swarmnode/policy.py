@@ -69,7 +69,8 @@ def with_adapters(model: torch.nn.Module, lora: LoraSettings, seed: int) -> torc
     global generator, which nothing seeds before: left alone, every start of the same run
     trained from other adapters, and a seed did not fix a LoRA run. The global generator's
     state is put back afterwards."""
-    with torch.random.fork_rng():
+    device = next(model.parameters()).device
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)
         return get_peft_model(
             model,
@@ -137,7 +138,8 @@ class Policy:
         source: str | None = None,
         revision: str | None = None,
         compute_dtype: torch.dtype | None = None,
-        seed: int = 0,
+        *,
+        seed: int,
     ) -> None:
         self.tokenizer = tokenizer
         self.name = name
@@ -169,7 +171,7 @@ class Policy:
             raise ValueError(f"tokenizer of {name} has no EOS token")
 
     @classmethod
-    def load(cls, settings: ModelSettings, train: TrainSettings, seed: int = 0) -> Policy:
+    def load(cls, settings: ModelSettings, train: TrainSettings, *, seed: int) -> Policy:
         """Load weights and tokenizer for the settings' model name; `seed` draws the LoRA
         adapters' initial weights."""
         hf_logging.disable_progress_bar()  # per-round lines are ours; loading bars clutter them

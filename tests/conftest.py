@@ -48,6 +48,7 @@ def make_policy(tokenizer):
             TrainSettings(lr=lr, micro_batch_size=micro_batch),
             LoraSettings(rank=lora_rank, alpha=2.0 * max(lora_rank, 1)),
             use_chat_template=False,
+            seed=0,
         )
 
     return make

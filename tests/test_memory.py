@@ -34,7 +34,7 @@ def test_shape_counts_equal_a_real_model_and_peft(tokenizer):
                        c.num_key_value_heads, c.vocab_size, c.tie_word_embeddings)
     assert shape.num_params == sum(p.numel() for p in model.parameters())
     targets = ["q_proj", "v_proj", "down_proj"]
-    policy = Policy(model, tokenizer, "t", TrainSettings(), LoraSettings(rank=4, target_modules=targets), False)
+    policy = Policy(model, tokenizer, "t", TrainSettings(), LoraSettings(rank=4, target_modules=targets), False, seed=0)
     trainable = sum(p.numel() for p in policy.model.parameters() if p.requires_grad)
     assert shape.lora_params(4, targets) == trainable
 
@@ -101,7 +101,7 @@ def test_bf16_training_keeps_fp32_master_weights_so_small_updates_survive(tokeni
         torch.manual_seed(0)
         model = build_model(tokenizer, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
                             num_attention_heads=4, num_key_value_heads=2).to(weights)
-        return Policy(model, tokenizer, "t", TrainSettings(lr=1e-6), LoraSettings(), False, compute_dtype=compute)
+        return Policy(model, tokenizer, "t", TrainSettings(lr=1e-6), LoraSettings(), False, compute_dtype=compute, seed=0)
 
     mixed = policy(torch.float32, torch.bfloat16)
     assert mixed.autocast

@@ -51,7 +51,7 @@ def _swarm(tmp_path, attack, honest=("h1", "h2"), sets=()):
             for name in honest
         ]
         config = _config(tmp_path, "evil", *sets)
-        policy = Policy.load(config.model, config.train)
+        policy = Policy.load(config.model, config.train, seed=config.node.seed)
         evil = stack.enter_context(
             assemble(config, policy=policy, join=lambda run: poisoning_link(hub.join("evil", run), attack, config, nodes[0].task, policy))
         )

@@ -174,7 +174,7 @@ def test_the_bf16_inference_copy_matches_the_trainer_and_follows_its_steps(make_
     torch.manual_seed(0)
     source = make_policy()
     policy = Policy(source.model, tokenizer, "t", TrainSettings(lr=1e-2), LoraSettings(), False,
-                    compute_dtype=torch.bfloat16)
+                    compute_dtype=torch.bfloat16, seed=0)
     assert policy.autocast
     generator = HFGenerator(policy, RolloutSettings(max_new_tokens=6, batch_size=8))
     assert generator.copy is not None
@@ -238,7 +238,6 @@ def test_sampling_follows_the_generators_own_seeded_stream(make_policy):
     assert torch.equal(torch.get_rng_state(), state)
     assert tokens(other) != run_first[0]
     assert run_first[0] != run_first[1], "the stream moves on between calls"
-
 
 
 def test_a_seed_fixes_the_lora_adapters_and_leaves_torch_s_generator_alone(tokenizer):

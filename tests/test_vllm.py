@@ -24,7 +24,7 @@ LOGPROB_TOL = 1e-3
 
 def _policy(lora_rank: int = 0, lr: float = 1e-4) -> Policy:
     settings = ModelSettings(name="tiny", device="cpu", lora=LoraSettings(rank=lora_rank, alpha=2.0 * max(lora_rank, 1)))
-    return Policy.load(settings, TrainSettings(lr=lr, micro_batch_size=64))
+    return Policy.load(settings, TrainSettings(lr=lr, micro_batch_size=64), seed=0)
 
 
 def _rollout(**changes) -> RolloutSettings:
