@@ -238,7 +238,7 @@ class SwarmSettings(_Section):
     stale_after_s: float = Field(20.0, gt=0, description="a peer silent this long is not waited for")
     poll_interval_s: float = Field(
         0.25, gt=0, description="how often peers with a delivery record are asked directly for a newer batch "
-        "(those not proven useful two a poll, in turn, none while the node holds groups of theirs unused)"
+        "(those not proven useful two a poll, in turn, none while a recent batch of theirs waits unused)"
     )
     discovery_interval_s: float = Field(
         2.0, gt=0, description="how often the DHT is read for other peers' manifests (every poll until one delivered)"

@@ -97,7 +97,7 @@ class Intake:
             and self._vain_waits < self.config.swarm.max_missed
         )
         timeout_s = node.gather_timeout_s if anyone else wait_s if waiting else 0.0
-        received = self.exchange.gather(timeout_s, waiting, anyone, held=frozenset(self.pool.peers))
+        received = self.exchange.gather(timeout_s, waiting, anyone, held=self.pool.holding(round_))
         timings["gather_s"] = time.perf_counter() - t
         t = time.perf_counter()
         delivered = self._accept(received, round_)

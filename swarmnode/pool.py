@@ -21,6 +21,7 @@ from swarmnode.swarm.ledger import is_proven, is_useless
 NEWCOMER_EVERY = 4  # every 4th turn of the peers' share goes to a peer without a useful record
 PROBATION_EVERY = 4  # every 4th round, a newcomer turn no newcomer takes goes to one useless peer
 SPACING_WEIGHT = 0.5  # how far one longer gap between a peer's batches moves its measured spacing
+HOLD_ROUNDS = 16  # an unused batch younger than this (our rounds) stands in for its sender's next: holding()
 
 T = TypeVar("T")
 
@@ -106,6 +107,17 @@ class PeerPool:
     def lag(self, group: OfferedGroup) -> int:
         """How many of its sender's rounds the group is behind the sender's newest we hold."""
         return self._newest.get(group.peer_id, group.round) - group.round
+
+    def holding(self, our_round: int) -> frozenset[str]:
+        """Peers with unused groups here from a batch that arrived fewer than HOLD_ROUNDS of our
+        rounds ago. The exchange does not ask such a peer for a newer batch unless its samples
+        proved useful: the newer one would wait behind this one, and a useless peer's groups
+        only fill what others leave. So a crowd of useless identities costs a download each per
+        HOLD_ROUNDS rounds, not two a poll, and a peer screened on probation is judged on a
+        batch at most that old."""
+        return frozenset(
+            peer for peer in self._held if our_round - self._arrived_in.get(peer, our_round) < HOLD_ROUNDS
+        )
 
     @property
     def peers(self) -> set[str]:

@@ -13,7 +13,7 @@ from swarmnode.config import load_config
 from swarmnode.intake import Intake
 from swarmnode.lab.poison import poisoning_link
 from swarmnode.policy import Policy
-from swarmnode.pool import PROBATION_EVERY, OfferedGroup, PeerPool, fair_queue
+from swarmnode.pool import HOLD_ROUNDS, PROBATION_EVERY, OfferedGroup, PeerPool, fair_queue
 from swarmnode.swarm.ledger import PeerLedger
 from swarmnode.swarm.local import InMemoryHub
 
@@ -79,6 +79,19 @@ def test_the_pool_keeps_rounds_forward_and_fresh_and_uses_each_group_once():
     offered = pool.offers(3)["r"]
     pool.take(offered[:1])
     assert pool.offers(3)["r"] == offered[1:] and len(pool) == 1
+
+
+def test_the_pool_holds_a_peer_while_a_recent_batch_of_it_is_unused():
+    """A batch of unused groups younger than HOLD_ROUNDS stands in for its sender's next: the
+    exchange need not fetch a useless peer's next batch, and a peer screened on probation is
+    judged on a batch at most HOLD_ROUNDS old."""
+    pool = PeerPool()
+    pool.add("p", 0, _groups("p", 0, 2), our_round=10)
+    pool.add("q", 0, _groups("q", 0, 1), our_round=10)
+    pool.take(pool.offers(11)["q"])
+    assert pool.holding(11) == {"p"}, "q's groups are used up: ask it for more"
+    assert pool.holding(10 + HOLD_ROUNDS - 1) == {"p"}
+    assert pool.holding(10 + HOLD_ROUNDS) == set(), "too old to stand in for the next: ask again"
 
 
 def test_a_slower_peer_s_batch_is_spread_over_the_rounds_until_its_next():
@@ -204,7 +217,7 @@ def test_crowding_identities_with_many_useless_groups_lose_the_batch_to_the_hone
         for i in range(4):
             name = f"0000-crowd-{i}"  # ids that sort first
             config = _config(tmp_path, name, "rollout.prompts_per_round=16")
-            policy = Policy.load(config.model, config.train)
+            policy = Policy.load(config.model, config.train, seed=config.node.seed)
             crowd.append(stack.enter_context(assemble(
                 config, policy=policy,
                 join=lambda run, n=name, c=config, p=policy: poisoning_link(hub.join(n, run), "wrong", c, nodes[0].task, p),

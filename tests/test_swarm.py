@@ -435,13 +435,21 @@ def test_a_useless_peer_is_asked_for_more_only_once_its_groups_are_used(start_ru
     ex = _link(honest, ledger=ledger).exchange
     held = frozenset({junk.peer_id})
     assert ex.gather(timeout_s=0, held=held) == []
-    time.sleep(0.5)  # a poll before the gather above may still be under way
+    deadline = time.monotonic() + 10
+    while honest.call(_copy_inflight(ex), timeout=5) and time.monotonic() < deadline:
+        time.sleep(0.05)  # a pull started before the gather above finishes first
     asked.clear()
     time.sleep(2.0)
     assert asked == [], "held: not asked in eight polls"
     assert ex.gather(timeout_s=0) == []  # the node used what it held of the peer
-    time.sleep(1.0)
+    while len(asked) < 2 and time.monotonic() < deadline + 20:
+        time.sleep(0.05)
     assert len(asked) >= 2, "nothing held: asked every poll (the only peer not proven useful)"
+
+
+async def _copy_inflight(exchange) -> list:
+    """The exchange's downloads in flight, read on its loop."""
+    return list(exchange._inflight)
 
 
 def test_a_pull_set_too_small_for_every_known_peer_leaves_none_out_for_good():

@@ -42,9 +42,9 @@ class RolloutExchange(Protocol):
         """Peers' batches that arrived since the last call, each (peer, round) once and only
         rounds newer than any handed out for that peer; waits until every peer in `wait_for`
         delivered one (and, with `wait_for_any`, at least one peer did), or `timeout_s`.
-        `held`: peers whose groups the node still holds unused. Until the next call, those not
-        proven useful need not be fetched from: their newer batch would wait behind the one
-        held (a transport where fetching costs nothing may ignore it)."""
+        `held`: peers whose recent batch the node still holds unused. Until the next call,
+        those not proven useful need not be fetched from: their newer batch would wait behind
+        it (a transport where fetching costs nothing may ignore it)."""
         ...
 
     def linger(self, round_: int, peers: set[str], timeout_s: float) -> None:

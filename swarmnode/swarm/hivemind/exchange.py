@@ -143,12 +143,14 @@ class HivemindExchange:
         deadline = time.monotonic() + timeout_s
         self._held = frozenset(held)  # read by the polls on the swarm loop: one reference, swapped whole
         try:
-            return self.runtime.call(
+            found = self.runtime.call(
                 self._gather(deadline, set(wait_for), wait_for_any), timeout=timeout_s + GATHER_GRACE_S
             )
         except TimeoutError:  # the swarm loop is stuck: train on what we have, try again next round
             log.warning("a gather ran %.0f s past its deadline; going on without peers", GATHER_GRACE_S)
             return []
+        self._held = self._held | {item.peer_id for item in found}  # their groups go to the pool now
+        return found
 
     def linger(self, round_: int, peers: set[str], timeout_s: float) -> None:
         """Keep serving until each of `peers` downloaded our batch of `round_`, or `timeout_s`."""
@@ -290,7 +292,8 @@ class HivemindExchange:
 
     def _pull_known(self) -> None:
         """Ask the pull set, and the peers seen in heartbeats that never delivered, for anything
-        newer (`direct_pulls`: the useful every poll, the others a few a poll in turn)."""
+        newer (`direct_pulls`: the useful every poll, the others a few a poll in turn, none of
+        those whose recent batch the node still holds unused)."""
         pull_set = self.pull_set()
         strangers = self._strangers()
         standing = {peer: self.ledger.standing(peer) for peer in pull_set} | dict.fromkeys(strangers)
@@ -407,11 +410,11 @@ def direct_pulls(
 ) -> list[str]:
     """Whom to ask directly at poll number `poll`: every peer whose samples proved useful
     (standing > 0), and `others_per_poll` of the rest (new, or useless so far) in turn, leaving
-    out those whose groups the node still holds unused (`held`): their next batch would only
-    wait behind the one held, and the node takes their groups only where useful peers leave
-    room. A few such peers are each asked every poll (an honest peer whose batch happened to
-    teach nothing is still heard at once); sixteen identities delivering junk cost a download
-    each when the node has used up (or let expire) what it holds of theirs, not two a poll."""
+    out those whose recent batch the node still holds unused (`held`: pool.PeerPool.holding):
+    their next batch would only wait behind it, and the node takes their groups only where
+    useful peers leave room. A few such peers are each asked every poll (an honest peer whose
+    batch happened to teach nothing is still heard at once); sixteen identities delivering junk
+    cost a download each every pool.HOLD_ROUNDS rounds, not two a poll."""
     proven = [peer for peer in pull_set if is_proven(standing.get(peer))]
     others = [peer for peer in pull_set if not is_proven(standing.get(peer)) and peer not in held]
     if len(others) <= others_per_poll:
