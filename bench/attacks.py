@@ -194,7 +194,7 @@ def run_scenario(
             maddrs = json.loads((directory / "a" / "run" / "swarm.json").read_text())["maddrs"][:1]
             processes.append(start_node(directory / "b", config("b"), maddrs, core=honest_core))
         started, cpu_before = time.monotonic(), attackers_cpu_s(processes)
-        cpu_s: list[float] = []
+        cpu_s: list[tuple[float, float, float]] = []
         peak_rss = watch_rss(processes, timeout_s=1800, cpu_s=cpu_s)
         attackers_cores = (attackers_cpu_s(processes) - cpu_before) / (time.monotonic() - started)
         downloaded = sum(a.server.served for a in attackers if a.server is not None)  # batches the honest nodes took
@@ -215,7 +215,8 @@ def run_scenario(
         result[name] = {
             "rounds": len(rounds),
             "round_s": statistics.median(m.get("round_s", math.nan) for m in late),
-            "cpu_s": cpu / max(len(rounds), 1),
+            "cpu_s": sum(cpu) / max(len(rounds), 1),
+            "cpu_parts": cpu,  # whole run: main thread, other threads, p2p daemon
             "rejected": rounds[-1]["rejected"] if rounds else 0,
             # a mean, not a median: a slower peer's batch is spread over rounds, so the
             # per-round count swings (64, 32, 0, ...) while the total is what was learned from
@@ -239,19 +240,26 @@ def attackers_cpu_s(honest: list[subprocess.Popen]) -> float:
     return total
 
 
-def watch_rss(processes: list[subprocess.Popen], timeout_s: float, cpu_s: list[float] | None = None) -> list[int]:
+def watch_rss(
+    processes: list[subprocess.Popen], timeout_s: float, cpu_s: list[tuple[float, float, float]] | None = None
+) -> list[int]:
     """Wait for the processes to end; the peak resident memory of each (its Python process).
-    With `cpu_s`, also the CPU seconds each used with its children (its p2p daemon), as last
-    seen before it ended."""
+    With `cpu_s`, also the CPU seconds each used, as last seen before it ended: its main thread
+    (generation and training), its other threads (the swarm loop) and its children (its p2p
+    daemon), so a cost can be told from the same work running slower."""
     peaks = [0] * len(processes)
-    cpu = [0.0] * len(processes)
+    cpu = [(0.0, 0.0, 0.0)] * len(processes)
     deadline = time.monotonic() + timeout_s
     while any(p.poll() is None for p in processes) and time.monotonic() < deadline:
         for i, process in enumerate(processes):
             with contextlib.suppress(psutil.Error):
                 proc = psutil.Process(process.pid)
                 peaks[i] = max(peaks[i], proc.memory_info().rss)
-                cpu[i] = sum(sum(p.cpu_times()[:2]) for p in [proc, *proc.children(recursive=True)])
+                main = sum(t.user_time + t.system_time for t in proc.threads() if t.id == proc.pid)
+                children = sum(sum(p.cpu_times()[:2]) for p in proc.children(recursive=True))
+                # the largest seen: a node stops its daemon before it exits, and CPU only grows
+                now = (main, sum(proc.cpu_times()[:2]) - main, children)
+                cpu[i] = tuple(max(seen, part) for seen, part in zip(cpu[i], now))
         time.sleep(0.25)
     if cpu_s is not None:
         cpu_s[:] = cpu
@@ -298,6 +306,10 @@ def liveness(args: argparse.Namespace) -> None:
                   f"{r['rss_mb']:>12.0f} {r['rss_mb'] / max(base['rss_mb'], 1):>7.2f}x "
                   f"{result['attackers_cores']:>16.2f}  {parts}",
                   flush=True)
+    print("CPU s of the whole run, main thread (generation, training) / other threads (swarm loop) / p2p daemon:")
+    for attack, result in rows:
+        print(f"  {attack:<8} " + "   ".join(
+            f"{name} {' / '.join(f'{part:.1f}' for part in result[name]['cpu_parts'])}" for name in HONEST))
     for attack, result in rows:
         if result["joined"] < result["count"]:
             print(f"{attack}: {result['joined']} of {result['count']} attacking identities joined")
