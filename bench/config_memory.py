@@ -2,7 +2,7 @@
 
     python bench/config_memory.py [--gib 23.5 79.1]
 Prints the total and whether it fits (vLLM backend, as on a GPU with vLLM installed); the
-README's config table quotes these. Then the calibration points: each measured process peak
+docs/gpu.md's config table quotes these. Then the calibration points: each measured process peak
 (memory.CALIBRATION_PEAKS_GIB) next to the estimate of the path it was measured on.
 """
 

@@ -3,7 +3,7 @@ generation backends.
 
 The config validates against these lists, the CLI help prints them, the code that carries a
 choice out looks it up here (an unknown name is an error, never a silent fallback), and a test
-holds the README's configuration table to them. No torch, so loading a config stays cheap.
+holds docs/configuration.md's table to them. No torch, so loading a config stays cheap.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One list per kind of choice: config, CLI help, code and README agree with it."""
+"""One list per kind of choice: config, CLI help, code and the configuration reference agree with it."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from swarmnode.registry import BACKENDS, DIVERGENCES, OBJECTIVES, TASKS, Registr
 from swarmnode.rollout import resolve_backend
 from swarmnode.tasks import make_task
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+REFERENCE = ROOT / "docs" / "configuration.md"  # every setting; the README keeps a few rows
 KEYS = {"loss.objective": OBJECTIVES, "loss.divergence": DIVERGENCES, "task.name": TASKS, "rollout.backend": BACKENDS}
 
 
@@ -30,8 +32,8 @@ def test_the_config_accepts_exactly_the_registered_names(key, registry):
 
 
 @pytest.mark.parametrize("key,registry", KEYS.items())
-def test_the_readme_table_lists_every_registered_name(key, registry):
-    row = next(line for line in README.read_text().splitlines() if line.startswith(f"| {key} |"))
+def test_the_reference_table_lists_every_registered_name(key, registry):
+    row = next(line for line in REFERENCE.read_text().splitlines() if line.startswith(f"| {key} |"))
     listed = set(re.findall(r"`([a-z0-9][a-z0-9-]*)`", row.split("|")[3]))
     assert listed == set(registry.names), row
 
@@ -67,12 +69,20 @@ def test_a_registry_refuses_duplicates_and_names_the_choices():
         OBJECTIVES.get("ppo")
 
 
-def _readme_reference() -> dict[str, str]:
-    """The README's configuration table as {key: default as written}; a row may name several
+def _table_rows(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("|")]
+
+
+def _readme_rows() -> list[str]:
+    """The rows of the short table in the README's "Configuration reference" section."""
+    return _table_rows(README.read_text().split("## Configuration reference", 1)[1].split("\n## ", 1)[0])
+
+
+def _reference() -> dict[str, str]:
+    """docs/configuration.md's table as {key: default as written}; a row may name several
     keys of one section (`node.eval_every / eval_size`) with their defaults in the same order."""
     rows = {}
-    text = README.read_text().split("## Configuration reference", 1)[1].split("\n## ", 1)[0]
-    for line in text.splitlines():
+    for line in _table_rows(REFERENCE.read_text()):
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
         if len(cells) < 3 or cells[0] in ("setting", "---"):
             continue
@@ -110,9 +120,17 @@ def _leaves(model: BaseModel, prefix: str = "") -> dict[str, object]:
     return found
 
 
-def test_the_readme_reference_lists_every_setting_with_its_default():
-    written = _readme_reference()
+def test_the_reference_lists_every_setting_with_its_default():
+    written = _reference()
     actual = _leaves(Config())
     assert set(written) == set(actual), (set(actual) - set(written), set(written) - set(actual))
     wrong = {key: (written[key], actual[key]) for key in actual if _as_written(written[key]) != actual[key]}
     assert not wrong, wrong
+
+
+def test_the_readme_table_copies_rows_of_the_reference():
+    readme, reference = _readme_rows(), set(_table_rows(REFERENCE.read_text()))
+    assert readme[:2] == ["| setting | default | meaning |", "|---|---|---|"] and len(readme) > 2, readme
+    missing = [row for row in readme if row not in reference]
+    assert not missing, missing
+    assert "](docs/configuration.md)" in README.read_text()
