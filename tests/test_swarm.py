@@ -447,6 +447,31 @@ def test_a_useless_peer_is_asked_for_more_only_once_its_groups_are_used(start_ru
     assert len(asked) >= 2, "nothing held: asked every poll (the only peer not proven useful)"
 
 
+def test_a_held_peer_s_manifest_waits_like_its_direct_pull(start_runtime):
+    """A known peer outside the pull set (more known peers than swarm.max_pull_peers) is found
+    through its manifests. While the node holds its groups unused and it is not proven useful,
+    its new manifest is skipped too, not only its direct pull; once nothing of it is held, or
+    once it proved useful, its manifest is fetched."""
+    honest = start_runtime("honest")
+    junk = start_runtime("junk", honest.visible_maddrs())
+    ledger = PeerLedger()
+    ledger.delivered(junk.peer_id)
+    ledger.screened(junk.peer_id, offered=8, useful=0)
+    ex = _link(honest, ledger=ledger).exchange
+    manifest = Manifest(junk.peer_id, 1000, 4096, b"d" * 32, 100)
+
+    async def parse() -> Manifest | None:  # on the exchange's loop, as its polls run it
+        return ex._parse(junk.signer.local_public_key, manifest.to_value(), pulled=set())
+
+    ex.gather(timeout_s=0, held=frozenset({junk.peer_id}))
+    assert honest.call(parse(), timeout=5) is None, "held and useless: its manifest waits"
+    ex.gather(timeout_s=0)
+    assert honest.call(parse(), timeout=5) == manifest, "nothing held: fetched"
+    ledger.screened(junk.peer_id, offered=8, useful=8)
+    ex.gather(timeout_s=0, held=frozenset({junk.peer_id}))
+    assert honest.call(parse(), timeout=5) == manifest, "proven useful: fetched while held"
+
+
 async def _copy_inflight(exchange) -> list:
     """The exchange's downloads in flight, read on its loop."""
     return list(exchange._inflight)
