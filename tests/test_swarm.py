@@ -14,12 +14,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import msgpack
 import pytest
-from hivemind.dht.validation import DHTRecord
+from cryptography.hazmat.primitives.serialization import load_ssh_public_key
+from hivemind.dht.validation import CompositeValidator, DHTRecord
 from hivemind.p2p import PeerID
 from hivemind.utils.crypto import RSAPublicKey
 from hivemind.utils.timed_storage import get_dht_time
 
 from swarmnode.config import SwarmSettings, load_config
+from swarmnode.lab.adversary import ManyKeySigner, cheap_signer
 from swarmnode.records import NodeStatus, RecordError
 from swarmnode.swarm.base import SwarmLink
 from swarmnode.swarm.hivemind import dht as records
@@ -38,6 +40,7 @@ from swarmnode.swarm.hivemind.runtime import LOOKUP_BEAM, SwarmRuntime
 from swarmnode.swarm.hivemind.shards import (
     HEARTBEAT_FAMILY,
     ShardedFamily,
+    ShardIndex,
     manifest_family,
     shard_key,
     shard_of,
@@ -149,6 +152,26 @@ def test_each_distinct_record_s_signature_is_verified_once_and_a_forgery_still_f
     assert not signer.validate(DHTRecord(b"key", subkey, record.value, 124.0)), "another expiration, the old signature"
     assert len(verified) == 3
     assert signer.validate(record) and len(verified) == 4, "only the last `kept` verdicts are kept"
+
+
+def test_a_flood_s_small_keys_pass_the_honest_checks_and_each_record_is_signed_by_its_owner():
+    """What bench/attacks.py sybil relies on: a 1024-bit identity's record passes every check an
+    honest storing node makes (hivemind takes any key size), and one process signing for many
+    identities signs each record, packed subkey or suffixed, with the key it names."""
+    signers = [cheap_signer() for _ in range(3)]
+    many = ManyKeySigner(signers)
+    honest = CompositeValidator(records.make_validators(records.RSASignatureValidator(), ShardIndex()))
+    expiration = get_dht_time() + 60
+    for signer in signers:
+        assert load_ssh_public_key(signer.local_public_key.removeprefix(b"[owner:").removesuffix(b"]")).key_size == 1024
+        for subkey in (msgpack.packb(signer.local_public_key), signer.local_public_key + b"#7"):
+            record = DHTRecord(b"key", subkey, b"value", expiration)
+            signed = DHTRecord(b"key", subkey, many.sign_value(record), expiration)
+            assert signer.validate(signed) and many.validate(signed)
+        record = DHTRecord(b"key", msgpack.packb(signer.local_public_key), pack({"v": 1}), expiration)
+        assert honest.validate(DHTRecord(b"key", record.subkey, many.sign_value(record), expiration))
+    stranger = DHTRecord(b"key", msgpack.packb(b"[owner:ssh-rsa AAAA]"), b"value", expiration)
+    assert many.sign_value(stranger) == b"value", "a key it does not hold: left unsigned"
 
 
 def test_validator_rejects_unowned_oversized_and_far_future_records():

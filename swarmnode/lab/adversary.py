@@ -22,15 +22,19 @@ which they compute from the run's seed and training-set size (`seed`, `num_train
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import struct
 import time
 
+import msgpack
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric import rsa
 from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.dht.validation import DHTRecord, RecordValidatorBase
 from hivemind.p2p import PeerID
+from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.timed_storage import get_dht_time
 
 from swarmnode import wire
@@ -55,6 +59,7 @@ VALID = ("late", "crowd")  # attacks that publish batches an honest node accepts
 LATE_STEP_S = 0.25  # each batch of `late` is served this much later than its previous one
 CROWD_GROUPS = 16
 READ_SHARDS = 64  # it reads widely: its own cost is no concern of an attacker
+CHEAP_KEY_BITS = 1024  # the smallest RSA key the cryptography library makes
 
 
 class LivenessAttacker:
@@ -234,6 +239,15 @@ async def _spawn(coro) -> asyncio.Task:  # noqa: ANN001
     return asyncio.create_task(coro)
 
 
+def cheap_signer(bits: int = CHEAP_KEY_BITS) -> RSASignatureValidator:
+    """An identity with a small RSA key. hivemind's signature check takes a key of any size,
+    and a 1024-bit key is about five times quicker to make than hivemind's own 2048-bit one, so
+    this is what an attacker making tens of thousands of identities would use."""
+    key = RSAPrivateKey.__new__(RSAPrivateKey)  # hivemind's constructor always makes 2048 bits
+    key._private_key = rsa.generate_private_key(public_exponent=65537, key_size=bits)
+    return RSASignatureValidator(key)
+
+
 class ManyKeySigner(RecordValidatorBase):
     """Signs each record with the key its subkey names: one process, many identities."""
 
@@ -245,10 +259,14 @@ class ManyKeySigner(RecordValidatorBase):
         return self.check.validate(record)
 
     def sign_value(self, record: DHTRecord) -> bytes:
-        for marker, signer in self.signers.items():
-            if marker in record.subkey:
-                return signer.sign_value(record)
-        return record.value
+        """Signed by the key the subkey is (one lookup, for floods of many identities), else by
+        the first key the subkey contains (a suffixed subkey, `[owner:KEY]#i`)."""
+        signer = None
+        with contextlib.suppress(TypeError, ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
+            signer = self.signers.get(msgpack.unpackb(record.subkey))  # a record carries its subkey packed
+        if signer is None:
+            signer = next((s for marker, s in self.signers.items() if marker in record.subkey), None)
+        return record.value if signer is None else signer.sign_value(record)
 
     def strip_value(self, record: DHTRecord) -> bytes:
         return self.check.strip_value(record)
