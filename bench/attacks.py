@@ -2,7 +2,7 @@
 
     python bench/attacks.py liveness [--rounds 60] [--deadline 8] [--attacks far silent mute drip cut idle late crowd]
                                      [--crowd 4 16 64] [--pin] [--keep DIR]
-    python bench/attacks.py sybil [--identities 1000] [--rounds 8]
+    python bench/attacks.py sybil [--identities 1000] [--key-bits 1024] [--rounds 8]
     python bench/attacks.py flood [--records 50000] [--rounds 8]
     python bench/attacks.py slow [--rounds 120] [--own-share 1.0 0.5]
     python bench/attacks.py content [--rounds 40] [--attacks before after low-lp high-lp wrong long]
@@ -22,14 +22,18 @@ seconds a round its process and p2p daemon used (on a 2-core machine the attacki
 take CPU the honest nodes would have had: the machine's limit, not the protocol's, so the CPU
 the honest node spends is the protocol's cost), the other honest node's samples it trained on
 a round (mean, rounds 3 on), the peak resident memory of its process, and how often the liar
-was counted as bad. `--pin` puts both honest nodes on the first core and the attackers on the
-others (in the baseline too).
+was counted as bad; then each honest node's CPU by main thread, other threads and p2p daemon,
+and the DHT finds and stores a second it sent the identities' DHT nodes and they sent it.
+`--pin` puts both honest nodes on the first core and the attackers on the others (in the
+baseline too).
 
-Sybil: one process writes, from `--identities` keys of its own, a junk heartbeat (the honest
-run, the honest round) and a junk manifest for every round into the DHT of two honest nodes
-(in this process, over loopback). Printed: an honest node's heartbeat read and gather times,
-median over `--rounds` rounds, without and with the junk, and whether the honest peer's batch
-still arrived every round.
+Sybil: one process makes `--identities` identities (`--key-bits` RSA keys: hivemind's
+check takes any size, and 1024 bits is what a flood would use) and writes, from each, a junk
+heartbeat in the honest run and a junk manifest in its own shards at the levels the honest
+readers use into the DHT of two honest nodes (in this process, over loopback), once, kept an
+hour. Printed: an honest node's heartbeat read time and records a read and its gather time,
+median over `--rounds` rounds before and after the writes, whether the honest peer's batch
+arrived every round, the records the honest node then stores for others, and its strikes.
 
 Slow: no attacker; two honest `swarmnode join` tiny nodes, a pinned to core 0 and b to core 1
 beside two busy loops (3-5x slower), once for each `--own-share` (1: peers' groups on top of a
@@ -61,6 +65,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import math
 import os
@@ -70,6 +75,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -77,13 +84,16 @@ import numpy as np
 import psutil
 import yaml
 from hivemind.dht.crypto import RSASignatureValidator
+from hivemind.dht.protocol import DHTProtocol
+from hivemind.dht.routing import DHTID
+from hivemind.dht.storage import DictionaryDHTValue
 from hivemind.dht.validation import CompositeValidator
 from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.timed_storage import get_dht_time
 
 from swarmnode.assemble import assemble
 from swarmnode.config import TaskSettings, load_config
-from swarmnode.lab.adversary import ATTACKS, LivenessAttacker, ManyKeySigner
+from swarmnode.lab.adversary import ATTACKS, CHEAP_KEY_BITS, LivenessAttacker, ManyKeySigner, cheap_signer
 from swarmnode.lab.poison import CONTENT_ATTACKS, DEFENCES_OFF, carries_injection, poisoning_link
 from swarmnode.metrics import read_metrics, round_lines
 from swarmnode.policy import Policy
@@ -91,7 +101,14 @@ from swarmnode.records import Heartbeat
 from swarmnode.swarm.hivemind.connect import attach
 from swarmnode.swarm.hivemind.dht import Manifest, SwarmRecordValidator, owner_peer_id, pack
 from swarmnode.swarm.hivemind.runtime import SwarmError, SwarmRuntime
-from swarmnode.swarm.hivemind.shards import HEARTBEAT_FAMILY, level_for, manifest_family, shard_key, shard_of
+from swarmnode.swarm.hivemind.shards import (
+    HEARTBEAT_FAMILY,
+    MAX_LEVEL,
+    level_for,
+    manifest_family,
+    shard_key,
+    shard_of,
+)
 from swarmnode.swarm.ledger import PeerLedger
 from swarmnode.swarm.local import InMemoryHub
 from swarmnode.tasks import make_task
@@ -100,6 +117,8 @@ from swarmnode.tiny import TINY_PRESETS, ensure_tiny
 
 ROOT = Path(__file__).resolve().parents[1]
 HONEST = ("a", "b")
+JUNK_CHUNK = 250  # identities whose records go out in one store (one message under hivemind's 4 MiB cap)
+JUNK_TTL_S = 3600.0  # the junk outlives the measurement
 TIMINGS = ("generate", "publish", "gather", "decode", "score", "screen", "train")  # a round's parts, as in metrics.jsonl
 
 
@@ -151,6 +170,43 @@ def started_attacker(attack: str, maddrs: list[str], num_train: int, tries: int 
     return None
 
 
+class DhtTraffic:
+    """DHT requests between this process's DHT nodes (the attacking identities') and others,
+    counted by wrapping hivemind's protocol while `counting()` is open (a node's handlers are
+    bound when it starts, so identities must start inside it): `served[peer]` finds and stores
+    that peer sent the identities, `sent[peer]` those the identities sent it."""
+
+    def __init__(self) -> None:
+        self.served: Counter[str] = Counter()
+        self.sent: Counter[str] = Counter()
+
+    @contextlib.contextmanager
+    def counting(self) -> Iterator[DhtTraffic]:
+        originals = {name: getattr(DHTProtocol, name) for name in ("rpc_find", "rpc_store", "call_find", "call_store")}
+
+        def served(handler):  # noqa: ANN001, ANN202
+            @functools.wraps(handler)  # hivemind reads the handler's annotations
+            async def counted(protocol, request, context):  # noqa: ANN001, ANN202
+                self.served[context.remote_id.to_base58()] += 1
+                return await handler(protocol, request, context)
+            return counted
+
+        def sent(call):  # noqa: ANN001, ANN202
+            @functools.wraps(call)
+            async def counted(protocol, peer, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+                self.sent[peer.to_base58()] += 1
+                return await call(protocol, peer, *args, **kwargs)
+            return counted
+
+        for name, original in originals.items():
+            setattr(DHTProtocol, name, (served if name.startswith("rpc_") else sent)(original))
+        try:
+            yield self
+        finally:
+            for name, original in originals.items():
+                setattr(DHTProtocol, name, original)
+
+
 def attacker_count(attack: str | None, crowd: int) -> int:
     return 0 if attack is None else 2 if attack == "far" else crowd if attack == "crowd" else 1
 
@@ -172,39 +228,42 @@ def run_scenario(
 
     processes: list[subprocess.Popen] = []
     attackers: list[LivenessAttacker] = []
-    try:
-        num_train = make_task(TaskSettings(name="arithmetic")).num_train
-        if count:
-            # The identities are in the swarm before the honest nodes: the first starts it, the
-            # others join through it (64 pinned to one core take minutes), and then both honest
-            # nodes join through it at once, so they train side by side from their first round
-            first = started_attacker(attack, [], num_train)
-            if first is None:
-                raise RuntimeError("the first identity could not start a swarm")
-            attackers.append(first)
-            maddrs = first.runtime.visible_maddrs()[:1]
-            with ThreadPoolExecutor(max_workers=8) as starting:
-                for attacker in starting.map(lambda _: started_attacker(attack, maddrs, num_train), range(count - 1)):
-                    if attacker is not None:
-                        attackers.append(attacker)
-            processes += [start_node(directory / name, config(name), maddrs, core=honest_core) for name in HONEST]
-        else:
-            processes.append(start_node(directory / "a", config("a"), [], core=honest_core))
-            wait_for_file(directory / "a" / "run" / "swarm.json", processes[0], 120)
-            maddrs = json.loads((directory / "a" / "run" / "swarm.json").read_text())["maddrs"][:1]
-            processes.append(start_node(directory / "b", config("b"), maddrs, core=honest_core))
-        started, cpu_before = time.monotonic(), attackers_cpu_s(processes)
-        cpu_s: list[tuple[float, float, float]] = []
-        peak_rss = watch_rss(processes, timeout_s=1800, cpu_s=cpu_s)
-        attackers_cores = (attackers_cpu_s(processes) - cpu_before) / (time.monotonic() - started)
-        downloaded = sum(a.server.served for a in attackers if a.server is not None)  # batches the honest nodes took
-    finally:
-        for attacker in attackers:
-            attacker.stop()
-        for process in processes:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+    traffic = DhtTraffic()
+    with traffic.counting():  # the identities' DHT nodes start inside it
+        try:
+            num_train = make_task(TaskSettings(name="arithmetic")).num_train
+            if count:
+                # The identities are in the swarm before the honest nodes: the first starts it, the
+                # others join through it (64 pinned to one core take minutes), and then both honest
+                # nodes join through it at once, so they train side by side from their first round
+                first = started_attacker(attack, [], num_train)
+                if first is None:
+                    raise RuntimeError("the first identity could not start a swarm")
+                attackers.append(first)
+                maddrs = first.runtime.visible_maddrs()[:1]
+                with ThreadPoolExecutor(max_workers=8) as starting:
+                    for attacker in starting.map(lambda _: started_attacker(attack, maddrs, num_train), range(count - 1)):
+                        if attacker is not None:
+                            attackers.append(attacker)
+                processes += [start_node(directory / name, config(name), maddrs, core=honest_core) for name in HONEST]
+            else:
+                processes.append(start_node(directory / "a", config("a"), [], core=honest_core))
+                wait_for_file(directory / "a" / "run" / "swarm.json", processes[0], 120)
+                maddrs = json.loads((directory / "a" / "run" / "swarm.json").read_text())["maddrs"][:1]
+                processes.append(start_node(directory / "b", config("b"), maddrs, core=honest_core))
+            started, cpu_before = time.monotonic(), attackers_cpu_s(processes)
+            cpu_s: list[tuple[float, float, float]] = []
+            peak_rss = watch_rss(processes, timeout_s=1800, cpu_s=cpu_s)
+            attackers_cores = (attackers_cpu_s(processes) - cpu_before) / (time.monotonic() - started)
+            downloaded = sum(a.server.served for a in attackers if a.server is not None)  # batches the honest nodes took
+            wall_s = time.monotonic() - started
+        finally:
+            for attacker in attackers:
+                attacker.stop()
+            for process in processes:
+                if process.poll() is None:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
     lines = {name: round_lines(read_metrics(directory / name / "run" / "metrics.jsonl")) for name in HONEST}
     ids = {name: rounds[0]["peer_id"] if rounds else "" for name, rounds in lines.items()}
     result: dict = {
@@ -224,6 +283,8 @@ def run_scenario(
             "peer_samples": statistics.median(m.get("peer_samples", 0) for m in late),
             "timings": {k: statistics.median(m.get(f"{k}_s", math.nan) for m in late) for k in TIMINGS},
             "rss_mb": rss / 2**20,
+            # DHT requests a second between this node and the identities' DHT nodes, each way
+            "dht_out": traffic.served[ids[name]] / wall_s, "dht_in": traffic.sent[ids[name]] / wall_s,
         }
     return result
 
@@ -310,6 +371,10 @@ def liveness(args: argparse.Namespace) -> None:
     for attack, result in rows:
         print(f"  {attack:<8} " + "   ".join(
             f"{name} {' / '.join(f'{part:.1f}' for part in result[name]['cpu_parts'])}" for name in HONEST))
+    print("DHT finds and stores a second between each honest node and the identities' DHT nodes (to them / from them):")
+    for attack, result in rows[1:]:
+        print(f"  {attack:<8} " + "   ".join(
+            f"{name} {result[name]['dht_out']:.1f} / {result[name]['dht_in']:.1f}" for name in HONEST))
     for attack, result in rows:
         if result["joined"] < result["count"]:
             print(f"{attack}: {result['joined']} of {result['count']} attacking identities joined")
@@ -419,8 +484,13 @@ def sybil(args: argparse.Namespace) -> None:
     ledger = PeerLedger(config.swarm)
     link, peer_link = attach(honest, run, config, ledger), attach(peer, run, config, PeerLedger(config.swarm))
     started = time.perf_counter()
-    signers = [RSASignatureValidator(RSAPrivateKey()) for _ in range(args.identities)]
-    print(f"{args.identities} identities made in {time.perf_counter() - started:.0f} s", flush=True)
+    signers = []
+    for made in range(1, args.identities + 1):
+        signers.append(cheap_signer(args.key_bits))
+        if made % 5000 == 0:
+            print(f"  {made} identities made ({time.perf_counter() - started:.0f} s)", flush=True)
+    print(f"{args.identities} identities ({args.key_bits}-bit RSA keys) made in {time.perf_counter() - started:.0f} s",
+          flush=True)
     attacker.dht.protocol.record_validator = CompositeValidator(
         [ManyKeySigner(signers), SwarmRecordValidator(attacker.shards)]
     )
@@ -428,60 +498,76 @@ def sybil(args: argparse.Namespace) -> None:
 
     owners = [(signer.local_public_key, owner_peer_id(signer.local_public_key)) for signer in signers]
     centre = level_for(args.identities)
-    levels = [lv for lv in (centre - 1, centre, centre + 1) if lv >= 0]  # where honest readers will read
+    levels = [lv for lv in (centre - 1, centre, centre + 1) if 0 <= lv <= MAX_LEVEL]  # where honest readers read
 
-    def junk(round_: int) -> None:
-        """Every identity: a heartbeat claiming the honest round, a manifest of a batch it never
-        serves, each in its own shards (storing nodes refuse other shards) at the readers' levels."""
-        now = get_dht_time()
-        keys, values, subkeys = [], [], []
-        for marker, who in owners:
-            beat = pack(Heartbeat(peer=who, run=run, time=now, round=round_).model_dump())
-            manifest = Manifest(who, round_, 4096, os.urandom(32), 100).to_value()
-            for level in levels:
-                keys += [shard_key(HEARTBEAT_FAMILY, level, shard_of(who, level)),
-                         shard_key(manifest_family(run), level, shard_of(who, level))]
-                values += [beat, manifest]
-                subkeys += [marker, marker]
-        attacker.call(attacker.dht.store_many(keys, values, now + 120, subkeys=subkeys), timeout=600)
+    def write_junk() -> tuple[int, float]:
+        """Every identity, once: a heartbeat in the honest run and a manifest of a batch it
+        never serves, each in its own shards (storing nodes refuse other shards) at the
+        readers' levels, kept JUNK_TTL_S; returns the records written and the seconds taken."""
+        began, written = time.perf_counter(), 0
+        for first in range(0, len(owners), JUNK_CHUNK):
+            now = get_dht_time()
+            keys, values, subkeys = [], [], []
+            for marker, who in owners[first:first + JUNK_CHUNK]:
+                beat = pack(Heartbeat(peer=who, run=run, time=now, round=0).model_dump())
+                manifest = Manifest(who, 0, 4096, os.urandom(32), 100).to_value()
+                for level in levels:
+                    keys += [shard_key(HEARTBEAT_FAMILY, level, shard_of(who, level)),
+                             shard_key(manifest_family(run), level, shard_of(who, level))]
+                    values += [beat, manifest]
+                    subkeys += [marker, marker]
+            attacker.call(attacker.dht.store_many(keys, values, now + JUNK_TTL_S, subkeys=subkeys), timeout=600)
+            written += len(keys)
+            if (first // JUNK_CHUNK) % 40 == 39:
+                print(f"  {written} junk records written ({time.perf_counter() - began:.0f} s)", flush=True)
+        return written, time.perf_counter() - began
 
-    def measure(rounds: range, with_junk: bool) -> tuple[list[float], list[float], int]:
-        reads, gathers, arrived = [], [], 0
+    def measure(rounds: range) -> tuple[list[float], list[float], list[int], int]:
+        reads, gathers, records, arrived = [], [], [], 0
         for r in rounds:
-            if with_junk:
-                junk(r)
             peer_link.exchange.publish(r, os.urandom(2048), 256)
             t = time.perf_counter()
             found = honest.call(link.membership.heartbeats.read(honest.read_owned_many), timeout=60)
             reads.append(time.perf_counter() - t)
-            read_records.append(len(found.items))
+            records.append(len(found.items))
             t = time.perf_counter()
             got = link.exchange.gather(30.0, {peer.peer_id})
             gathers.append(time.perf_counter() - t)
             arrived += any(item.peer_id == peer.peer_id for item in got)
-        return reads, gathers, arrived
+        return reads, gathers, records, arrived
 
-    read_records: list[int] = []
     try:
-        base = measure(range(0, args.rounds), False)
-        base_records, read_records = read_records, []
-        flood = measure(range(args.rounds, 2 * args.rounds), True)
+        base = measure(range(0, args.rounds))
+        written, write_s = write_junk()
+        stored = stored_records(honest, [HEARTBEAT_FAMILY, manifest_family(run)])
+        flood = measure(range(args.rounds, 2 * args.rounds))
         honest.call(link.membership.read(), timeout=60)
         junk_seen = len(link.membership.peers)
     finally:
         for runtime in (attacker, peer, honest):
             runtime.shutdown()
     ms = lambda xs: 1000 * statistics.median(xs)  # noqa: E731
-    print(f"sybil: {args.identities} junk heartbeats and {args.identities} junk manifests per round, "
-          f"{args.rounds} rounds each")
-    print(f"{'':<12} {'heartbeat read ms':>18} {'gather ms':>10} {'peer batch arrived':>19}")
-    print(f"{'no junk':<12} {ms(base[0]):>18.1f} {ms(base[1]):>10.1f} {base[2]:>15}/{args.rounds}")
-    print(f"{'with junk':<12} {ms(flood[0]):>18.1f} {ms(flood[1]):>10.1f} {flood[2]:>15}/{args.rounds}")
-    print(f"heartbeats an honest read returned (median): {statistics.median(base_records):.0f} without junk, "
-          f"{statistics.median(read_records):.0f} with (level {link.membership.heartbeats.estimate.level} of "
-          f"{args.identities} junk identities written at levels {levels})")
+    print(f"sybil: {args.identities} identities wrote {written} junk records (a heartbeat and a manifest each at "
+          f"levels {levels}) in {write_s:.0f} s, once, before the second {args.rounds} rounds")
+    print(f"{'':<12} {'heartbeat read ms':>18} {'records a read':>15} {'gather ms':>10} {'peer batch arrived':>19}")
+    for name, (reads, gathers, records, arrived) in (("no junk", base), ("with junk", flood)):
+        print(f"{name:<12} {ms(reads):>18.1f} {statistics.median(records):>15.0f} {ms(gathers):>10.1f} "
+              f"{arrived:>15}/{args.rounds}")
+    print(f"the honest node's reader ended at level {link.membership.heartbeats.estimate.level}; as a storing node it "
+          f"held {stored} records after the writes; honest strikes: {ledger.total}")
     print(f"junk heartbeats kept as peers of the run after one more read: {junk_seen}; downloads of unknown peers "
           f"at once: at most swarm.max_peers_per_round ({config.swarm.max_peers_per_round})")
+
+
+def stored_records(runtime: SwarmRuntime, families: list[str]) -> dict[str, int]:
+    """How many records (a key's value, or each subkey's) the runtime's DHT node stores for
+    others, by family of shard keys ("other": any other key)."""
+    family_of = {DHTID.generate(source=shard_key(family, level, shard)): family
+                 for family in families for level in range(MAX_LEVEL + 1) for shard in range(2**level)}
+    counts = dict.fromkeys([*families, "other"], 0)
+    for key_id, item in runtime.dht.protocol.storage.items():
+        counts[family_of.get(key_id, "other")] += len(item.value) if isinstance(item.value, DictionaryDHTValue) else 1
+    return counts
 
 
 def flood(args: argparse.Namespace) -> None:
@@ -683,6 +769,7 @@ def main() -> None:
     live.add_argument("--keep", type=Path, default=None, help="keep the nodes' run dirs here (default: a temp dir)")
     syb = sub.add_parser("sybil", help="junk heartbeats and manifests from many identities")
     syb.add_argument("--identities", type=int, default=1000)
+    syb.add_argument("--key-bits", type=int, default=CHEAP_KEY_BITS, help="the identities' RSA key size")
     syb.add_argument("--rounds", type=int, default=8)
     slow = sub.add_parser("slow", help="real processes: an honest peer 3x slower than the other")
     slow.add_argument("--rounds", type=int, default=120, help="a's rounds")
