@@ -1,7 +1,7 @@
 """Attacks on honest nodes, and what they achieve against swarmnode's defences.
 
     python bench/attacks.py liveness [--rounds 60] [--deadline 8] [--attacks far silent mute drip cut idle late crowd]
-                                     [--crowd 4 16 64] [--pin] [--keep DIR]
+                                     [--crowd 4 16 64] [--pin | --split] [--heartbeat 1] [--keep DIR]
     python bench/attacks.py sybil [--identities 1000] [--key-bits 1024] [--rounds 8]
     python bench/attacks.py flood [--records 50000] [--rounds 8]
     python bench/attacks.py slow [--rounds 120] [--own-share 1.0 0.5]
@@ -25,7 +25,10 @@ a round (mean, rounds 3 on), the peak resident memory of its process, and how of
 was counted as bad; then each honest node's CPU by main thread, other threads and p2p daemon,
 and the DHT finds and stores a second it sent the identities' DHT nodes and they sent it.
 `--pin` puts both honest nodes on the first core and the attackers on the others (in the
-baseline too).
+baseline too); `--split` also moves the honest nodes' other threads and p2p daemons to the
+attackers' cores, as a node with a core for its network work beside training would run. The
+honest nodes heartbeat every `--heartbeat` seconds (1 by default here, so short runs find
+their peers quickly; a node's own default is 5), each a store and a read of the DHT.
 
 Sybil: one process makes `--identities` identities (`--key-bits` RSA keys: hivemind's
 check takes any size, and 1024 bits is what a flood would use) and writes, from each, a junk
@@ -212,7 +215,8 @@ def attacker_count(attack: str | None, crowd: int) -> int:
 
 
 def run_scenario(
-    attack: str | None, rounds: int, deadline_s: float, root: Path, crowd: int = 4, honest_core: int | None = None
+    attack: str | None, rounds: int, deadline_s: float, root: Path, crowd: int = 4, honest_core: int | None = None,
+    network_cores: set[int] | None = None, heartbeat_s: float = 1.0,
 ) -> dict:
     directory = root / f"{attack or 'none'}-{crowd}"
     count = attacker_count(attack, crowd)
@@ -222,6 +226,9 @@ def run_scenario(
         # see docs/security.md): both honest nodes, started at the same moment, start
         # training at about the same moment, with the attack on from their first round
         cfg = honest_config(directory / name, rounds, deadline_s)
+        swarm = cfg["swarm"]
+        swarm["heartbeat_interval_s"] = heartbeat_s
+        swarm["stale_after_s"] = max(swarm["stale_after_s"], 4 * heartbeat_s)
         if attack == "crowd":  # the crowd's heartbeats, late as they are, count (the default 20 s)
             cfg["swarm"]["stale_after_s"] = 20.0
         return cfg
@@ -253,7 +260,7 @@ def run_scenario(
                 processes.append(start_node(directory / "b", config("b"), maddrs, core=honest_core))
             started, cpu_before = time.monotonic(), attackers_cpu_s(processes)
             cpu_s: list[tuple[float, float, float]] = []
-            peak_rss = watch_rss(processes, timeout_s=1800, cpu_s=cpu_s)
+            peak_rss = watch_rss(processes, timeout_s=1800, cpu_s=cpu_s, network_cores=network_cores)
             attackers_cores = (attackers_cpu_s(processes) - cpu_before) / (time.monotonic() - started)
             downloaded = sum(a.server.served for a in attackers if a.server is not None)  # batches the honest nodes took
             wall_s = time.monotonic() - started
@@ -302,12 +309,15 @@ def attackers_cpu_s(honest: list[subprocess.Popen]) -> float:
 
 
 def watch_rss(
-    processes: list[subprocess.Popen], timeout_s: float, cpu_s: list[tuple[float, float, float]] | None = None
+    processes: list[subprocess.Popen], timeout_s: float, cpu_s: list[tuple[float, float, float]] | None = None,
+    network_cores: set[int] | None = None,
 ) -> list[int]:
     """Wait for the processes to end; the peak resident memory of each (its Python process).
     With `cpu_s`, also the CPU seconds each used, as last seen before it ended: its main thread
     (generation and training), its other threads (the swarm loop) and its children (its p2p
-    daemon), so a cost can be told from the same work running slower."""
+    daemon), so a cost can be told from the same work running slower. With `network_cores`,
+    each process's other threads and children are moved there as they appear, leaving its core
+    to the main thread."""
     peaks = [0] * len(processes)
     cpu = [(0.0, 0.0, 0.0)] * len(processes)
     deadline = time.monotonic() + timeout_s
@@ -316,6 +326,8 @@ def watch_rss(
             with contextlib.suppress(psutil.Error):
                 proc = psutil.Process(process.pid)
                 peaks[i] = max(peaks[i], proc.memory_info().rss)
+                if network_cores is not None:
+                    move_off_main_thread(proc, network_cores)
                 main = sum(t.user_time + t.system_time for t in proc.threads() if t.id == proc.pid)
                 children = sum(sum(p.cpu_times()[:2]) for p in proc.children(recursive=True))
                 # the largest seen: a node stops its daemon before it exits, and CPU only grows
@@ -327,6 +339,19 @@ def watch_rss(
     return peaks
 
 
+def move_off_main_thread(proc: psutil.Process, cores: set[int]) -> None:
+    """Put every thread of `proc` but its main one, and its children, on `cores`."""
+    for thread in proc.threads():
+        if thread.id != proc.pid:
+            with contextlib.suppress(OSError):
+                if os.sched_getaffinity(thread.id) != cores:
+                    os.sched_setaffinity(thread.id, cores)
+    for child in proc.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if set(child.cpu_affinity()) != cores:
+                child.cpu_affinity(sorted(cores))
+
+
 def liveness(args: argparse.Namespace) -> None:
     for spec in TINY_PRESETS.values():
         ensure_tiny(spec)
@@ -335,21 +360,27 @@ def liveness(args: argparse.Namespace) -> None:
     # protocol's. Pinned, the honest nodes share core 0 and the attackers get the rest, in
     # the baseline too, so the ratios measure what the attack costs the honest nodes' protocol.
     cores = sorted(os.sched_getaffinity(0))
-    honest_core = cores[0] if args.pin and len(cores) > 1 else None
+    honest_core = cores[0] if (args.pin or args.split) and len(cores) > 1 else None
+    network_cores = set(cores[1:]) if args.split and honest_core is not None else None
     if honest_core is not None:
         os.sched_setaffinity(0, set(cores[1:]))
     with contextlib.ExitStack() as stack:
         root = args.keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="swarmnode-attacks-")))
-        baseline = run_scenario(None, args.rounds, args.deadline, root, honest_core=honest_core)
+        baseline = run_scenario(None, args.rounds, args.deadline, root, honest_core=honest_core,
+                                network_cores=network_cores, heartbeat_s=args.heartbeat)
         scenarios = [(a, n) for a in args.attacks for n in (args.crowd if a == "crowd" else [1])]
         rows = [("none", baseline)] + [
             (f"crowd{n}" if a == "crowd" else a,
-             run_scenario(a, args.rounds, args.deadline, root, crowd=n, honest_core=honest_core))
+             run_scenario(a, args.rounds, args.deadline, root, crowd=n, honest_core=honest_core,
+                          network_cores=network_cores, heartbeat_s=args.heartbeat))
             for a, n in scenarios
         ]
     where = (f"both honest nodes pinned to core {honest_core}, attackers on cores {cores[1:]}"
              if honest_core is not None else "unpinned: attackers and honest nodes share the cores")
-    print(f"liveness: 2 honest tiny nodes, {args.rounds} rounds, gather_timeout_s {args.deadline:.0f}, {where}; "
+    if network_cores is not None:
+        where += ", the honest nodes' other threads and daemons with the attackers"
+    print(f"liveness: 2 honest tiny nodes, {args.rounds} rounds, gather_timeout_s {args.deadline:.0f}, "
+          f"heartbeat_interval_s {args.heartbeat:g}, {where}; "
           "medians of rounds 3 on; honest samples: the other honest node's samples trained on a round (mean); "
           "CPU s/round: the honest node's process and p2p daemon")
     print(f"{'attack':<8} {'node':<4} {'rounds':>9} {'median round s':>15} {'vs none':>8} {'CPU s/round':>12} "
@@ -766,6 +797,11 @@ def main() -> None:
     live.add_argument("--crowd", nargs="+", type=int, default=[4, 16, 64], help="identities of each crowd scenario")
     live.add_argument("--pin", action="store_true",
                       help="pin both honest nodes to the first core and the attackers to the others")
+    live.add_argument("--heartbeat", type=float, default=1.0,
+                      help="the honest nodes' swarm.heartbeat_interval_s (the node's default: 5)")
+    live.add_argument("--split", action="store_true",
+                      help="as --pin, with the honest nodes' swarm threads and p2p daemons moved to the attackers' "
+                           "cores: the first core runs only their generation and training")
     live.add_argument("--keep", type=Path, default=None, help="keep the nodes' run dirs here (default: a temp dir)")
     syb = sub.add_parser("sybil", help="junk heartbeats and manifests from many identities")
     syb.add_argument("--identities", type=int, default=1000)
