@@ -24,11 +24,14 @@ def test_a_vllm_node_and_an_hf_node_train_together(tmp_path):
         fast.start([])
         wait_for(lambda: (fast.dir / "run" / "swarm.json").exists(), 120, "the vLLM node to start", [fast])
         plain.start(fast.info["maddrs"])
-        wait_for(lambda: all(len(n.rounds()) >= 6 for n in nodes), 300, "6 rounds on both nodes", nodes)
+        wait_for(lambda: all(len(n.rounds()) >= 20 for n in nodes), 300, "20 rounds on both nodes", nodes)
         for node in nodes:
             rounds = node.rounds()
-            # each counts its own rounds at its own speed: a round may find nothing new
-            used = [r["peer_samples"] > 0 for r in rounds[1:]]
+            # each counts its own rounds at its own speed: a round may find nothing new. The
+            # tiny rounds (0.05-0.3 s) are shorter than a poll interval (0.25 s), so a node's
+            # first half second of rounds can pass before its peer's second batch arrives;
+            # judged on the second half, once the peer's pace is known
+            used = [r["peer_samples"] > 0 for r in rounds[len(rounds) // 2:]]
             assert sum(used) >= 0.5 * len(used), (node.name, [r["peer_samples"] for r in rounds])
             assert all(r["rejected"] == 0 for r in rounds)
         assert all(r["sync_s"] > 0 for r in fast.rounds())  # weights pushed into the engine every step
