@@ -88,7 +88,6 @@ import psutil
 import yaml
 from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.dht.protocol import DHTProtocol
-from hivemind.dht.routing import DHTID
 from hivemind.dht.storage import DictionaryDHTValue
 from hivemind.dht.validation import CompositeValidator
 from hivemind.utils.crypto import RSAPrivateKey
@@ -107,6 +106,7 @@ from swarmnode.swarm.hivemind.runtime import SwarmError, SwarmRuntime
 from swarmnode.swarm.hivemind.shards import (
     HEARTBEAT_FAMILY,
     MAX_LEVEL,
+    ShardIndex,
     level_for,
     manifest_family,
     shard_key,
@@ -261,9 +261,9 @@ def run_scenario(
             started, cpu_before = time.monotonic(), attackers_cpu_s(processes)
             cpu_s: list[tuple[float, float, float]] = []
             peak_rss = watch_rss(processes, timeout_s=1800, cpu_s=cpu_s, network_cores=network_cores)
-            attackers_cores = (attackers_cpu_s(processes) - cpu_before) / (time.monotonic() - started)
-            downloaded = sum(a.server.served for a in attackers if a.server is not None)  # batches the honest nodes took
             wall_s = time.monotonic() - started
+            attackers_cores = (attackers_cpu_s(processes) - cpu_before) / wall_s
+            downloaded = sum(a.server.served for a in attackers if a.server is not None)  # batches the honest nodes took
         finally:
             for attacker in attackers:
                 attacker.stop()
@@ -593,11 +593,13 @@ def sybil(args: argparse.Namespace) -> None:
 def stored_records(runtime: SwarmRuntime, families: list[str]) -> dict[str, int]:
     """How many records (a key's value, or each subkey's) the runtime's DHT node stores for
     others, by family of shard keys ("other": any other key)."""
-    family_of = {DHTID.generate(source=shard_key(family, level, shard)): family
-                 for family in families for level in range(MAX_LEVEL + 1) for shard in range(2**level)}
+    indexes = {family: ShardIndex() for family in families}  # the hashes of every shard key, as storing nodes keep
+    for family, index in indexes.items():
+        index.add(family)
     counts = dict.fromkeys([*families, "other"], 0)
     for key_id, item in runtime.dht.protocol.storage.items():
-        counts[family_of.get(key_id, "other")] += len(item.value) if isinstance(item.value, DictionaryDHTValue) else 1
+        family = next((f for f, index in indexes.items() if index.shard(key_id.to_bytes()) is not None), "other")
+        counts[family] += len(item.value) if isinstance(item.value, DictionaryDHTValue) else 1
     return counts
 
 
