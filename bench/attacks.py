@@ -94,12 +94,15 @@ from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.timed_storage import get_dht_time
 
 from swarmnode.assemble import assemble
-from swarmnode.config import TaskSettings, load_config
 from swarmnode.lab.adversary import ATTACKS, CHEAP_KEY_BITS, LivenessAttacker, ManyKeySigner, cheap_signer
 from swarmnode.lab.poison import CONTENT_ATTACKS, DEFENCES_OFF, carries_injection, poisoning_link
-from swarmnode.metrics import read_metrics, round_lines
-from swarmnode.policy import Policy
-from swarmnode.records import Heartbeat
+from swarmnode.loop.ledger import PeerLedger
+from swarmnode.model.policy import Policy
+from swarmnode.model.tiny import TINY_PRESETS, ensure_tiny
+from swarmnode.ops.metrics import read_metrics, round_lines
+from swarmnode.protocol.records import Heartbeat
+from swarmnode.settings.config import TaskSettings, load_config
+from swarmnode.swarm.base import GatherWait
 from swarmnode.swarm.hivemind.connect import attach
 from swarmnode.swarm.hivemind.dht import Manifest, SwarmRecordValidator, owner_peer_id, pack
 from swarmnode.swarm.hivemind.runtime import SwarmError, SwarmRuntime
@@ -112,11 +115,9 @@ from swarmnode.swarm.hivemind.shards import (
     shard_key,
     shard_of,
 )
-from swarmnode.swarm.ledger import PeerLedger
 from swarmnode.swarm.local import InMemoryHub
 from swarmnode.tasks import make_task
 from swarmnode.tasks.answers import numeric_reward
-from swarmnode.tiny import TINY_PRESETS, ensure_tiny
 
 ROOT = Path(__file__).resolve().parents[1]
 HONEST = ("a", "b")
@@ -562,7 +563,7 @@ def sybil(args: argparse.Namespace) -> None:
             reads.append(time.perf_counter() - t)
             records.append(len(found.items))
             t = time.perf_counter()
-            got = link.exchange.gather(30.0, {peer.peer_id})
+            got = link.exchange.gather(GatherWait(30.0, {peer.peer_id}))
             gathers.append(time.perf_counter() - t)
             arrived += any(item.peer_id == peer.peer_id for item in got)
         return reads, gathers, records, arrived
@@ -626,7 +627,7 @@ def flood(args: argparse.Namespace) -> None:
         for r in rounds:
             peer_link.exchange.publish(r, os.urandom(2048), 256)
             t = time.perf_counter()
-            got = link.exchange.gather(30.0, {peer.peer_id})
+            got = link.exchange.gather(GatherWait(30.0, {peer.peer_id}))
             gathers.append(time.perf_counter() - t)
             arrived += any(item.peer_id == peer.peer_id for item in got)
         return gathers, arrived
@@ -698,14 +699,14 @@ def run_content(attack: str | None, defences: bool, args: argparse.Namespace, se
         nodes = []
         for name, model in zip(CONTENT_HONEST, args.models):
             config = content_config(directory, name, seed, args.eval_size, defences, [f"model.name={model}", *args.overrides])
-            nodes.append(stack.enter_context(assemble(config, join=lambda run, n=name: hub.join(n, run))))
+            nodes.append(stack.enter_context(assemble(config, join=lambda run, standing, n=name: hub.join(n, run, standing))))
         attacker = None
         if attack:
             config = content_config(directory, ATTACKER, seed, args.eval_size, defences, args.overrides)
             evil_policy = Policy.load(config.model, config.train, seed=config.node.seed)
             attacker = stack.enter_context(assemble(
                 config, policy=evil_policy,
-                join=lambda run: poisoning_link(hub.join(ATTACKER, run), attack, config, nodes[0].task, evil_policy),
+                join=lambda run, standing: poisoning_link(hub.join(ATTACKER, run, standing), attack, config, nodes[0].task, evil_policy),
             ))
         before = [strict_accuracy(node, args.eval_size)[0] for node in nodes]
         ignored_at: list[int | None] = [None] * len(nodes)

@@ -19,11 +19,11 @@ import numpy as np
 import torch
 from random_weights import build_random_model
 
-from swarmnode.checkpoint import CheckpointWriter, snapshot_bytes
-from swarmnode.config import Config
-from swarmnode.memory import GIB
-from swarmnode.policy import Policy, TrainSample
-from swarmnode.shapes import KNOWN_SHAPES
+from swarmnode.model.checkpoint import CheckpointWriter, snapshot_bytes
+from swarmnode.model.policy import Policy, TrainSample
+from swarmnode.settings.config import Config
+from swarmnode.sizing.memory import GIB
+from swarmnode.sizing.shapes import KNOWN_SHAPES
 
 
 def main() -> None:

@@ -11,15 +11,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from swarmnode.config import load_config
-from swarmnode.memory import (
+from swarmnode.settings.config import load_config
+from swarmnode.sizing.memory import (
     CALIBRATION_CAPACITY_GIB,
     CALIBRATION_PEAKS_GIB,
     CALIBRATION_SETTINGS,
     GIB,
     estimate,
 )
-from swarmnode.shapes import shape_of
+from swarmnode.sizing.shapes import shape_of
 
 
 def main() -> None:

@@ -32,13 +32,13 @@ import torch
 from random_weights import build_random_model
 from transformers import AutoModelForCausalLM, GenerationConfig
 
-from swarmnode.config import Config, load_config
-from swarmnode.memory import GIB, TYPICAL_PROMPT_TOKENS, estimate
-from swarmnode.plan import BASE_SHAPES as PLAN_SHAPES
-from swarmnode.plan import DEFAULT_CARDS_GIB, explain, make_plan
-from swarmnode.policy import Policy, TrainSample
+from swarmnode.model.policy import Policy, TrainSample
 from swarmnode.rollout import make_generator, vllm_available
-from swarmnode.shapes import KNOWN_SHAPES, ModelShape, shape_of
+from swarmnode.settings.config import Config, load_config
+from swarmnode.sizing.memory import GIB, TYPICAL_PROMPT_TOKENS, estimate
+from swarmnode.sizing.plan import BASE_SHAPES as PLAN_SHAPES
+from swarmnode.sizing.plan import DEFAULT_CARDS_GIB, explain, make_plan
+from swarmnode.sizing.shapes import KNOWN_SHAPES, ModelShape, shape_of
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE_SHAPES = list(PLAN_SHAPES)

@@ -25,8 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from swarmnode.metrics import read_metrics, round_lines
-from swarmnode.tiny import TINY_PRESETS, ensure_tiny
+from swarmnode.model.tiny import TINY_PRESETS, ensure_tiny
+from swarmnode.ops.metrics import read_metrics, round_lines
 
 
 def start(run_dir: Path, checkpoint_every_s: float, log: Path) -> subprocess.Popen:

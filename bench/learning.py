@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from swarmnode.assemble import assemble
-from swarmnode.config import load_config
+from swarmnode.settings.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -21,10 +21,10 @@ import numpy as np
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from swarmnode.config import LoraSettings, TrainSettings
-from swarmnode.policy import Policy
-from swarmnode.shapes import KNOWN_SHAPES
-from swarmnode.tiny import build_tokenizer
+from swarmnode.model.policy import Policy
+from swarmnode.model.tiny import build_tokenizer
+from swarmnode.settings.config import LoraSettings, TrainSettings
+from swarmnode.sizing.shapes import KNOWN_SHAPES
 
 GIB = 2**30
 

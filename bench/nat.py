@@ -34,8 +34,8 @@ from pathlib import Path
 
 import yaml
 
-from swarmnode.metrics import read_metrics, round_lines
-from swarmnode.tiny import TINY_PRESETS, ensure_tiny
+from swarmnode.model.tiny import TINY_PRESETS, ensure_tiny
+from swarmnode.ops.metrics import read_metrics, round_lines
 
 WAN, HOME = "11.77.0", "192.168.77"
 NODES = {"pub": f"{WAN}.2", "pub2": f"{WAN}.3", "home": f"{HOME}.2"}

@@ -11,23 +11,20 @@ import time
 
 import torch
 
-from swarmnode.config import LossSettings, load_config
-from swarmnode.loss import group_advantages
-from swarmnode.node import Node
-from swarmnode.policy import Policy, TrainSample
-from swarmnode.rollout import make_generator
-from swarmnode.tasks import make_task
+from swarmnode.assemble import assemble
+from swarmnode.learn.loss import group_advantages
+from swarmnode.model.policy import Policy, TrainSample
+from swarmnode.settings.config import LossSettings, load_config
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=30)
     args = parser.parse_args()
-    config = load_config(None, ["node.run_dir=/tmp/swarmnode-bench-overhead"])
+    config = load_config(None, ["node.run_dir=/tmp/swarmnode-bench-overhead", "swarm.enabled=false", "rollout.backend=hf"])
     policy = Policy.load(config.model, config.train, seed=config.node.seed)
-    node = Node(config, policy, make_generator("hf", policy, config.rollout), make_task(config.task))
-    state = node.produce(0)
-    node.close()
+    with assemble(config, policy=policy) as node:
+        state = node.produce(0)
     samples = []
     for group in state.own_groups:
         adv = group_advantages(torch.tensor(group.rewards), config.loss.advantage_std).tolist()

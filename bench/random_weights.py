@@ -7,8 +7,8 @@ from pathlib import Path
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from swarmnode.shapes import ModelShape
-from swarmnode.tiny import build_tokenizer
+from swarmnode.model.tiny import build_tokenizer
+from swarmnode.sizing.shapes import ModelShape
 
 
 def build_random_model(shape: ModelShape, directory: Path, dtype: torch.dtype) -> None:

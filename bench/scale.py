@@ -36,10 +36,10 @@ from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.dht.validation import CompositeValidator
 from hivemind.utils.timed_storage import get_dht_time
 
-from swarmnode.config import SwarmSettings
 from swarmnode.lab import shard_sim
 from swarmnode.lab.adversary import ManyKeySigner
-from swarmnode.records import Heartbeat
+from swarmnode.protocol.records import Heartbeat
+from swarmnode.settings.config import SwarmSettings
 from swarmnode.swarm.hivemind.dht import SwarmRecordValidator, owner_or_none, owner_peer_id, pack
 from swarmnode.swarm.hivemind.identity import ensure_identity, load_signing_key
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime

@@ -20,13 +20,14 @@ from pathlib import Path
 
 import numpy as np
 
-from swarmnode import wire
-from swarmnode.config import load_config
-from swarmnode.records import NodeStatus
+from swarmnode.loop.ledger import PeerLedger
+from swarmnode.protocol import wire
+from swarmnode.protocol.records import NodeStatus
+from swarmnode.settings.config import load_config
+from swarmnode.swarm.base import GatherWait
 from swarmnode.swarm.hivemind.connect import attach
 from swarmnode.swarm.hivemind.dht import DIGEST_BYTES, Manifest
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
-from swarmnode.swarm.ledger import PeerLedger
 
 SHAPES = {  # prompts, completions per prompt, tokens per completion
     "tiny": (16, 8, 6),  # the tiny CPU default: short arithmetic answers
@@ -76,7 +77,7 @@ def node_main(index: int, nodes: int, rounds: int, shape: str, maddrs_queue, res
         t1 = time.perf_counter()
         # as the node does: wait for peers that delivered (none yet: for the first from anyone)
         expected = ledger.expected(set(membership.live_peers()))
-        got = exchange.gather(timeout_s=10.0, wait_for=expected, wait_for_any=not ledger.ever_delivered)
+        got = exchange.gather(GatherWait(timeout_s=10.0, wait_for=expected, wait_for_any=not ledger.ever_delivered()))
         for item in got:
             ledger.delivered(item.peer_id)
         t2 = time.perf_counter()

@@ -15,10 +15,10 @@ import numpy as np
 import torch
 from random_weights import build_random_model
 
-from swarmnode.config import Config
-from swarmnode.memory import GIB, TYPICAL_PROMPT_TOKENS, estimate
-from swarmnode.policy import Policy, TrainSample
-from swarmnode.shapes import KNOWN_SHAPES
+from swarmnode.model.policy import Policy, TrainSample
+from swarmnode.settings.config import Config
+from swarmnode.sizing.memory import GIB, TYPICAL_PROMPT_TOKENS, estimate
+from swarmnode.sizing.shapes import KNOWN_SHAPES
 
 
 def main() -> None:

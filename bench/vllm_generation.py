@@ -18,11 +18,11 @@ import numpy as np
 import torch
 from random_weights import build_random_model
 
-from swarmnode.config import Config
-from swarmnode.policy import Policy
+from swarmnode.model.policy import Policy
 from swarmnode.rollout.hf import HFGenerator
 from swarmnode.rollout.vllm import VLLMGenerator
-from swarmnode.shapes import KNOWN_SHAPES
+from swarmnode.settings.config import Config
+from swarmnode.sizing.shapes import KNOWN_SHAPES
 
 
 def main() -> None:

@@ -20,9 +20,9 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 import torch  # noqa: E402
 
-from swarmnode.config import Config  # noqa: E402
-from swarmnode.policy import Policy  # noqa: E402
+from swarmnode.model.policy import Policy  # noqa: E402
 from swarmnode.rollout.vllm import VLLMGenerator  # noqa: E402
+from swarmnode.settings.config import Config  # noqa: E402
 
 
 def main() -> None:

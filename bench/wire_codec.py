@@ -10,20 +10,16 @@ import time
 
 import numpy as np
 
-from swarmnode import wire
-from swarmnode.config import load_config
-from swarmnode.node import Node
-from swarmnode.policy import Policy
-from swarmnode.rollout import make_generator
-from swarmnode.tasks import make_task
+from swarmnode.assemble import assemble
+from swarmnode.protocol import wire
+from swarmnode.settings.config import load_config
 
 
 def real_round_bytes() -> None:
-    config = load_config(None, ["node.run_dir=/tmp/swarmnode-bench-wire", "node.eval_size=1"])
-    policy = Policy.load(config.model, config.train, seed=config.node.seed)
-    node = Node(config, policy, make_generator("hf", policy, config.rollout), make_task(config.task))
-    state = node.produce(0)
-    node.close()
+    config = load_config(None, ["node.run_dir=/tmp/swarmnode-bench-wire", "node.eval_size=1", "swarm.enabled=false",
+                                "rollout.backend=hf"])
+    with assemble(config) as node:
+        state = node.produce(0)
     print(
         f"real round (tiny, {config.rollout.prompts_per_round} prompts x "
         f"{config.rollout.group_size}): {state.payload_bytes} B for {state.payload_tokens} tokens "

@@ -16,30 +16,37 @@ from pathlib import Path
 from typing import Any
 
 from swarmnode import __version__
-from swarmnode.config import Config
-from swarmnode.exporter import metrics_page
-from swarmnode.health import HealthServer
-from swarmnode.hub import HubPublisher
-from swarmnode.memory import GIB, check_fits
-from swarmnode.metrics import LiveView
-from swarmnode.node import Node, run_id_for, solo_peer_id
-from swarmnode.plan import plan_for_device
-from swarmnode.policy import OutOfMemory, Policy
-from swarmnode.reporting import ReportError, make_reporters
+from swarmnode.loop.evaluation import Evaluator
+from swarmnode.loop.intake import Intake
+from swarmnode.loop.ledger import PeerLedger
+from swarmnode.loop.node import Node
+from swarmnode.model.checkpoint import CheckpointWriter
+from swarmnode.model.policy import OutOfMemory, Policy
+from swarmnode.ops.exporter import metrics_page
+from swarmnode.ops.health import HealthServer
+from swarmnode.ops.hub import HubPublisher
+from swarmnode.ops.metrics import LiveView, MetricsLog
+from swarmnode.ops.reporting import ReportError, Reporters, make_reporters
+from swarmnode.ops.rundir import RunDirBusy, locked, node_log
+from swarmnode.protocol.records import run_id
 from swarmnode.rollout import make_generator
-from swarmnode.rundir import RunDirBusy, locked, node_log
-from swarmnode.swarm.base import SwarmLink
+from swarmnode.rollout.base import Generator
+from swarmnode.settings.config import Config
+from swarmnode.sizing.memory import GIB, check_fits
+from swarmnode.sizing.plan import plan_for_device
+from swarmnode.swarm.base import PeerStanding, SwarmLink
 from swarmnode.swarm.hivemind.addresses import AddressError
 from swarmnode.swarm.hivemind.connect import announce_address, attach, initial_peers_of, start_runtime
 from swarmnode.swarm.hivemind.identity import IdentityError
 from swarmnode.swarm.hivemind.runtime import SwarmError, SwarmRuntime
 from swarmnode.swarm.hivemind.swarm_file import PeersFileError
-from swarmnode.swarm.ledger import PeerLedger
 from swarmnode.swarm.local import solo_link
 from swarmnode.tasks import Math500Eval, Task, make_task
+from swarmnode.tasks.base import fingerprint_of
 
-# How a caller supplies its own peers (tests, bench/): given the run id, both seams.
-JoinPeers = Callable[[str], SwarmLink]
+# How a caller supplies its own peers (tests, bench/): given the run id and the node's
+# ledger (which the exchange reads), both seams.
+JoinPeers = Callable[[str, PeerStanding], SwarmLink]
 
 
 class AssemblyError(RuntimeError):
@@ -81,22 +88,22 @@ def assemble(
             runtime = _start_swarm(config, view, config_path)
             stack.callback(runtime.shutdown)
         policy = policy or _load_policy(config)
+        run = run_id_for(config, task, policy)
         ledger = PeerLedger(config.swarm)
-        run_id = run_id_for(config, task, policy)
-        link = _link(config, run_id, ledger, runtime, join)
+        link = _link(config, run, ledger, runtime, join)
         stack.callback(link.membership.close)
         stack.callback(link.exchange.close)
         generator = _guard(lambda: make_generator(config.rollout.backend, policy, config.rollout, seed=config.node.seed))
         stack.callback(generator.close)
         facts = {
-            "peer_id": link.exchange.peer_id, "run_id": run_id, "model": policy.name,
+            "peer_id": link.exchange.peer_id, "run_id": run, "model": policy.name,
             "lora_rank": policy.lora_rank, "version": __version__, "config": config.model_dump(mode="json"),
         }
         reporters = _guard(lambda: make_reporters(config.report, run_dir, facts), ReportError)
         stack.callback(reporters.close)
         publisher = HubPublisher(config.hub, run_dir / "hub-upload") if config.hub.repo_id else None
-        node = Node(
-            config, policy, generator, task, link, view=view, ood_eval=ood_eval, ledger=ledger, run_id=run_id,
+        node = compose_node(
+            config, policy, generator, task, run, link, ledger, view=view, ood_eval=ood_eval,
             reporters=reporters, publisher=publisher,
         )
         stack.callback(node.close)
@@ -128,6 +135,50 @@ def run(config: Config, view: LiveView | None = None, config_path: Path | None =
         summary["rounds"] = config.node.rounds
         summary["rejected"] = node.ledger.total
         return summary
+
+
+def compose_node(
+    config: Config,
+    policy: Policy,
+    generator: Generator,
+    task: Task,
+    run_id: str,
+    link: SwarmLink,
+    ledger: PeerLedger,
+    *,
+    view: LiveView | None = None,
+    ood_eval: Any = None,
+    reporters: Reporters | None = None,
+    publisher: HubPublisher | None = None,
+) -> Node:
+    """A Node wired from its parts: the ledger the link's exchange reads (`ledger`), the
+    intake, evaluator, metrics file and checkpoint writer. The caller closes the link, the
+    generator, the reporters and the node."""
+    run_dir = Path(config.node.run_dir)
+    exchange, membership = link.exchange, link.membership
+    return Node(
+        config, policy, generator, task,
+        run_id=run_id,
+        link=link,
+        ledger=ledger,
+        intake=Intake(config, policy, task, run_id, exchange, membership, ledger),
+        evaluator=Evaluator(task, policy, generator, config.node.eval_size, ood_eval),
+        metrics=MetricsLog(run_dir / "metrics.jsonl"),
+        checkpoints=CheckpointWriter(policy, run_dir / "checkpoint"),
+        view=view or LiveView(quiet=True),
+        reporters=reporters or Reporters(),
+        publisher=publisher,
+    )
+
+
+def run_id_for(config: Config, task: Task, policy: Policy) -> str:
+    """The run id of a node with this config, task and policy (see protocol.records.run_id)."""
+    return run_id(config, task.fingerprint, policy.fingerprint, policy.use_chat_template)
+
+
+def solo_peer_id(config: Config) -> str:
+    """A node without a swarm: the configured id, else one derived from its run dir."""
+    return config.node.peer_id or f"local-{fingerprint_of(str(config.node.run_dir))[:8]}"
 
 
 # -- the steps ---------------------------------------------------------------------------------
@@ -219,10 +270,10 @@ def _link(
     config: Config, run_id: str, ledger: PeerLedger, runtime: SwarmRuntime | None, join: JoinPeers | None
 ) -> SwarmLink:
     if join is not None:
-        return join(run_id)
+        return join(run_id, ledger)
     if runtime is not None:
         return attach(runtime, run_id, config, ledger)
-    return solo_link(solo_peer_id(config), run_id)
+    return solo_link(solo_peer_id(config), run_id, ledger)
 
 
 def _serve_health(config: Config, node: Node) -> HealthServer:

@@ -1,7 +1,7 @@
 """The `swarmnode` command line: parses flags, builds the config, hands over.
 
 `join` hands over to swarmnode.assemble, `status` to the swarm's status reader, `demo` to
-swarmnode.demo, `health` to swarmnode.health. Nothing here builds or wires parts of a node.
+swarmnode.demo, `health` to swarmnode.ops.health. Nothing here builds or wires parts of a node.
 Each command imports its implementation when it runs (torch, transformers and hivemind take
 seconds to import), so `--help`, `version` and bad flags answer at once.
 """
@@ -22,8 +22,9 @@ from rich.logging import RichHandler
 from rich.table import Table
 
 from swarmnode import __version__
-from swarmnode.health import ASK_TIMEOUT_S, DOCKER_PORT, LOCAL_HOST, ask
-from swarmnode.registry import BACKENDS, OBJECTIVES, TASKS
+from swarmnode.ops.health import ASK_TIMEOUT_S, DOCKER_PORT, ask
+from swarmnode.settings.network import LOCAL_HOST
+from swarmnode.settings.registry import BACKENDS, OBJECTIVES, TASKS
 from swarmnode.swarm.hivemind.swarm_file import PeersFileError, read_peers_file
 
 app = typer.Typer(
@@ -142,7 +143,7 @@ def join(
 ) -> None:
     """Run a node: start a swarm (no --initial-peers) or join one, and train every round on your
     own and your peers' rollouts. Ctrl-C writes a checkpoint; the same --run-dir resumes."""
-    from swarmnode.config import ConfigError, load_config
+    from swarmnode.settings.config import ConfigError, load_config
 
     _setup_logging(verbose)
     flags = {
@@ -174,7 +175,7 @@ def join(
         raise _fail(str(err)) from None
     # the node's implementation takes seconds to import: only once the config is checked
     from swarmnode import assemble
-    from swarmnode.metrics import LiveView
+    from swarmnode.ops.metrics import LiveView
 
     _terminate_like_ctrl_c()
     try:
@@ -214,8 +215,8 @@ def plan(
     """Show what `join` would run on a GPU of this size: full or LoRA, checkpointing,
     micro-batch, generation batch or vLLM share, and the memory estimate. Needs no GPU and
     downloads nothing for the built-in Qwen2.5 shapes."""
-    from swarmnode.config import ConfigError, load_config
-    from swarmnode.plan import BASE_SHAPES, PlanError, plan_report
+    from swarmnode.settings.config import ConfigError, load_config
+    from swarmnode.sizing.plan import BASE_SHAPES, PlanError, plan_report
 
     all_fit = True
     for name in [model] if model else list(BASE_SHAPES):
@@ -269,8 +270,8 @@ def status(
     Run in a node's run dir (or with --run-dir) it needs no address."""
     from rich.live import Live
 
-    from swarmnode.config import SwarmSettings
-    from swarmnode.status import render_table, to_json
+    from swarmnode.ops.status import render_table, to_json
+    from swarmnode.settings.config import SwarmSettings
     from swarmnode.swarm.hivemind.addresses import AddressError, check_multiaddr
     from swarmnode.swarm.hivemind.runtime import SwarmError
     from swarmnode.swarm.hivemind.status import open_status_client, read_heartbeats
@@ -333,8 +334,8 @@ def demo(
     them together, then print each node's held-out accuracy before and after and draw curves."""
     import yaml
 
-    from swarmnode.config import ConfigError, load_config
     from swarmnode.demo import DEMO_BASE, Demo, DemoError
+    from swarmnode.settings.config import ConfigError, load_config
 
     base = DEMO_BASE
     if config_path is not None:

@@ -25,9 +25,9 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from swarmnode.metrics import read_records
-from swarmnode.records import EvalRecord, RoundRecord
-from swarmnode.tiny import TINY_PRESETS, ensure_tiny
+from swarmnode.model.tiny import TINY_PRESETS, ensure_tiny
+from swarmnode.ops.metrics import read_records
+from swarmnode.protocol.records import EvalRecord, RoundRecord
 
 # Node kinds cycled through: two sizes, full fine-tuning and LoRA.
 NODE_KINDS: list[dict[str, Any]] = [

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from swarmnode.config import LoraSettings, TrainSettings
-from swarmnode.policy import Policy
-from swarmnode.tiny import build_model, build_tokenizer
+from swarmnode.model.policy import Policy
+from swarmnode.model.tiny import build_model, build_tokenizer
+from swarmnode.settings.config import LoraSettings, TrainSettings
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

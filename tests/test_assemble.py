@@ -10,11 +10,12 @@ import time
 import psutil
 import pytest
 
-from swarmnode import records
 from swarmnode.assemble import AssemblyError, assemble
-from swarmnode.config import load_config
-from swarmnode.health import ask
-from swarmnode.metrics import read_metrics, round_lines
+from swarmnode.loop.ledger import PeerLedger
+from swarmnode.ops.health import ask
+from swarmnode.ops.metrics import read_metrics, round_lines
+from swarmnode.protocol import records
+from swarmnode.settings.config import load_config
 from swarmnode.swarm.local import InMemoryHub
 
 LOOPBACK = "swarm.host_maddrs=[/ip4/127.0.0.1/tcp/0]"
@@ -138,9 +139,9 @@ def test_a_failure_inside_the_run_closes_everything_and_says_goodbye(tmp_path, m
     hub = InMemoryHub()
     watchers = []
 
-    def join(run_id):
-        watchers.append(hub.join("watcher", run_id).membership)
-        return hub.join("n", run_id)
+    def join(run_id, standing):
+        watchers.append(hub.join("watcher", run_id, PeerLedger()).membership)
+        return hub.join("n", run_id, standing)
 
     config = _config(tmp_path, "n")
     with pytest.raises(RuntimeError, match="boom"):

@@ -10,12 +10,13 @@ from __future__ import annotations
 import threading
 import time
 
-from swarmnode import wire
 from swarmnode.assemble import assemble
-from swarmnode.batches import assigned_prompt_ids
-from swarmnode.config import load_config
-from swarmnode.metrics import read_metrics, round_lines
-from swarmnode.records import NodeStatus
+from swarmnode.loop.ledger import PeerLedger
+from swarmnode.ops.metrics import read_metrics, round_lines
+from swarmnode.protocol import wire
+from swarmnode.protocol.batches import assigned_prompt_ids
+from swarmnode.protocol.records import NodeStatus
+from swarmnode.settings.config import load_config
 from swarmnode.swarm.local import InMemoryHub
 from swarmnode.tasks import ArithmeticTask
 
@@ -47,16 +48,16 @@ def _run_together(tmp_path, make_policy, hub, names, rounds, *sets, before=None)
     once = threading.Lock()
     done: list[bool] = []
 
-    def join(name, run):
+    def join(name, run, standing):
         with once:
             if before is not None and not done:
                 before(run)
                 done.append(True)
-        return hub.join(name, run)
+        return hub.join(name, run, standing)
 
     def run(name):
         try:
-            with assemble(_config(tmp_path, name, *sets), policy=make_policy(), join=lambda r: join(name, r)) as node:
+            with assemble(_config(tmp_path, name, *sets), policy=make_policy(), join=lambda r, standing: join(name, r, standing)) as node:
                 ready.wait(timeout=60)
                 node.run(rounds=rounds)
         except Exception as err:  # surfaced below
@@ -80,7 +81,7 @@ def test_identities_claiming_and_delivering_far_rounds_change_no_honest_round(tm
 
     def far_liars(run):
         for name in ("liar-1", "liar-2"):
-            node = assemble(_config(tmp_path, name), policy=make_policy(), join=lambda r, n=name: hub.join(n, r))
+            node = assemble(_config(tmp_path, name), policy=make_policy(), join=lambda r, standing, n=name: hub.join(n, r, standing))
             liars.append(node)
             liar = node.__enter__()
             liar.membership.announce(NodeStatus(round=1_000_000))
@@ -108,7 +109,7 @@ def test_a_silent_identity_is_never_waited_for(tmp_path, make_policy):
     hub = InMemoryHub()
     lines = _run_together(
         tmp_path, make_policy, hub, ["a", "b"], 6, "node.gather_timeout_s=20",
-        before=lambda run: hub.join("silent", run).membership.announce(NodeStatus(round=0)),
+        before=lambda run: hub.join("silent", run, PeerLedger()).membership.announce(NodeStatus(round=0)),
     )
     for rounds in lines.values():
         assert max(m["gather_s"] for m in rounds[1:]) < 3.0, [m["gather_s"] for m in rounds]
@@ -118,8 +119,8 @@ def test_a_peer_that_stops_delivering_is_waited_for_at_most_max_missed_rounds(tm
     hub = InMemoryHub()
     slow_wait = ["node.wait_share=100", "node.gather_timeout_s=0.5"]  # every wait runs to the 0.5 s cap
     with (
-        assemble(_config(tmp_path, "a", *slow_wait), policy=make_policy(), join=lambda r: hub.join("a", r)) as a,
-        assemble(_config(tmp_path, "b"), policy=make_policy(), join=lambda r: hub.join("b", r)) as b,
+        assemble(_config(tmp_path, "a", *slow_wait), policy=make_policy(), join=lambda r, standing: hub.join("a", r, standing)) as a,
+        assemble(_config(tmp_path, "b"), policy=make_policy(), join=lambda r, standing: hub.join("b", r, standing)) as b,
     ):
         for round_ in range(3):  # b delivers and earns a's waiting
             b.produce(round_)
@@ -143,8 +144,8 @@ def test_a_round_waits_at_most_its_share_of_the_node_s_own_time(tmp_path, make_p
     hub = InMemoryHub()
     with (
         assemble(_config(tmp_path, "a", "node.wait_share=0.25"), policy=make_policy(),
-                 join=lambda r: hub.join("a", r)) as a,
-        assemble(_config(tmp_path, "b"), policy=make_policy(), join=lambda r: hub.join("b", r)) as b,
+                 join=lambda r, standing: hub.join("a", r, standing)) as a,
+        assemble(_config(tmp_path, "b"), policy=make_policy(), join=lambda r, standing: hub.join("b", r, standing)) as b,
     ):
         b.produce(0)
         a.run_round(0)  # b delivered: waited for from now on
@@ -161,8 +162,8 @@ def test_a_three_times_slower_peer_is_used_in_most_rounds_and_never_struck(tmp_p
     hub = InMemoryHub()
     half = ["node.own_share=0.5", "rollout.prompts_per_round=6", "trust.likelihood_gate=false"]
     with (
-        assemble(_config(tmp_path, "a", *half), policy=make_policy(), join=lambda r: hub.join("a", r)) as a,
-        assemble(_config(tmp_path, "b", *half), policy=make_policy(), join=lambda r: hub.join("b", r)) as b,
+        assemble(_config(tmp_path, "a", *half), policy=make_policy(), join=lambda r, standing: hub.join("a", r, standing)) as a,
+        assemble(_config(tmp_path, "b", *half), policy=make_policy(), join=lambda r, standing: hub.join("b", r, standing)) as b,
     ):
         fast, slow = [], []
         for round_ in range(12):

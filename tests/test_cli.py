@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from swarmnode.cli import app
-from swarmnode.config import ConfigError, load_config
+from swarmnode.settings.config import ConfigError, load_config
 from swarmnode.swarm.hivemind.identity import ensure_identity
 
 ROOT = Path(__file__).resolve().parents[1]

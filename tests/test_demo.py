@@ -11,9 +11,9 @@ import time
 import psutil
 import pytest
 
-from swarmnode.config import Config
 from swarmnode.demo import DEMO_BASE, NODE_KINDS, node_config
-from swarmnode.metrics import round_lines
+from swarmnode.ops.metrics import round_lines
+from swarmnode.settings.config import Config
 
 pytestmark = pytest.mark.slow
 

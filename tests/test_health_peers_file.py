@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from swarmnode.health import HealthServer, ask
+from swarmnode.ops.health import HealthServer, ask
 from swarmnode.swarm.hivemind.swarm_file import PeersFileError, read_peers_file
 
 PEER = "/p2p/QmRZjMbRutJDyUJaU87KixfqRQ3wrGF3hTYEnUxr2jWuru"

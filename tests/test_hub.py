@@ -11,10 +11,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import yaml
 
-from swarmnode.config import ConfigError, HubSettings, load_config
-from swarmnode.hub import CardFacts, HubPublisher
-from swarmnode.node import Node, run_id_for
+from swarmnode.assemble import compose_node, run_id_for
+from swarmnode.loop.ledger import PeerLedger
+from swarmnode.ops.hub import CardFacts, HubPublisher
 from swarmnode.rollout.hf import HFGenerator
+from swarmnode.settings.config import ConfigError, HubSettings, load_config
 from swarmnode.swarm.local import solo_link
 from swarmnode.tasks import ArithmeticTask
 
@@ -131,8 +132,9 @@ def test_a_node_pushes_on_schedule_and_at_the_end(fake_hub, tmp_path, make_polic
     policy, task = make_policy(), ArithmeticTask()
     run = run_id_for(config, task, policy)
     publisher = HubPublisher(config.hub, tmp_path / "run" / "hub-upload")
-    node = Node(config, policy, HFGenerator(policy, config.rollout), task, solo_link("solo", run), run_id=run,
-                publisher=publisher)
+    ledger = PeerLedger(config.swarm)
+    node = compose_node(config, policy, HFGenerator(policy, config.rollout), task, run, solo_link("solo", run, ledger),
+                        ledger, publisher=publisher)
     node.run(rounds=3)
     node.close()
     assert len(fake_hub.commits) == 2, "after round 2, and at the end (round 3)"

@@ -9,12 +9,13 @@ import time
 import pytest
 
 from swarmnode.assemble import assemble
-from swarmnode.config import load_config
-from swarmnode.intake import Intake
 from swarmnode.lab.poison import poisoning_link
-from swarmnode.policy import Policy
-from swarmnode.pool import HOLD_ROUNDS, PROBATION_EVERY, OfferedGroup, PeerPool, fair_queue
-from swarmnode.swarm.ledger import PeerLedger
+from swarmnode.loop.intake import Intake
+from swarmnode.loop.ledger import PeerLedger
+from swarmnode.loop.pool import HOLD_ROUNDS, PROBATION_EVERY, OfferedGroup, PeerPool, fair_queue
+from swarmnode.model.policy import Policy
+from swarmnode.settings.config import load_config
+from swarmnode.swarm.base import GatherWait
 from swarmnode.swarm.local import InMemoryHub
 
 
@@ -148,9 +149,9 @@ class _RecordingExchange:
         self.waits: list[tuple[float, set[str]]] = []
         self.held: list[frozenset[str]] = []
 
-    def gather(self, timeout_s: float, waiting: set[str], anyone: bool, held: frozenset[str] = frozenset()) -> list:
-        self.waits.append((timeout_s, set(waiting)))
-        self.held.append(held)
+    def gather(self, wait: GatherWait) -> list:
+        self.waits.append((wait.timeout_s, set(wait.wait_for)))
+        self.held.append(wait.held)
         return []
 
 
@@ -184,11 +185,11 @@ def test_useless_groups_in_the_pool_do_not_stop_the_wait_for_a_proven_peer(tmp_p
     intake = Intake(config, None, None, "run", exchange, _Live(["good", *(f"junk{k}" for k in range(4))]), ledger)
     for k in range(4):
         intake.pool.add(f"junk{k}", 0, _groups(f"junk{k}", 0, 16, arrived=time.monotonic()), our_round=0)
-    assert {group.peer_id for group in intake.collect(1, wait_s=0.3, timings={})} == {f"junk{k}" for k in range(4)}
-    assert exchange.waits[-1] == (0.3, {"good"}), "64 useless groups held: still short, so wait for the proven peer"
+    assert {group.peer_id for group in intake.collect(1, generate_s=1.2, timings={})} == {f"junk{k}" for k in range(4)}
+    assert exchange.waits[-1] == (0.25 * 1.2, {"good"}), "64 useless groups held: still short, so wait for the proven peer"
     assert exchange.held[-1] == {f"junk{k}" for k in range(4)}, "told whose groups wait here: no more of theirs"
     intake.pool.add("good", 0, _groups("good", 0, 4, arrived=time.monotonic()), our_round=2)
-    assert [group.peer_id for group in intake.collect(2, wait_s=0.3, timings={})[:4]] == ["good"] * 4
+    assert [group.peer_id for group in intake.collect(2, generate_s=1.2, timings={})[:4]] == ["good"] * 4
     assert exchange.waits[-1][0] == 0.0, "the proven peer's groups fill the share: no wait"
 
 
@@ -210,7 +211,7 @@ def test_crowding_identities_with_many_useless_groups_lose_the_batch_to_the_hone
     honest_sets = ["rollout.prompts_per_round=8", "node.own_share=0.5"]
     with contextlib.ExitStack() as stack:
         nodes = [
-            stack.enter_context(assemble(_config(tmp_path, name, *honest_sets), join=lambda run, n=name: hub.join(n, run)))
+            stack.enter_context(assemble(_config(tmp_path, name, *honest_sets), join=lambda run, standing, n=name: hub.join(n, run, standing)))
             for name in ("honest-a", "honest-b")
         ]
         crowd = []
@@ -220,7 +221,7 @@ def test_crowding_identities_with_many_useless_groups_lose_the_batch_to_the_hone
             policy = Policy.load(config.model, config.train, seed=config.node.seed)
             crowd.append(stack.enter_context(assemble(
                 config, policy=policy,
-                join=lambda run, n=name, c=config, p=policy: poisoning_link(hub.join(n, run), "wrong", c, nodes[0].task, p),
+                join=lambda run, standing, n=name, c=config, p=policy: poisoning_link(hub.join(n, run, standing), "wrong", c, nodes[0].task, p),
             )))
         taken: list[list[str]] = []
         take = nodes[0].intake.take

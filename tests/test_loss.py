@@ -3,9 +3,9 @@ import math
 import pytest
 import torch
 
-from swarmnode.config import LossSettings
-from swarmnode.loss import group_advantages, objective_terms, sequence_divergence
-from swarmnode.registry import OBJECTIVES
+from swarmnode.learn.loss import group_advantages, objective_terms, sequence_divergence
+from swarmnode.settings.config import LossSettings
+from swarmnode.settings.registry import OBJECTIVES
 
 
 def test_group_advantages_are_centred_and_standardised_only_when_asked():

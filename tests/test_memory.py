@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from swarmnode.config import Config, LoraSettings, TrainSettings, load_config
-from swarmnode.memory import GIB, estimate, suggest_configs
-from swarmnode.policy import Policy, TrainSample
-from swarmnode.shapes import KNOWN_SHAPES, ModelShape
-from swarmnode.tiny import build_model
+from swarmnode.model.policy import Policy, TrainSample
+from swarmnode.model.tiny import build_model
+from swarmnode.settings.config import Config, LoraSettings, TrainSettings, load_config
+from swarmnode.sizing.memory import GIB, estimate, suggest_configs
+from swarmnode.sizing.shapes import KNOWN_SHAPES, ModelShape
 
 CONFIGS = __import__("pathlib").Path(__file__).resolve().parents[1] / "configs"
 

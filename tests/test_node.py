@@ -6,15 +6,17 @@ import pytest
 import torch
 from prometheus_client.parser import text_string_to_metric_families
 
-from swarmnode import checkpoint, wire
-from swarmnode.batches import assigned_prompt_ids, batch_split
-from swarmnode.config import ReportSettings, load_config
-from swarmnode.exporter import metrics_page
-from swarmnode.metrics import eval_lines, read_metrics, round_lines
-from swarmnode.node import Node, run_id_for
-from swarmnode.policy import OutOfMemory
-from swarmnode.reporting import make_reporters
+from swarmnode.assemble import compose_node, run_id_for
+from swarmnode.loop.ledger import PeerLedger
+from swarmnode.model import checkpoint
+from swarmnode.model.policy import OutOfMemory
+from swarmnode.ops.exporter import metrics_page
+from swarmnode.ops.metrics import eval_lines, read_metrics, round_lines
+from swarmnode.ops.reporting import make_reporters
+from swarmnode.protocol import wire
+from swarmnode.protocol.batches import assigned_prompt_ids, batch_split
 from swarmnode.rollout.hf import HFGenerator
+from swarmnode.settings.config import ReportSettings, load_config
 from swarmnode.swarm.local import InMemoryHub, solo_link
 from swarmnode.tasks import ArithmeticTask
 
@@ -37,14 +39,9 @@ def _node(tmp_path, make_policy, name, hub=None, staleness=1, max_rejects=3, set
     policy = make_policy(**policy_kwargs)
     task = ArithmeticTask()
     run = run_id_for(config, task, policy)
-    return Node(
-        config,
-        policy,
-        HFGenerator(policy, config.rollout),
-        task,
-        hub.join(name, run) if hub else solo_link(name, run),
-        run_id=run,
-    )
+    ledger = PeerLedger(config.swarm)
+    link = hub.join(name, run, ledger) if hub else solo_link(name, run, ledger)
+    return compose_node(config, policy, HFGenerator(policy, config.rollout), task, run, link, ledger)
 
 
 def _step_together(nodes, round_):
@@ -65,7 +62,7 @@ def test_heterogeneous_nodes_train_on_each_others_samples(tmp_path, make_policy)
             assert rec.peer_samples == 12 and rec.peers == 1
             assert rec.wire_bytes > rec.wire_tokens * 8
     # Different models: the peer's samples are off-policy, so weights differ from 1 (their
-    # mean is held at most 1 by the weight budget, swarmnode.trust).
+    # mean is held at most 1 by the weight budget, swarmnode.learn.trust).
     last = history[-1]
     assert all(abs(rec.weight_max - 1.0) > 1e-3 for rec in last)
     assert all(rec.weight_mean <= 1.0 + 1e-5 for rec in last)
@@ -121,7 +118,7 @@ def test_each_peer_batch_is_used_once_and_rounds_only_forward(tmp_path, make_pol
 def test_members_of_other_runs_never_meet_in_the_hub(tmp_path, make_policy):
     hub = InMemoryHub()
     a = _node(tmp_path, make_policy, "a", hub)
-    other = hub.join("other", "another-run")
+    other = hub.join("other", "another-run", PeerLedger())
     other.exchange.publish(0, b"junk of another run")
     assert a.exchange.gather() == [] and "other" not in a.membership.live_peers()
     assert a.ledger.total == 0

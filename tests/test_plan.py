@@ -12,17 +12,17 @@ import pytest
 from typer.testing import CliRunner
 
 from swarmnode.cli import app
-from swarmnode.config import load_config
-from swarmnode.devices import NVIDIA_DRIVER_FILES
-from swarmnode.memory import (
+from swarmnode.settings.config import load_config
+from swarmnode.sizing.devices import NVIDIA_DRIVER_FILES
+from swarmnode.sizing.memory import (
     CALIBRATION_CAPACITY_GIB,
     CALIBRATION_PEAKS_GIB,
     CALIBRATION_SETTINGS,
     GIB,
     estimate,
 )
-from swarmnode.plan import MARGIN, explain, make_plan, nearest_plan
-from swarmnode.shapes import KNOWN_SHAPES, shape_of
+from swarmnode.sizing.plan import MARGIN, explain, make_plan, nearest_plan
+from swarmnode.sizing.shapes import KNOWN_SHAPES, shape_of
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 runner = CliRunner()
@@ -177,7 +177,7 @@ def test_gpu_round_bench_prints_plans_on_cpu_and_its_measuring_code_runs():
 @pytest.mark.skipif(any(p.exists() for p in NVIDIA_DRIVER_FILES), reason="a GPU machine: planning asks torch for the card")
 def test_planning_the_built_in_shapes_imports_no_torch_on_a_machine_without_a_gpu():
     """`swarmnode plan` answers at once where there is no GPU: no torch, transformers, peft or vLLM."""
-    code = ("import sys; from swarmnode.config import load_config; from swarmnode.plan import plan_report; "
+    code = ("import sys; from swarmnode.settings.config import load_config; from swarmnode.sizing.plan import plan_report; "
             "report = plan_report(load_config(None, ['model.name=Qwen2.5-3B']), None, 'auto'); "
             "print(sorted(m for m in ('torch', 'transformers', 'peft', 'vllm') if m in sys.modules), "
             "'24.0 GiB GPU' in report.text and '80.0 GiB GPU' in report.text)")

@@ -11,11 +11,11 @@ import contextlib
 import numpy as np
 import pytest
 
-from swarmnode import wire
 from swarmnode.assemble import assemble
-from swarmnode.config import load_config
 from swarmnode.lab.poison import DEFENCES_OFF, carries_injection, poisoning_link
-from swarmnode.policy import Policy
+from swarmnode.model.policy import Policy
+from swarmnode.protocol import wire
+from swarmnode.settings.config import load_config
 from swarmnode.swarm.local import InMemoryHub
 
 
@@ -47,13 +47,13 @@ def _swarm(tmp_path, attack, honest=("h1", "h2"), sets=()):
     hub = InMemoryHub()
     with contextlib.ExitStack() as stack:
         nodes = [
-            stack.enter_context(assemble(_config(tmp_path, name, *sets), join=lambda run, n=name: hub.join(n, run)))
+            stack.enter_context(assemble(_config(tmp_path, name, *sets), join=lambda run, standing, n=name: hub.join(n, run, standing)))
             for name in honest
         ]
         config = _config(tmp_path, "evil", *sets)
         policy = Policy.load(config.model, config.train, seed=config.node.seed)
         evil = stack.enter_context(
-            assemble(config, policy=policy, join=lambda run: poisoning_link(hub.join("evil", run), attack, config, nodes[0].task, policy))
+            assemble(config, policy=policy, join=lambda run, standing: poisoning_link(hub.join("evil", run, standing), attack, config, nodes[0].task, policy))
         )
         yield nodes, evil, hub
 

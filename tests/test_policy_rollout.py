@@ -2,11 +2,11 @@ import numpy as np
 import pytest
 import torch
 
-from swarmnode.config import LoraSettings, LossSettings, RolloutSettings, TrainSettings
-from swarmnode.policy import OutOfMemory, Policy, TrainSample
+from swarmnode.model.policy import OutOfMemory, Policy, TrainSample
+from swarmnode.model.tiny import build_model
 from swarmnode.rollout.hf import HFGenerator
-from swarmnode.shapes import resolve_model_name
-from swarmnode.tiny import build_model
+from swarmnode.settings.config import LoraSettings, LossSettings, RolloutSettings, TrainSettings
+from swarmnode.settings.models import resolve_model_name
 
 
 def _prompts(policy, n=3):

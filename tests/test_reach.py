@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from swarmnode.config import SwarmSettings
+from swarmnode.settings.config import SwarmSettings
 from swarmnode.swarm.hivemind.reach import classify, forced_reachability
 
 PUBLIC = "/ip4/203.0.114.7/tcp/31337"  # documentation ranges are not global: a real public address

@@ -11,10 +11,10 @@ from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from swarmnode.cli import app
-from swarmnode.config import Config, ConfigError, RolloutSettings, TaskSettings, load_config
-from swarmnode.loss import WEIGHTINGS
-from swarmnode.registry import BACKENDS, DIVERGENCES, OBJECTIVES, TASKS, Registry
+from swarmnode.learn.loss import WEIGHTINGS
 from swarmnode.rollout import resolve_backend
+from swarmnode.settings.config import Config, ConfigError, RolloutSettings, TaskSettings, load_config
+from swarmnode.settings.registry import BACKENDS, DIVERGENCES, OBJECTIVES, TASKS, Registry
 from swarmnode.tasks import make_task
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,9 +11,9 @@ import types
 
 import pytest
 
-from swarmnode.config import ReportSettings
-from swarmnode.records import EvalRecord, RoundRecord
-from swarmnode.reporting import ReportError, make_reporters
+from swarmnode.ops.reporting import ReportError, make_reporters
+from swarmnode.protocol.records import EvalRecord, RoundRecord
+from swarmnode.settings.config import ReportSettings
 
 FACTS = {"peer_id": "QmPeerABC123xyz789", "run_id": "run1", "model": "Qwen/Qwen2.5-1.5B", "config": {"a": 1}}
 
@@ -84,7 +84,7 @@ def test_a_tracker_that_is_missing_or_cannot_start_is_a_clear_error_and_closes_t
         def close(self) -> None:
             opened.append("closed")
 
-    monkeypatch.setattr("swarmnode.reporting.TensorBoardReporter", lambda directory: Probe())
+    monkeypatch.setattr("swarmnode.ops.reporting.TensorBoardReporter", lambda directory: Probe())
     with pytest.raises(ReportError, match="could not start a run.*api key"):
         make_reporters(ReportSettings(to=["tensorboard", "wandb"]), tmp_path, FACTS)
     assert opened == ["closed"], "the reporter made before the failing one is closed"
@@ -94,9 +94,9 @@ READ_BACK = textwrap.dedent(
     """
     import json, sys
     from pathlib import Path
-    from swarmnode.config import ReportSettings
-    from swarmnode.records import EvalRecord
-    from swarmnode.reporting import make_reporters
+    from swarmnode.settings.config import ReportSettings
+    from swarmnode.protocol.records import EvalRecord
+    from swarmnode.ops.reporting import make_reporters
     from tests.test_reporting import FACTS, _record
 
     reporters = make_reporters(ReportSettings(to=["trackio"], project="swarm-t"), Path(sys.argv[1]), FACTS)

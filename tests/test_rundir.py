@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from swarmnode.metrics import LiveView
-from swarmnode.rundir import RunDirBusy, locked, node_log
+from swarmnode.ops.metrics import LiveView
+from swarmnode.ops.rundir import RunDirBusy, locked, node_log
 
 
 def test_a_second_node_on_a_run_dir_is_refused_in_the_same_process_too(tmp_path):
@@ -27,7 +27,7 @@ def test_a_second_node_on_a_run_dir_is_refused_in_the_same_process_too(tmp_path)
 def test_the_lock_dies_with_its_process_even_on_kill_9(tmp_path):
     run_dir = tmp_path / "run"
     code = (
-        "import sys, time; from pathlib import Path; from swarmnode.rundir import locked\n"
+        "import sys, time; from pathlib import Path; from swarmnode.ops.rundir import locked\n"
         "with locked(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(600)\n"
     )
     holder = subprocess.Popen([sys.executable, "-c", code, str(run_dir)], stdout=subprocess.PIPE, text=True)

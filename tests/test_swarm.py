@@ -20,10 +20,11 @@ from hivemind.p2p import PeerID
 from hivemind.utils.crypto import RSAPublicKey
 from hivemind.utils.timed_storage import get_dht_time
 
-from swarmnode.config import SwarmSettings, load_config
 from swarmnode.lab.adversary import ManyKeySigner, cheap_signer
-from swarmnode.records import NodeStatus, RecordError
-from swarmnode.swarm.base import SwarmLink
+from swarmnode.loop.ledger import PeerLedger
+from swarmnode.protocol.records import NodeStatus, RecordError
+from swarmnode.settings.config import SwarmSettings, load_config
+from swarmnode.swarm.base import GatherWait, SwarmLink
 from swarmnode.swarm.hivemind import dht as records
 from swarmnode.swarm.hivemind import payloads
 from swarmnode.swarm.hivemind.connect import attach
@@ -45,7 +46,6 @@ from swarmnode.swarm.hivemind.shards import (
     shard_key,
     shard_of,
 )
-from swarmnode.swarm.ledger import PeerLedger
 
 RUN = "testrun"
 EVERYONES = shard_key(HEARTBEAT_FAMILY, 0, 0)  # level 0 has one shard, which every peer's records may use
@@ -280,10 +280,10 @@ def test_payloads_travel_peer_to_peer(start_runtime, size_mb):
     payload = os.urandom(size_mb << 20)
     ex_a.publish(0, payload, tokens=len(payload) // 8)
     started = time.monotonic()
-    got = ex_b.gather(timeout_s=30, wait_for={a.peer_id})
+    got = ex_b.gather(GatherWait(timeout_s=30, wait_for={a.peer_id}))
     assert [(g.peer_id, g.round) for g in got] == [(a.peer_id, 0)]
     assert got[0].payload == payload and time.monotonic() - started < 30
-    assert ex_b.gather(timeout_s=0.5) == [], "each batch is handed out once"
+    assert ex_b.gather(GatherWait(timeout_s=0.5)) == [], "each batch is handed out once"
     started = time.monotonic()
     ex_a.linger(0, {b.peer_id}, timeout_s=10)
     assert time.monotonic() - started < 2, "b fetched it: a finishing node need not wait"
@@ -302,19 +302,19 @@ def test_lying_peers_are_counted_and_unreachable_ones_are_not(start_runtime):
     rogue_ex.server.put(0, b"A" * 1000)
     lie = Manifest(rogue.peer_id, 0, 1000, payload_digest(b"B" * 1000), 1)
     assert _announce(rogue, lie)
-    assert ex.gather(timeout_s=3, wait_for={rogue.peer_id}) == []
+    assert ex.gather(GatherWait(timeout_s=3, wait_for={rogue.peer_id})) == []
     assert ledger.counts[rogue.peer_id] == 1
     # 2: a manifest announcing more than this node accepts (counted once, however often read)
     big = Manifest(rogue.peer_id, 1, 1 << 40, payload_digest(b""), 1)
     assert _announce(rogue, big)
-    assert ex.gather(timeout_s=2, wait_for={rogue.peer_id}) == []
+    assert ex.gather(GatherWait(timeout_s=2, wait_for={rogue.peer_id})) == []
     assert ledger.counts[rogue.peer_id] == 2
     # 3: announced, then gone: not the peer's fault, nothing counted
     good = b"C" * 1000
     rogue_ex.server.put(2, good)
     assert _announce(rogue, Manifest(rogue.peer_id, 2, 1000, payload_digest(good), 1))
     rogue.shutdown()
-    assert ex.gather(timeout_s=3, wait_for={rogue.peer_id}) == []
+    assert ex.gather(GatherWait(timeout_s=3, wait_for={rogue.peer_id})) == []
     assert ledger.counts[rogue.peer_id] == 2
 
 
@@ -331,10 +331,10 @@ def test_a_dht_lookup_that_never_answers_costs_a_gather_its_deadline_only(start_
     monkeypatch.setattr(a.dht, "get_many", hangs)
     ex_b.publish(0, b"D" * 100, 1)
     started = time.monotonic()
-    assert ex_a.gather(timeout_s=1.0, wait_for={b.peer_id}) == []
+    assert ex_a.gather(GatherWait(timeout_s=1.0, wait_for={b.peer_id})) == []
     assert time.monotonic() - started < 3
     monkeypatch.setattr(a.dht, "get_many", real_get)  # the DHT answers again: so does the exchange
-    assert [item.payload for item in ex_a.gather(timeout_s=10, wait_for={b.peer_id})] == [b"D" * 100]
+    assert [item.payload for item in ex_a.gather(GatherWait(timeout_s=10, wait_for={b.peer_id}))] == [b"D" * 100]
 
 
 def test_peers_with_a_delivery_record_are_pulled_directly_while_the_dht_hangs(start_runtime, monkeypatch):
@@ -345,7 +345,7 @@ def test_peers_with_a_delivery_record_are_pulled_directly_while_the_dht_hangs(st
     ledger = PeerLedger()
     ex_a, ex_b = _link(a, ledger=ledger).exchange, _link(b).exchange
     ex_b.publish(0, b"found in the DHT", 1)
-    assert [i.payload for i in ex_a.gather(timeout_s=15, wait_for={b.peer_id})] == [b"found in the DHT"]
+    assert [i.payload for i in ex_a.gather(GatherWait(timeout_s=15, wait_for={b.peer_id}))] == [b"found in the DHT"]
     ledger.delivered(b.peer_id)  # what the node's intake records for a valid batch
     for _ in range(ledger.max_missed):  # a slower peer: waited for in vain, no longer waited for
         ledger.missed(b.peer_id)
@@ -358,9 +358,9 @@ def test_peers_with_a_delivery_record_are_pulled_directly_while_the_dht_hangs(st
     monkeypatch.setattr(a.dht, "get_many", hangs)
     for round_ in (1, 2):
         ex_b.publish(round_, f"direct {round_}".encode(), 1)
-        got = ex_a.gather(timeout_s=10, wait_for={b.peer_id})
+        got = ex_a.gather(GatherWait(timeout_s=10, wait_for={b.peer_id}))
         assert [(i.round, i.payload) for i in got] == [(round_, f"direct {round_}".encode())]
-    assert ex_a.gather(timeout_s=1, wait_for={b.peer_id}) == [], "nothing newer: nothing handed out twice"
+    assert ex_a.gather(GatherWait(timeout_s=1, wait_for={b.peer_id})) == [], "nothing newer: nothing handed out twice"
 
 
 def test_a_slow_dht_lookup_does_not_hold_up_the_direct_pulls(start_runtime, monkeypatch):
@@ -373,7 +373,7 @@ def test_a_slow_dht_lookup_does_not_hold_up_the_direct_pulls(start_runtime, monk
     ex_a = _link(a, RUN, ledger, "swarm.discovery_interval_s=0.01").exchange
     ex_b = _link(b).exchange
     ex_b.publish(0, b"found in the DHT", 1)
-    assert [i.payload for i in ex_a.gather(timeout_s=15, wait_for={b.peer_id})] == [b"found in the DHT"]
+    assert [i.payload for i in ex_a.gather(GatherWait(timeout_s=15, wait_for={b.peer_id}))] == [b"found in the DHT"]
     ledger.delivered(b.peer_id)
     ledger.screened(b.peer_id, 8, 4)  # useful: asked every poll
 
@@ -385,7 +385,7 @@ def test_a_slow_dht_lookup_does_not_hold_up_the_direct_pulls(start_runtime, monk
     for round_ in (1, 2, 3):
         ex_b.publish(round_, f"direct {round_}".encode(), 1)
         time.sleep(1.0)
-        got = ex_a.gather(timeout_s=0, wait_for=set())
+        got = ex_a.gather(GatherWait(timeout_s=0, wait_for=set()))
         assert [(i.round, i.payload) for i in got] == [(round_, f"direct {round_}".encode())]
 
 
@@ -404,9 +404,9 @@ def test_a_peer_seen_in_heartbeats_is_pulled_directly_while_its_manifests_stay_h
 
     monkeypatch.setattr(a.dht, "get_many", hangs)
     ex_b.publish(0, b"heard of by heartbeat", 1)
-    assert ex_a.gather(timeout_s=1.5, wait_for={b.peer_id}) == [], "no manifest, no heartbeat: not found"
+    assert ex_a.gather(GatherWait(timeout_s=1.5, wait_for={b.peer_id})) == [], "no manifest, no heartbeat: not found"
     seen.append(b.peer_id)
-    assert [i.payload for i in ex_a.gather(timeout_s=10, wait_for={b.peer_id})] == [b"heard of by heartbeat"]
+    assert [i.payload for i in ex_a.gather(GatherWait(timeout_s=10, wait_for={b.peer_id}))] == [b"heard of by heartbeat"]
 
 
 def test_peers_not_proven_useful_are_asked_a_few_a_poll_in_turn():
@@ -457,14 +457,14 @@ def test_a_useless_peer_is_asked_for_more_only_once_its_groups_are_used(start_ru
     junk.call(junk.p2p.add_binary_stream_handler(PAYLOAD_PROTOCOL, nothing_newer), timeout=10)
     ex = _link(honest, ledger=ledger).exchange
     held = frozenset({junk.peer_id})
-    assert ex.gather(timeout_s=0, held=held) == []
+    assert ex.gather(GatherWait(timeout_s=0, held=held)) == []
     deadline = time.monotonic() + 10
     while honest.call(_copy_inflight(ex), timeout=5) and time.monotonic() < deadline:
         time.sleep(0.05)  # a pull started before the gather above finishes first
     asked.clear()
     time.sleep(2.0)
     assert asked == [], "held: not asked in eight polls"
-    assert ex.gather(timeout_s=0) == []  # the node used what it held of the peer
+    assert ex.gather(GatherWait(timeout_s=0)) == []  # the node used what it held of the peer
     while len(asked) < 2 and time.monotonic() < deadline + 20:
         time.sleep(0.05)
     assert len(asked) >= 2, "nothing held: asked every poll (the only peer not proven useful)"
@@ -486,12 +486,12 @@ def test_a_held_peer_s_manifest_waits_like_its_direct_pull(start_runtime):
     async def parse() -> Manifest | None:  # on the exchange's loop, as its polls run it
         return ex._parse(junk.signer.local_public_key, manifest.to_value(), pulled=set())
 
-    ex.gather(timeout_s=0, held=frozenset({junk.peer_id}))
+    ex.gather(GatherWait(timeout_s=0, held=frozenset({junk.peer_id})))
     assert honest.call(parse(), timeout=5) is None, "held and useless: its manifest waits"
-    ex.gather(timeout_s=0)
+    ex.gather(GatherWait(timeout_s=0))
     assert honest.call(parse(), timeout=5) == manifest, "nothing held: fetched"
     ledger.screened(junk.peer_id, offered=8, useful=8)
-    ex.gather(timeout_s=0, held=frozenset({junk.peer_id}))
+    ex.gather(GatherWait(timeout_s=0, held=frozenset({junk.peer_id})))
     assert honest.call(parse(), timeout=5) == manifest, "proven useful: fetched while held"
 
 
@@ -532,12 +532,12 @@ def test_publishing_never_waits_on_a_dht_store_and_the_newest_manifest_wins(star
     for round_ in range(3):
         ex_b.publish(round_, f"round {round_}".encode(), 1)
     assert time.monotonic() - started < 1, "three publishes with the store stalled"
-    assert ex_a.gather(timeout_s=1.0, wait_for={b.peer_id}) == [], "nothing announced yet"
+    assert ex_a.gather(GatherWait(timeout_s=1.0, wait_for={b.peer_id})) == [], "nothing announced yet"
     b.loop.call_soon_threadsafe(release.set)
     got: dict[int, bytes] = {}
     deadline = time.monotonic() + 15
     while 2 not in got and time.monotonic() < deadline:
-        got |= {item.round: item.payload for item in ex_a.gather(timeout_s=1.0, wait_for={b.peer_id})}
+        got |= {item.round: item.payload for item in ex_a.gather(GatherWait(timeout_s=1.0, wait_for={b.peer_id}))}
     assert got.get(2) == b"round 2"
     assert 1 not in got, "round 1 was superseded before it was announced"
 
@@ -572,14 +572,14 @@ def test_manifests_are_stored_once_a_discovery_interval_and_a_stranger_still_fet
     for round_ in range(12):
         ex_b.publish(round_, f"round {round_}".encode(), 1)
         time.sleep(0.05)
-    first = ex_a.gather(timeout_s=10, wait_for={b.peer_id})
+    first = ex_a.gather(GatherWait(timeout_s=10, wait_for={b.peer_id}))
     assert [(item.round, item.payload) for item in first] == [(0, b"round 0")], "the first round, still served"
     interval = b.settings.discovery_interval_s
     deadline = time.monotonic() + interval + 10
     while len(stored) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert len(stored) == 2 and stored[1] - stored[0] >= interval - 0.05, (stored, started)
-    got = {item.round for item in ex_a.gather(timeout_s=5, wait_for={b.peer_id})}
+    got = {item.round for item in ex_a.gather(GatherWait(timeout_s=5, wait_for={b.peer_id}))}
     assert got and max(got) == 11, "then the newest"
 
 
@@ -591,13 +591,13 @@ def test_a_round_waiting_for_a_known_peer_asks_it_at_once_not_at_the_next_poll(s
     slow_polls = ("swarm.poll_interval_s=10", "swarm.discovery_interval_s=60")
     ex_a, ex_b = _link(a, RUN, None, *slow_polls).exchange, _link(b, RUN, None, *slow_polls).exchange
     ex_b.publish(0, b"round 0", 1)
-    assert [item.round for item in ex_a.gather(timeout_s=15, wait_for={b.peer_id})] == [0], "found through the DHT"
+    assert [item.round for item in ex_a.gather(GatherWait(timeout_s=15, wait_for={b.peer_id}))] == [0], "found through the DHT"
     ex_a.ledger.delivered(b.peer_id)  # what the node's intake says of a batch that passed its checks
     ex_a.ledger.screened(b.peer_id, 8, 8)  # ... and of samples that proved useful
     time.sleep(0.5)  # the poller's first ask, right after the delivery, has come and gone
     ex_b.publish(1, b"round 1", 1)
     started = time.monotonic()
-    got = ex_a.gather(timeout_s=3, wait_for={b.peer_id})
+    got = ex_a.gather(GatherWait(timeout_s=3, wait_for={b.peer_id}))
     assert [item.round for item in got] == [1] and time.monotonic() - started < 1.5
 
 
@@ -677,7 +677,7 @@ def test_a_cut_transfer_is_not_retried_and_costs_standing_not_a_strike(start_run
     rogue.call(rogue.p2p.add_binary_stream_handler(PAYLOAD_PROTOCOL, cut), timeout=10)
     for r in (1, 2):
         assert _announce(rogue, Manifest(rogue.peer_id, r, size, b"d" * 32, 1))
-        assert ex.gather(timeout_s=2, wait_for={rogue.peer_id}) == []
+        assert ex.gather(GatherWait(timeout_s=2, wait_for={rogue.peer_id})) == []
     assert len(streams) == len(set(streams)) >= 2, ("nothing cut is asked for again", streams)
     assert ledger.counts[rogue.peer_id] == 0, "a crash looks the same: no strike"
     assert not ledger.earned(rogue.peer_id), "no longer waited for, fetched first or asked directly"
@@ -753,10 +753,10 @@ def test_any_one_listed_bootstrap_peer_is_enough_and_losing_it_ends_nothing(star
     c = start_runtime("c", [dead, *boot.visible_maddrs()])
     ex_b, ex_c = _link(b).exchange, _link(c).exchange
     ex_b.publish(0, b"before", 1)
-    assert [i.payload for i in ex_c.gather(timeout_s=15, wait_for={b.peer_id})] == [b"before"]
+    assert [i.payload for i in ex_c.gather(GatherWait(timeout_s=15, wait_for={b.peer_id}))] == [b"before"]
     boot.shutdown()
     ex_b.publish(1, b"after", 1)
-    got = ex_c.gather(timeout_s=30, wait_for={b.peer_id})
+    got = ex_c.gather(GatherWait(timeout_s=30, wait_for={b.peer_id}))
     assert [i.payload for i in got] == [b"after"], "b and c exchange without the bootstrap node"
 
 

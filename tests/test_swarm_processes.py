@@ -21,15 +21,15 @@ import pytest
 import yaml
 from hivemind.utils.timed_storage import get_dht_time
 
-from swarmnode import wire
-from swarmnode.config import SwarmSettings
 from swarmnode.lab.adversary import LivenessAttacker
-from swarmnode.metrics import read_metrics, round_lines
+from swarmnode.model.tiny import TINY_PRESETS, ensure_tiny
+from swarmnode.ops.metrics import read_metrics, round_lines
+from swarmnode.protocol import wire
+from swarmnode.settings.config import SwarmSettings
 from swarmnode.swarm.hivemind.dht import Manifest, heartbeat_from_record, owner_or_none, pack, payload_digest
 from swarmnode.swarm.hivemind.payloads import PayloadServer
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 from swarmnode.swarm.hivemind.shards import HEARTBEAT_FAMILY, ShardedFamily, manifest_family, shard_key
-from swarmnode.tiny import TINY_PRESETS, ensure_tiny
 
 pytestmark = pytest.mark.slow
 

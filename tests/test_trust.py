@@ -8,9 +8,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from swarmnode.config import LossSettings, TrustSettings
-from swarmnode.loss import group_advantages, objective_terms
-from swarmnode.trust import GATE_MIN_OWN, gate_bar, least_likely_window, screen
+from swarmnode.learn.loss import group_advantages, objective_terms
+from swarmnode.learn.trust import GATE_MIN_OWN, gate_bar, least_likely_window, screen
+from swarmnode.settings.config import LossSettings, TrustSettings
 
 LOSS = LossSettings()
 TRUST = TrustSettings()

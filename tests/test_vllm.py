@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from swarmnode.config import Config, LoraSettings, ModelSettings, RolloutSettings, TrainSettings
-from swarmnode.policy import Policy, TrainSample
+from swarmnode.model.policy import Policy, TrainSample
 from swarmnode.rollout.hf import HFGenerator
+from swarmnode.settings.config import Config, LoraSettings, ModelSettings, RolloutSettings, TrainSettings
 
 pytestmark = pytest.mark.vllm
 

@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 
 def test_a_vllm_node_and_an_hf_node_train_together(tmp_path):
-    from swarmnode.tiny import TINY_SPEC, ensure_tiny
+    from swarmnode.model.tiny import TINY_SPEC, ensure_tiny
 
     ensure_tiny(TINY_SPEC)
     fast = NodeProcess(tmp_path, "v", {"rollout": {"backend": "vllm"}, "swarm": {"min_peers": 1}})

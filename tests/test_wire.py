@@ -3,9 +3,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from swarmnode import wire
-from swarmnode.config import WireSettings
-from swarmnode.wire import CompletionGroup, PolicyInfo, RolloutBatch, WireError
+from swarmnode.protocol import wire
+from swarmnode.protocol.wire import CompletionGroup, PolicyInfo, RolloutBatch, WireError
+from swarmnode.settings.config import WireSettings
 
 
 def make_batch(groups: int = 2, per_group: int = 12, length: int = 256, seed: int = 0) -> RolloutBatch:

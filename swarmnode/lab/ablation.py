@@ -35,11 +35,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from swarmnode.assemble import assemble
-from swarmnode.batches import batch_split
-from swarmnode.config import Config, load_config
-from swarmnode.node import Node
-from swarmnode.records import RoundRecord
-from swarmnode.registry import OBJECTIVES
+from swarmnode.loop.node import Node
+from swarmnode.protocol.batches import batch_split
+from swarmnode.protocol.records import RoundRecord
+from swarmnode.settings.config import Config, load_config
+from swarmnode.settings.registry import OBJECTIVES
 from swarmnode.swarm.local import InMemoryHub
 
 ALONE = "alone"
@@ -211,7 +211,7 @@ def run_condition(
                         condition_overrides,
                     )
                     name = member.label  # the peer id, hence the prompts, are the member's in every condition
-                    nodes.append(stack.enter_context(assemble(config, join=lambda run, n=name, h=hub: h.join(n, run))))
+                    nodes.append(stack.enter_context(assemble(config, join=lambda run, standing, n=name, h=hub: h.join(n, run, standing))))
                 runs.update(_train_together(together, nodes, shape, progress))
     return ConditionRun(condition, accounting, seed, [runs[m.label] for m in setting.members])
 

@@ -37,10 +37,10 @@ from hivemind.p2p import PeerID
 from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.timed_storage import get_dht_time
 
-from swarmnode import wire
-from swarmnode.batches import assigned_prompt_ids
-from swarmnode.config import SwarmSettings
-from swarmnode.records import Heartbeat, RecordError
+from swarmnode.protocol import wire
+from swarmnode.protocol.batches import assigned_prompt_ids
+from swarmnode.protocol.records import Heartbeat, RecordError
+from swarmnode.settings.config import SwarmSettings
 from swarmnode.swarm.hivemind.dht import Manifest, heartbeat_from_record, owner_or_none, pack, payload_digest
 from swarmnode.swarm.hivemind.payloads import OK, PROTOCOL, PayloadServer, fetch_payload
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from swarmnode import wire
-from swarmnode.config import Config
-from swarmnode.policy import Policy
+from swarmnode.model.policy import Policy
+from swarmnode.protocol import wire
+from swarmnode.settings.config import Config
 from swarmnode.swarm.base import SwarmLink
 from swarmnode.tasks.base import Problem, Task
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from swarmnode.config import RolloutSettings
-from swarmnode.devices import resolve_backend, vllm_available
-from swarmnode.policy import Policy
-from swarmnode.registry import BACKENDS
+from swarmnode.model.policy import Policy
 from swarmnode.rollout.base import Completion, Generator
 from swarmnode.rollout.hf import HFGenerator
 from swarmnode.rollout.vllm import VLLMGenerator
+from swarmnode.settings.config import RolloutSettings
+from swarmnode.settings.registry import BACKENDS
+from swarmnode.sizing.devices import resolve_backend, vllm_available
 
 __all__ = ["Completion", "Generator", "make_generator", "resolve_backend", "vllm_available"]
 

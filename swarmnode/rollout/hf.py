@@ -23,9 +23,9 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from swarmnode.config import RolloutSettings
-from swarmnode.policy import Policy, halve_after_oom, inference_copy, refresh_copy
+from swarmnode.model.policy import Policy, halve_after_oom, inference_copy, refresh_copy
 from swarmnode.rollout.base import Completion
+from swarmnode.settings.config import RolloutSettings
 
 
 class SampledLogprobRecorder(LogitsProcessor):

@@ -16,10 +16,10 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-from swarmnode.config import RolloutSettings
-from swarmnode.policy import Policy
+from swarmnode.model.policy import Policy
 from swarmnode.rollout.base import Completion
-from swarmnode.shapes import ModelShape
+from swarmnode.settings.config import RolloutSettings
+from swarmnode.sizing.shapes import ModelShape
 
 log = logging.getLogger(__name__)
 

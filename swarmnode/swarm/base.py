@@ -1,17 +1,24 @@
-"""The two seams between the round loop and the swarm.
+"""The seams between the round loop and the swarm, and what crosses them.
 
-`RolloutExchange` carries data: publish my batch, gather peers' batches. `Membership` carries
-who is there: my heartbeat, the live peers, what they claim. There is no shared round: each
-node counts its own rounds, and a batch names its sender's. The round loop sees only
-these, so it runs the same alone, with in-memory peers, or over hivemind.
+- `RolloutExchange` carries data: publish my batch, gather peers' batches. How long a gather
+  waits and for whom is one value, `GatherWait`, which the loop builds (swarmnode.loop.waiting)
+  and every exchange stops on by the same predicate.
+- `Membership` carries who is there: my heartbeat, the live peers, what they claim.
+- `PeerStanding` goes the other way: what the round loop verified about each peer (its ledger,
+  swarmnode.loop.ledger), read by an exchange to choose whom to ask and fetch, and told of the
+  faults the transport proves. The exchange reads it on its own thread, so it is thread-safe.
+
+There is no shared round: each node counts its own rounds, and a batch names its sender's. The
+round loop sees only these, so it runs the same alone, with in-memory peers, or over hivemind.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from swarmnode.records import Heartbeat, NodeStatus
+from swarmnode.protocol.records import Heartbeat, NodeStatus
 
 
 @dataclass(frozen=True)
@@ -21,7 +28,85 @@ class Received:
     peer_id: str
     round: int  # the sender's own round, as its manifest says (the batch must agree)
     payload: bytes
-    after_s: float | None = None  # seconds into the gather it arrived (0: already there)
+
+
+def is_proven(standing: float | None) -> bool:
+    """Screened, and some of its samples taught something: asked for new batches every poll,
+    and first in the peers' share."""
+    return standing is not None and standing > 0
+
+
+def is_useless(standing: float | None) -> bool:
+    """Screened, and none of its samples taught anything (all answers alike, or gated)."""
+    return standing is not None and standing <= 0
+
+
+class PeerStanding(Protocol):
+    """The round loop's verified view of its peers, as an exchange reads and reports to it.
+
+    Every call may come from another thread than the loop's. Nothing here is a peer's claim:
+    a peer is known by batches this node fetched, decoded and checked itself."""
+
+    def standing(self, peer_id: str) -> float | None:
+        """How useful its samples have been lately (see is_proven / is_useless); None: never screened."""
+        ...
+
+    def known(self, peer_id: str) -> bool:
+        """Delivered a valid batch, has not cut a download since, not banned: asked directly."""
+        ...
+
+    def known_peers(self) -> list[str]:
+        """Every known peer, in the order they first delivered."""
+        ...
+
+    def is_banned(self, peer_id: str) -> bool: ...
+
+    def has_delivered(self, peer_id: str) -> bool:
+        """Delivered a valid batch at some point (whatever happened since)."""
+        ...
+
+    def has_cut(self, peer_id: str) -> bool:
+        """Closed a download mid-payload since its last valid batch."""
+        ...
+
+    def ever_delivered(self) -> bool:
+        """Some peer delivered a valid batch at some point."""
+        ...
+
+    def reject(self, peer_id: str, reason: str) -> None:
+        """A provable fault (bad data, a bad manifest): one strike toward a ban."""
+        ...
+
+    def cut(self, peer_id: str) -> None:
+        """A download cut mid-payload: no strike (a crash looks the same); not waited for,
+        nor asked first, until it delivers again."""
+        ...
+
+
+@dataclass(frozen=True)
+class GatherWait:
+    """How long one gather may wait and for whom; the loop's call (swarmnode.loop.waiting).
+
+    A gather returns once every peer of `wait_for` delivered (and, with `wait_for_any`, at
+    least one peer did), or after `timeout_s`. `held`: peers whose recent batch the node
+    still holds unused; those not proven useful are not fetched from until the next gather
+    (their newer batch would wait behind the one held)."""
+
+    timeout_s: float = 0.0
+    wait_for: frozenset[str] = field(default_factory=frozenset)
+    wait_for_any: bool = False
+    held: frozenset[str] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "wait_for", frozenset(self.wait_for))
+        object.__setattr__(self, "held", frozenset(self.held))
+
+    def satisfied(self, delivered: Collection[str]) -> bool:
+        """Whether a gather that has these peers' batches in hand may stop waiting."""
+        return self.wait_for <= set(delivered) and (bool(delivered) or not self.wait_for_any)
+
+
+NO_WAIT = GatherWait()  # hand out what is there, at once
 
 
 class RolloutExchange(Protocol):
@@ -32,19 +117,9 @@ class RolloutExchange(Protocol):
         available to peers."""
         ...
 
-    def gather(
-        self,
-        timeout_s: float,
-        wait_for: set[str] | frozenset[str] = frozenset(),
-        wait_for_any: bool = False,
-        held: frozenset[str] = frozenset(),
-    ) -> list[Received]:
+    def gather(self, wait: GatherWait = NO_WAIT) -> list[Received]:
         """Peers' batches that arrived since the last call, each (peer, round) once and only
-        rounds newer than any handed out for that peer; waits until every peer in `wait_for`
-        delivered one (and, with `wait_for_any`, at least one peer did), or `timeout_s`.
-        `held`: peers whose recent batch the node still holds unused. Until the next call,
-        those not proven useful need not be fetched from: their newer batch would wait behind
-        it (a transport where fetching costs nothing may ignore it)."""
+        rounds newer than any handed out for that peer; waits as `wait` says."""
         ...
 
     def linger(self, round_: int, peers: set[str], timeout_s: float) -> None:

@@ -2,8 +2,10 @@
 
 Every exchange made from a hub is a member of its run (runs never see each other) until its
 membership closes. `gather` returns what the other members of the run published since it last
-looked and stops waiting once each peer it was told to wait for has delivered, so nodes stepped in turn (tests, bench/) and threads both
-behave as over hivemind, minus the network.
+looked, and stops waiting by the same rule as over hivemind (GatherWait). Each member reads its
+node's PeerStanding as the hivemind exchange does: a banned peer's batches are not handed out,
+and neither are those of a peer held unused and not proven useful (the hold rule), so nodes
+stepped in turn (tests, bench/) and threads both behave as over hivemind, minus the network.
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ from __future__ import annotations
 import threading
 import time
 
-from swarmnode.records import Heartbeat, NodeStatus
-from swarmnode.swarm.base import Received, SwarmLink
+from swarmnode.protocol.records import Heartbeat, NodeStatus
+from swarmnode.swarm.base import NO_WAIT, GatherWait, PeerStanding, Received, SwarmLink, is_proven
 
 
 class InMemoryHub:
@@ -24,14 +26,15 @@ class InMemoryHub:
         self.payloads: dict[tuple[str, str, int], bytes] = {}  # (run, peer, round) -> payload
         self.status: dict[tuple[str, str], Heartbeat] = {}  # (run, peer) -> last status
 
-    def join(self, peer_id: str, run_id: str) -> SwarmLink:
-        """Both seams for one member of `run_id`; members of other runs never see each other."""
-        return SwarmLink(self.exchange(peer_id, run_id), InMemoryMembership(self, peer_id, run_id))
+    def join(self, peer_id: str, run_id: str, standing: PeerStanding) -> SwarmLink:
+        """Both seams for one member of `run_id`, whose node keeps `standing`; members of other
+        runs never see each other."""
+        return SwarmLink(self.exchange(peer_id, run_id, standing), InMemoryMembership(self, peer_id, run_id))
 
-    def exchange(self, peer_id: str, run_id: str) -> InMemoryExchange:
+    def exchange(self, peer_id: str, run_id: str, standing: PeerStanding) -> InMemoryExchange:
         with self.lock:
             self.status.setdefault((run_id, peer_id), _heartbeat(peer_id, run_id, NodeStatus()))
-        return InMemoryExchange(self, peer_id, run_id)
+        return InMemoryExchange(self, peer_id, run_id, standing)
 
     def publish(self, run_id: str, peer_id: str, round_: int, payload: bytes) -> None:
         with self.lock:
@@ -58,43 +61,35 @@ class InMemoryExchange:
     """One member's data seam; each peer batch is handed out at most once, and a peer's rounds
     only in increasing order."""
 
-    def __init__(self, hub: InMemoryHub, peer_id: str, run_id: str) -> None:
+    def __init__(self, hub: InMemoryHub, peer_id: str, run_id: str, standing: PeerStanding) -> None:
         self.hub = hub
         self.peer_id = peer_id
         self.run_id = run_id
+        self.standing = standing
         self._newest: dict[str, int] = {}  # peer -> newest round handed out
 
     def publish(self, round_: int, payload: bytes, tokens: int = 0) -> None:
         self.hub.publish(self.run_id, self.peer_id, round_, payload)
 
-    def gather(
-        self,
-        timeout_s: float = 0.0,
-        wait_for: set[str] | frozenset[str] = frozenset(),
-        wait_for_any: bool = False,
-        held: frozenset[str] = frozenset(),  # nothing is fetched in memory: every batch is handed out
-    ) -> list[Received]:
-        started = time.monotonic()
-
-        def done() -> bool:
-            delivered = {peer for (peer, _) in self._new()}
-            return set(wait_for) <= delivered and (bool(delivered) or not wait_for_any)
-
+    def gather(self, wait: GatherWait = NO_WAIT) -> list[Received]:
         with self.hub.lock:
-            self.hub.lock.wait_for(done, timeout=timeout_s)
-            found = [
-                Received(peer, r, self.hub.payloads[(self.run_id, peer, r)], after_s=time.monotonic() - started)
-                for peer, r in sorted(self._new())
-            ]
+            self.hub.lock.wait_for(lambda: wait.satisfied({peer for peer, _ in self._new(wait)}), wait.timeout_s)
+            found = [Received(peer, r, self.hub.payloads[(self.run_id, peer, r)]) for peer, r in sorted(self._new(wait))]
         for item in found:
             self._newest[item.peer_id] = max(item.round, self._newest.get(item.peer_id, item.round))
         return found
 
-    def _new(self) -> list[tuple[str, int]]:
+    def _new(self, wait: GatherWait) -> list[tuple[str, int]]:
+        """(peer, round) of the run not handed out yet, less what the node's standing holds back."""
         return [
             (peer, r) for (run, peer, r) in self.hub.payloads
             if run == self.run_id and peer != self.peer_id and r > self._newest.get(peer, -1)
+            and not self._held_back(peer, wait)
         ]
+
+    def _held_back(self, peer: str, wait: GatherWait) -> bool:
+        """Banned, or held unused and not proven useful (as HivemindExchange fetches)."""
+        return self.standing.is_banned(peer) or (peer in wait.held and not is_proven(self.standing.standing(peer)))
 
     def linger(self, round_: int, peers: set[str], timeout_s: float) -> None:
         """Nothing to wait for: the hub keeps what was published after a member leaves."""
@@ -134,6 +129,6 @@ class InMemoryMembership:
             self.hub.set_status(self.run_id, self.peer_id, last.model_copy(update={"state": "left"}))
 
 
-def solo_link(peer_id: str, run_id: str) -> SwarmLink:
+def solo_link(peer_id: str, run_id: str, standing: PeerStanding) -> SwarmLink:
     """A node alone: a hub of one, so publishing costs little and gathering never waits."""
-    return InMemoryHub(keep_rounds=1).join(peer_id, run_id)
+    return InMemoryHub(keep_rounds=1).join(peer_id, run_id, standing)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from swarmnode.config import TaskSettings
-from swarmnode.registry import TASKS
+from swarmnode.settings.config import TaskSettings
+from swarmnode.settings.registry import TASKS
 from swarmnode.tasks.arithmetic import ArithmeticTask
 from swarmnode.tasks.base import Problem, Task
 from swarmnode.tasks.gsm8k import GSM8KTask

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hivemind.utils.multiaddr import Multiaddr
 
-from swarmnode.config import SwarmSettings
+from swarmnode.settings.config import SwarmSettings
 
 
 class AddressError(ValueError):

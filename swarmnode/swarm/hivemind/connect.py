@@ -7,8 +7,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from swarmnode.config import Config
-from swarmnode.swarm.base import SwarmLink
+from swarmnode.settings.config import Config
+from swarmnode.swarm.base import PeerStanding, SwarmLink
 from swarmnode.swarm.hivemind.addresses import check_swarm_addresses
 from swarmnode.swarm.hivemind.exchange import HivemindExchange
 from swarmnode.swarm.hivemind.membership import HivemindMembership
@@ -16,7 +16,6 @@ from swarmnode.swarm.hivemind.payloads import PayloadServer
 from swarmnode.swarm.hivemind.reach import ADVICE
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 from swarmnode.swarm.hivemind.swarm_file import read_peers_file, write_swarm_file
-from swarmnode.swarm.ledger import PeerLedger
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +48,7 @@ def announce_address(config: Config, runtime: SwarmRuntime) -> list[str]:
     return maddrs
 
 
-def attach(runtime: SwarmRuntime, run_id: str, config: Config, ledger: PeerLedger) -> SwarmLink:
+def attach(runtime: SwarmRuntime, run_id: str, config: Config, ledger: PeerStanding) -> SwarmLink:
     """The node's exchange and membership on a started runtime."""
     server = PayloadServer(run_id, keep_rounds=config.node.staleness + 3)
 

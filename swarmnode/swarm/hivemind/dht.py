@@ -21,7 +21,7 @@ from hivemind.dht.validation import DHTRecord, RecordValidatorBase
 from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.timed_storage import get_dht_time
 
-from swarmnode.records import Heartbeat, RecordError
+from swarmnode.protocol.records import Heartbeat, RecordError
 from swarmnode.swarm.hivemind.identity import peer_id_of_owner
 from swarmnode.swarm.hivemind.shards import HEARTBEAT_FAMILY, ShardIndex, in_shard
 

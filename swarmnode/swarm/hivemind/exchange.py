@@ -27,14 +27,13 @@ from collections.abc import Callable, Collection, Iterable
 
 from hivemind.utils.timed_storage import get_dht_time
 
-from swarmnode.config import SwarmSettings
-from swarmnode.records import RecordError
-from swarmnode.swarm.base import Received
+from swarmnode.protocol.records import RecordError
+from swarmnode.settings.config import SwarmSettings
+from swarmnode.swarm.base import NO_WAIT, GatherWait, PeerStanding, Received, is_proven
 from swarmnode.swarm.hivemind.dht import Manifest, owner_or_none, owner_peer_id, payload_digest
 from swarmnode.swarm.hivemind.payloads import FetchError, PayloadServer, fetch_newest, fetch_payload
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 from swarmnode.swarm.hivemind.shards import ShardedFamily, manifest_family
-from swarmnode.swarm.ledger import PeerLedger, is_proven
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +61,7 @@ class HivemindExchange:
         settings: SwarmSettings,
         *,
         server: PayloadServer,
-        ledger: PeerLedger,
+        ledger: PeerStanding,
         max_payload_bytes: int,
         live_peers: Callable[[], Iterable[str]] = tuple,
     ) -> None:
@@ -72,7 +71,7 @@ class HivemindExchange:
         self.run_id = run_id
         self.settings = settings
         self.server = server
-        self.ledger = ledger
+        self.ledger = ledger  # the loop's verified view of peers, read on the swarm loop
         self.max_payload_bytes = max_payload_bytes
         self._newest: dict[str, int] = {}  # peer -> newest round handed out or given up on
         self._blamed: set[tuple[str, bytes]] = set()  # (owner, record) of bad manifests already counted
@@ -133,19 +132,11 @@ class HivemindExchange:
             if not ok:
                 log.warning("could not announce round %d in the DHT; peers may miss it", manifest.round)
 
-    def gather(
-        self,
-        timeout_s: float,
-        wait_for: set[str] | frozenset[str] = frozenset(),
-        wait_for_any: bool = False,
-        held: frozenset[str] = frozenset(),
-    ) -> list[Received]:
-        deadline = time.monotonic() + timeout_s
-        self._held = frozenset(held)  # read by the polls on the swarm loop: one reference, swapped whole
+    def gather(self, wait: GatherWait = NO_WAIT) -> list[Received]:
+        deadline = time.monotonic() + wait.timeout_s
+        self._held = wait.held  # read by the polls on the swarm loop: one reference, swapped whole
         try:
-            found = self.runtime.call(
-                self._gather(deadline, set(wait_for), wait_for_any), timeout=timeout_s + GATHER_GRACE_S
-            )
+            found = self.runtime.call(self._gather(deadline, wait), timeout=wait.timeout_s + GATHER_GRACE_S)
         except TimeoutError:  # the swarm loop is stuck: train on what we have, try again next round
             log.warning("a gather ran %.0f s past its deadline; going on without peers", GATHER_GRACE_S)
             return []
@@ -170,28 +161,23 @@ class HivemindExchange:
 
     # -- inside the swarm loop ---------------------------------------------------------------
 
-    async def _gather(self, deadline: float, wait_for: set[str], wait_for_any: bool) -> list[Received]:
-        started = time.monotonic()
-        arrived_at = {key: 0.0 for key in self._ready}  # already here when the gather began
+    async def _gather(self, deadline: float, wait: GatherWait) -> list[Received]:
         while True:
-            for key in list(self._ready):
-                arrived_at.setdefault(key, time.monotonic() - started)
             delivered = {peer for peer, _ in self._ready}
-            if time.monotonic() >= deadline or (wait_for <= delivered and (delivered or not wait_for_any)):
+            if time.monotonic() >= deadline or wait.satisfied(delivered):
                 break
             # proven peers waited for are asked at once and again every WAITING_POLL_S, not at the
             # next poll (at most max_pull_peers of them: others wait for their turn in the polls)
             pulled = set(self.pull_set())
             self._ask_directly(
-                peer for peer in wait_for - delivered if peer in pulled and is_proven(self.ledger.standing(peer))
+                peer for peer in wait.wait_for - delivered if peer in pulled and is_proven(self.ledger.standing(peer))
             )
             self._arrival.clear()
             pause = min(WAITING_POLL_S, max(0.0, deadline - time.monotonic()))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._arrival.wait(), pause)
         found = [
-            Received(peer, r, payload, after_s=arrived_at.get((peer, r)))
-            for (peer, r), payload in sorted(self._ready.items())
+            Received(peer, r, payload) for (peer, r), payload in sorted(self._ready.items())
         ]
         self._ready.clear()
         for item in found:
@@ -266,7 +252,7 @@ class HivemindExchange:
         while True:
             try:
                 self._pull_known()
-                due = time.monotonic() >= next_lookup or not self.ledger.ever_delivered
+                due = time.monotonic() >= next_lookup or not self.ledger.ever_delivered()
                 if due and (self._lookup is None or self._lookup.done()):
                     next_lookup = time.monotonic() + self.settings.discovery_interval_s
                     self._lookup = asyncio.create_task(self._look_up())
@@ -286,7 +272,7 @@ class HivemindExchange:
         not cut since, not banned; however slow), the most useful first, at most
         `swarm.max_pull_peers`. Everyone else is found through the DHT (strangers within a
         bound: `choose_downloads`)."""
-        known = [peer for peer in list(self.ledger.peers) if self.ledger.known(peer)]
+        known = self.ledger.known_peers()
         standing = {peer: self.ledger.standing(peer) for peer in known}
         return choose_pull_set(known, standing, self.settings.max_pull_peers, self._rng)
 

@@ -15,8 +15,8 @@ from typing import Any
 from hivemind.utils.timed_storage import get_dht_time
 
 from swarmnode import __version__
-from swarmnode.config import SwarmSettings
-from swarmnode.records import Heartbeat, NodeStatus, RecordError
+from swarmnode.protocol.records import Heartbeat, NodeStatus, RecordError
+from swarmnode.settings.config import SwarmSettings
 from swarmnode.swarm.hivemind.dht import heartbeat_from_record, owner_or_none, owner_peer_id, pack
 from swarmnode.swarm.hivemind.reach import classify
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime

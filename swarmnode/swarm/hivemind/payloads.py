@@ -24,7 +24,7 @@ from collections import Counter, OrderedDict
 import msgpack
 from hivemind.p2p import P2P, PeerID
 
-from swarmnode.records import PAYLOAD_PROTOCOL
+from swarmnode.protocol.records import PAYLOAD_PROTOCOL
 from swarmnode.swarm.hivemind.dht import payload_digest
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ import ipaddress
 import socket
 from typing import Literal
 
-from swarmnode.config import SwarmSettings
+from swarmnode.settings.config import SwarmSettings
 
 Reach = Literal["direct", "relayed", "private", "local"]
 PROBE_ADDRESS = ("192.0.2.1", 9)  # TEST-NET-1: connecting a UDP socket sends nothing, it picks a route

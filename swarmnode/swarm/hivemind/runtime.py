@@ -25,7 +25,7 @@ from hivemind.p2p import P2P, P2PDaemonError, PeerID
 from hivemind.utils.multiaddr import Multiaddr
 from hivemind.utils.timed_storage import get_dht_time
 
-from swarmnode.config import SwarmSettings
+from swarmnode.settings.config import SwarmSettings
 from swarmnode.swarm.hivemind.dht import RememberingSignatureValidator, make_validators, subkey_items
 from swarmnode.swarm.hivemind.identity import ensure_identity, load_signing_key
 from swarmnode.swarm.hivemind.reach import forced_reachability

@@ -35,7 +35,7 @@ from typing import Any
 
 from hivemind.dht.routing import DHTID
 
-from swarmnode.records import DHT_NAMESPACE
+from swarmnode.protocol.records import DHT_NAMESPACE
 
 log = logging.getLogger(__name__)
 

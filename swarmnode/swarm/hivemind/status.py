@@ -12,8 +12,8 @@ import logging
 
 from hivemind.utils.timed_storage import get_dht_time
 
-from swarmnode.config import SwarmSettings
-from swarmnode.records import PeerRow, RecordError
+from swarmnode.protocol.records import PeerRow, RecordError
+from swarmnode.settings.config import SwarmSettings
 from swarmnode.swarm.hivemind.dht import heartbeat_from_record, owner_or_none
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 from swarmnode.swarm.hivemind.shards import HEARTBEAT_FAMILY, ShardedFamily, ShardReads

@@ -1,0 +1,1 @@
+"""The objective and the screening of peers' samples."""

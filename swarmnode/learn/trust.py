@@ -1,0 +1,162 @@
+"""Judging peers' samples by what this node can compute itself, before it trains on them.
+
+A peer controls its text and the log pi_gen it reports; it does not control how likely its text
+is under *our* model. So:
+
+- **Likelihood gate.** Each sample gets a score: the mean log pi_theta (at the sampling
+  temperature) of its least likely window of `gate_window` tokens, so a short injected phrase in
+  a long completion is not averaged away. Our own samples of the round (whose log-probs our
+  generator reported, no extra work) set the bar: their `gate_quantile` score minus
+  `gate_margin` nats. A peer's sample below the bar *with a positive advantage* leaves the
+  batch (`gate_scope` "positive", the default). Why only those: poison is learned only
+  through a positive advantage (it raises the likelihood of its text); a negative-advantage
+  sample pushes its text down, and F-TIS's filter already drops negative-advantage samples
+  that diverge more than g from our policy. Gating every unlikely sample (`gate_scope` "all")
+  drops mostly wrong answers of honest peers, after their group's advantages were computed, so
+  the kept advantages no longer sum to zero and wrong answers are under-penalised: two copies
+  of one model then learned less together than one alone (docs/figures.md, "Does it pay?"). A gated
+  sample, like a filtered one, still counts in its group's mean: the others keep the
+  advantages the whole group gave them, and a group with nothing gated is left untouched.
+- **Weight budget.** An honest generator draws tokens from pi_gen, so a token's importance
+  weight pi_theta / pi_gen has expectation sum_x pi_theta(x) <= 1. A peer that reports a low
+  log pi_gen gets weight C on every token instead. Each peer's weights are scaled so their
+  mean over its batch is at most 1: a reported log-prob can move weight between that peer's
+  tokens, never add to it. A batch whose mean weight is above `max_weight_mean` counts as
+  a strike (PeerLedger), adding up to a ban with other bad data.
+
+Failing the gate is never a strike: a peer with another model (a different size, a LoRA, a few
+hundred steps of its own training) honestly writes text our model finds unlikely, more of it
+as the models drift apart, and banning it would end the collaboration the swarm is for. The
+gate already keeps those samples out of our batch.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from swarmnode.learn.loss import WEIGHTINGS
+from swarmnode.settings.config import LossSettings, TrustSettings
+from swarmnode.settings.registry import OBJECTIVES
+
+GATE_MIN_OWN = 8  # fewer own samples than this set no bar: the gate is off for that round
+
+
+def least_likely_window(logprobs: np.ndarray, window: int) -> float:
+    """Mean log-prob of the least likely `window` consecutive tokens (the whole completion
+    when shorter); 0.0 for an empty one."""
+    values = np.asarray(logprobs, dtype=np.float64)
+    if values.size == 0:
+        return 0.0
+    if values.size <= window:
+        return float(values.mean())
+    sums = np.convolve(values, np.ones(window), mode="valid")
+    return float(sums.min() / window)
+
+
+def gate_bar(own_logprobs: list[np.ndarray], settings: TrustSettings) -> float | None:
+    """The score a peer's sample must reach, from our own samples; None when too few."""
+    if len(own_logprobs) < GATE_MIN_OWN:
+        return None
+    scores = [least_likely_window(lp, settings.gate_window) for lp in own_logprobs]
+    return float(np.quantile(scores, settings.gate_quantile)) - settings.gate_margin
+
+
+def token_weights(logp_theta: np.ndarray, logp_gen: np.ndarray, loss: LossSettings, weighting: str) -> np.ndarray:
+    """Per-token importance weights under `weighting` (none, vanilla, truncated), as the loss
+    computes them."""
+    log_w = torch.from_numpy(np.asarray(logp_theta - logp_gen, dtype=np.float32))
+    weights, _ = WEIGHTINGS[weighting](log_w.clamp(-loss.log_ratio_clamp, loss.log_ratio_clamp), loss)
+    return weights.numpy()
+
+
+@dataclass
+class PeerVerdict:
+    """What screening found in one peer's samples this round."""
+
+    samples: int = 0
+    below_bar: int = 0  # samples under the gate's bar, gated or (advantage <= 0) kept
+    gated: int = 0
+    weight_mean: float = 1.0  # mean weight over its kept tokens under the objective
+    capped_weight_mean: float = 1.0  # the same with weights capped at C: at most 1 if honest
+    weight_scale: float = 1.0  # what its weights are multiplied by
+    strikes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Screening:
+    """Per sample (in input order): kept or not, and the factor on its importance weights."""
+
+    keep: list[bool]
+    below_bar_flags: list[bool]  # per sample: under the gate's bar (gated or kept)
+    weight_scale: list[float]
+    bar: float | None
+    verdicts: dict[str, PeerVerdict]
+
+    @property
+    def gated(self) -> int:
+        return sum(v.gated for v in self.verdicts.values())
+
+    @property
+    def below_bar(self) -> int:
+        return sum(v.below_bar for v in self.verdicts.values())
+
+
+def gateable(advantage: float, trust: TrustSettings) -> bool:
+    """Whether the gate may drop a sample with this advantage (see the module's docstring)."""
+    return trust.gate_scope == "all" or advantage > 0
+
+
+def screen(
+    peers: list[str],
+    advantages: list[float],
+    gen_logprobs: list[np.ndarray],
+    theta_logprobs: list[np.ndarray],
+    own_logprobs: list[np.ndarray],
+    trust: TrustSettings,
+    loss: LossSettings,
+) -> Screening:
+    """Decide, per peer sample, whether it is trained on and how much its weights count.
+
+    `peers[i]` sent sample i, which has the group advantage `advantages[i]` (computed by us
+    over its whole group), the reported `gen_logprobs[i]` and our model's `theta_logprobs[i]`
+    on its tokens; `own_logprobs` are our own samples' log-probs.
+    """
+    bar = gate_bar(own_logprobs, trust) if trust.likelihood_gate else None
+    keep = [True] * len(peers)
+    below = [False] * len(peers)
+    verdicts: dict[str, PeerVerdict] = defaultdict(PeerVerdict)
+    weighting = OBJECTIVES.get(loss.objective).weighting
+    weight_sums: dict[str, float] = defaultdict(float)
+    capped_sums: dict[str, float] = defaultdict(float)
+    token_counts: dict[str, int] = defaultdict(int)
+    for i, (peer, advantage, gen, theta) in enumerate(zip(peers, advantages, gen_logprobs, theta_logprobs)):
+        verdict = verdicts[peer]
+        verdict.samples += 1
+        if bar is not None and least_likely_window(theta, trust.gate_window) < bar:
+            verdict.below_bar += 1
+            below[i] = True
+            if gateable(advantage, trust):
+                keep[i] = False
+                verdict.gated += 1
+                continue
+        weight_sums[peer] += float(token_weights(theta, gen, loss, weighting).sum())
+        capped_sums[peer] += float(token_weights(theta, gen, loss, "truncated").sum())
+        token_counts[peer] += len(theta)
+    for peer, verdict in verdicts.items():
+        if token_counts[peer]:
+            verdict.weight_mean = weight_sums[peer] / token_counts[peer]
+            verdict.capped_weight_mean = capped_sums[peer] / token_counts[peer]
+        if trust.weight_budget and verdict.weight_mean > 1.0:
+            verdict.weight_scale = 1.0 / verdict.weight_mean
+        if verdict.capped_weight_mean > trust.max_weight_mean:
+            verdict.strikes.append(
+                f"its log-probs claim a mean importance weight of {verdict.capped_weight_mean:.2f} "
+                f"(an honest generator's is at most 1)"
+            )
+    scales = [verdicts[peer].weight_scale for peer in peers]
+    return Screening(keep=keep, below_bar_flags=below, weight_scale=scales, bar=bar, verdicts=dict(verdicts))
+

@@ -1,0 +1,1 @@
+"""The round loop and everything it does with peers' batches."""

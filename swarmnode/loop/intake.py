@@ -1,0 +1,224 @@
+"""Peers' batches on their way from the exchange into a training batch.
+
+Each round: collect what peers published into the pool (waiting a bounded time when the pool
+cannot fill the peers' share), check every batch strictly, then fill the peers' share in the
+pool's fair order with samples that pass screening by our own model (swarmnode.learn.trust). This is
+the only place that writes verdicts about peers' content to the ledger: bad batches, and
+log-probs that claim more weight than an honest generator's.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from swarmnode.learn.trust import Screening, screen
+from swarmnode.loop.ledger import PeerLedger
+from swarmnode.loop.pool import PROBATION_EVERY, OfferedGroup, PeerPool, fair_queue
+from swarmnode.loop.samples import Sample, ScoredGroup, score_group, train_samples
+from swarmnode.loop.waiting import WaitRule
+from swarmnode.model.policy import Policy
+from swarmnode.protocol import wire
+from swarmnode.protocol.batches import batch_split, check_batch
+from swarmnode.settings.config import Config
+from swarmnode.swarm.base import Membership, Received, RolloutExchange, is_useless
+from swarmnode.tasks.base import Task
+
+SCREEN_PASSES = 3  # rounds of score-and-screen to fill the peers' share when the gate drops samples
+
+
+@dataclass
+class Taken:
+    """The peers' samples a round trains on, and what screening and the pool said of them."""
+
+    kept: list[Sample] = field(default_factory=list)
+    screenings: list[Screening] = field(default_factory=list)
+    peers: set[str] = field(default_factory=set)  # whose groups were taken
+    ages_s: list[float] = field(default_factory=list)  # per group taken: seconds since it arrived
+    lags: list[int] = field(default_factory=list)  # per group taken: its sender's rounds since
+
+    @property
+    def gated(self) -> int:
+        return sum(s.gated for s in self.screenings)
+
+    @property
+    def below_bar(self) -> int:
+        return sum(s.below_bar for s in self.screenings)
+
+    @property
+    def min_weight_scale(self) -> float | None:
+        return min((v.weight_scale for s in self.screenings for v in s.verdicts.values()), default=None)
+
+
+class Intake:
+    def __init__(
+        self,
+        config: Config,
+        policy: Policy,
+        task: Task,
+        run_id: str,
+        exchange: RolloutExchange,
+        membership: Membership,
+        ledger: PeerLedger,
+    ) -> None:
+        self.config = config
+        self.policy = policy
+        self.task = task
+        self.run_id = run_id
+        self.exchange = exchange
+        self.membership = membership
+        self.ledger = ledger
+        self.pool = PeerPool()
+        self.waits = WaitRule(config)
+
+    # -- collecting ----------------------------------------------------------------------------
+
+    def collect(self, round_: int, generate_s: float, timings: dict[str, float]) -> list[OfferedGroup]:
+        """Bring peers' new batches into the pool, waiting as the wait rule says when the pool
+        cannot fill the peers' share (swarmnode.loop.waiting); the pool's fresh groups in the
+        order the share takes them."""
+        t = time.perf_counter()
+        node = self.config.node
+        self.pool.expire(time.monotonic(), node.max_age_s, node.staleness)
+        live = set(self.membership.live_peers())
+        _, budget = batch_split(self.config)
+        # Useless peers' groups only fill what the others leave (pool.fair_queue), so they do
+        # not make the share full: a round still waits its bounded time for a proven peer
+        offered = self.pool.offers(round_)
+        short = sum(len(groups) for peer, groups in offered.items() if not is_useless(self.ledger.standing(peer))) < budget
+        wait = self.waits.plan(
+            short=short, live=live, earned=self.ledger.expected(live), pooled=self.pool.peers,
+            ever_delivered=self.ledger.ever_delivered(), held=self.pool.holding(round_), generate_s=generate_s,
+        )
+        received = self.exchange.gather(wait)
+        timings["gather_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        delivered = self._accept(received, round_)
+        for peer in self.waits.settle(wait, delivered):
+            self.ledger.missed(peer)
+        timings["decode_s"] = time.perf_counter() - t
+        offers = self.pool.offers(round_)
+        rng = random.Random(f"{node.seed}:{self.exchange.peer_id}:{round_}:intake")
+        standing = {peer: self.ledger.standing(peer) for peer in offers}
+        return fair_queue(offers, standing, rng, probation=round_ % PROBATION_EVERY == 0)
+
+    def _accept(self, received: list[Received], our_round: int) -> set[str]:
+        """Decode strictly, check each batch belongs to this run and its sender's round, and
+        hold its groups (at most `node.peer_quota`) in the pool; returns who delivered."""
+        delivered: set[str] = set()
+        now = time.monotonic()
+        for item in received:
+            if self.ledger.is_banned(item.peer_id):
+                continue
+            try:
+                batch = self.verify(item)
+            except wire.WireError as err:
+                self.reject(item.peer_id, str(err))
+                continue
+            self.ledger.delivered(item.peer_id)
+            delivered.add(item.peer_id)
+            groups = [
+                OfferedGroup(item.peer_id, batch.round, g.prompt_id, g.completions(), now)
+                for g in batch.groups[: self.config.node.peer_quota]
+            ]
+            self.pool.add(item.peer_id, batch.round, groups, our_round)
+        return delivered
+
+    def verify(self, item: Received) -> wire.RolloutBatch:
+        """The batch, decoded and checked as one this node may train on; WireError if not."""
+        batch = wire.decode(item.payload, self.config.wire, self.policy.vocab_size)
+        check_batch(batch, item.peer_id, item.round, self.config, self.run_id, self.policy.fingerprint,
+                    self.task.num_train)
+        return batch
+
+    def reject(self, peer_id: str, reason: str) -> None:
+        self.ledger.reject(peer_id, reason)
+        if self.ledger.is_banned(peer_id):
+            self.pool.drop(peer_id)
+
+    # -- taking --------------------------------------------------------------------------------
+
+    def take(self, offered: list[OfferedGroup], own: list[Sample], timings: dict[str, float]) -> Taken:
+        """Fill the peers' share of the batch from `offered`, in its order, with samples that
+        pass screening: a gated sample takes no room, the next groups are screened in its place
+        (at most SCREEN_PASSES times), and a group on probation comes on top. Every group
+        screened is used up."""
+        _, budget = batch_split(self.config)
+        group_size = self.config.rollout.group_size
+        # a useless peer's group on probation comes first (pool.fair_queue) and on top of the
+        # share, so screening it again costs a proven peer nothing; no share, no probation
+        first = offered[0].peer_id if offered else None
+        on_probation = (
+            budget > 0 and first is not None and is_useless(self.ledger.standing(first))
+            and not self.ledger.is_banned(first)
+        )
+        wanted = (budget + on_probation) * group_size
+        taken = Taken()
+        struck: set[str] = set()
+        queue = list(offered)
+        timings["score_s"] = timings["screen_s"] = 0.0
+        for _ in range(SCREEN_PASSES):
+            missing = wanted - len(taken.kept)
+            if missing <= 0 or not queue:
+                break
+            count = -(-missing // group_size)
+            chunk, queue = queue[:count], queue[count:]
+            self.pool.take(chunk)
+            now = time.monotonic()
+            taken.ages_s += [now - group.arrived for group in chunk]
+            taken.lags += [self.pool.lag(group) for group in chunk]
+            taken.peers.update(group.peer_id for group in chunk)
+            t = time.perf_counter()
+            samples = train_samples([self._score(group) for group in chunk], self.config.loss.advantage_std)
+            timings["score_s"] += time.perf_counter() - t
+            t = time.perf_counter()
+            screening = self._screen(own, samples, struck)
+            timings["screen_s"] += time.perf_counter() - t
+            taken.kept += [sample for sample, keep in zip(samples, screening.keep) if keep]
+            taken.screenings.append(screening)
+            self._note_standing(samples, screening)
+        return taken
+
+    def _score(self, group: OfferedGroup) -> ScoredGroup:
+        problem = self.task.train_problem(group.prompt_id)
+        prompt = self.policy.encode_prompt(self.task.system_prompt, problem.question)
+        return score_group(self.task, self.policy, group.peer_id, problem, prompt, group.completions)
+
+    def _screen(self, own: list[Sample], peers: list[Sample], struck: set[str]) -> Screening:
+        """Judge peers' samples by our own model (swarmnode.learn.trust): which to keep (the gate
+        drops only unlikely samples with a positive advantage), how much their weights count; a
+        peer whose log-probs claim more weight than an honest generator's gets one strike a
+        round (failing the gate is none: see swarmnode.learn.trust)."""
+        trust = self.config.trust
+        if not peers or not (trust.likelihood_gate or trust.weight_budget):
+            return Screening(keep=[True] * len(peers), below_bar_flags=[False] * len(peers),
+                             weight_scale=[1.0] * len(peers), bar=None, verdicts={})
+        theta = self.policy.token_logprobs(
+            [s.train.prompt_ids for s in peers], [s.train.completion_ids for s in peers],
+            self.config.rollout.temperature,
+        )
+        screening = screen(
+            [s.peer_id for s in peers], [s.train.advantage for s in peers], [s.train.gen_logprobs for s in peers],
+            theta, [s.train.gen_logprobs for s in own], trust, self.config.loss,
+        )
+        for sample, scale in zip(peers, screening.weight_scale):
+            sample.train.weight_scale = scale
+        for peer, verdict in screening.verdicts.items():
+            if verdict.strikes and peer not in struck:  # one batch, one strike, however many passes
+                struck.add(peer)
+                self.reject(peer, verdict.strikes[0])
+        return screening
+
+    def _note_standing(self, samples: list[Sample], screening: Screening) -> None:
+        """Tell the ledger how many of each peer's screened samples were useful: kept, not
+        under the gate's bar, and carrying a non-zero advantage (a group all right or all wrong
+        teaches nothing)."""
+        offered: Counter[str] = Counter()
+        useful: Counter[str] = Counter()
+        for sample, kept, unlikely in zip(samples, screening.keep, screening.below_bar_flags):
+            offered[sample.peer_id] += 1
+            useful[sample.peer_id] += int(kept and not unlikely and sample.train.advantage != 0)
+        for peer, count in offered.items():
+            self.ledger.screened(peer, count, useful[peer])

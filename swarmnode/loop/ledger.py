@@ -1,0 +1,164 @@
+"""PeerLedger: what this node has verified about each peer, and the verdicts that follow.
+
+Identities are free and heartbeats are claims, so a peer weighs only by what it delivered: a
+batch this node fetched, decoded and checked itself. The ledger keeps, per peer, its bad data
+(from the exchange's transport checks and the node's content checks, adding up to one ban
+after `max_rejects`), its verified batches, how many rounds in a row it failed to deliver
+while waited for, and how useful its samples were. Lag is never bad data. From that:
+
+- who is waited for (`expected`): peers that delivered before and have not missed
+  `max_missed` rounds in a row; a peer that never delivered costs no waiting at all (how
+  long a round waits is the node's own: swarmnode.loop.waiting);
+- whom the exchange asks directly for new batches (`known`): peers that delivered before,
+  however late, unless they cut a download since or were banned;
+- in which order peers share a batch (`standing`): how useful their screened samples were.
+
+The round loop writes it; the exchange reads it and reports transport faults to it from the
+swarm's thread, through the declared view swarmnode.swarm.base.PeerStanding. Every method
+takes the one lock, so a read never sees a record half written nor a dict that grows under it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from dataclasses import dataclass
+
+from swarmnode.settings.config import SwarmSettings
+
+log = logging.getLogger(__name__)
+
+STANDING_WEIGHT = 0.2  # how far one screened batch moves a peer's standing
+
+
+@dataclass
+class PeerRecord:
+    """What one peer has shown this node."""
+
+    delivered: int = 0  # verified batches
+    missed: int = 0  # rounds in a row waited for in vain
+    cut: bool = False  # closed a download mid-payload since its last verified batch
+    screened: int = 0  # samples screened
+    standing: float = 0.0  # recent share of its screened samples that were useful (kept, advantage != 0)
+
+
+class PeerLedger:
+    def __init__(self, settings: SwarmSettings | None = None) -> None:
+        self.settings = settings or SwarmSettings()
+        self.max_rejects = self.settings.max_rejects
+        self.max_missed = self.settings.max_missed
+        self.counts: Counter[str] = Counter()
+        self.peers: dict[str, PeerRecord] = {}
+        self._lock = threading.RLock()  # earned() is called with it held
+
+    # -- bad data ------------------------------------------------------------------------------
+
+    def reject(self, peer_id: str, reason: str) -> None:
+        with self._lock:
+            self.counts[peer_id] += 1
+            count = self.counts[peer_id]
+        if count == 1:
+            log.warning("rejected data from %s: %s", peer_id, reason)
+        if count == self.max_rejects:
+            log.warning("ignoring %s from now on: %d bad batches", peer_id, count)
+
+    def is_banned(self, peer_id: str) -> bool:
+        with self._lock:
+            return self.counts.get(peer_id, 0) >= self.max_rejects
+
+    @property
+    def total(self) -> int:
+        with self._lock:
+            return sum(self.counts.values())
+
+    # -- deliveries --------------------------------------------------------------------------
+
+    def delivered(self, peer_id: str) -> None:
+        """A batch from the peer passed every check."""
+        with self._lock:
+            record = self.peers.setdefault(peer_id, PeerRecord())
+            record.delivered += 1
+            record.missed = 0
+            record.cut = False
+
+    def missed(self, peer_id: str) -> None:
+        """The peer was waited for this round and delivered nothing valid."""
+        with self._lock:
+            record = self.peers.setdefault(peer_id, PeerRecord())
+            record.missed += 1
+            if record.missed == self.max_missed:
+                log.info("not waiting for %s until it delivers again (%d rounds missed)", peer_id, record.missed)
+
+    def cut(self, peer_id: str) -> None:
+        """The peer closed a download mid-payload: no strike (a crash looks the same), but it
+        is no longer waited for, nor fetched ahead of strangers, until it delivers again."""
+        with self._lock:
+            record = self.peers.setdefault(peer_id, PeerRecord())
+            record.missed = max(record.missed, self.max_missed)
+            record.cut = True
+
+    def screened(self, peer_id: str, offered: int, useful: int) -> None:
+        """`useful` of the peer's `offered` samples were kept by screening and carried a
+        non-zero advantage: its standing moves toward that share (STANDING_WEIGHT per batch)."""
+        if offered <= 0:
+            return
+        with self._lock:
+            record = self.peers.setdefault(peer_id, PeerRecord())
+            share = useful / offered
+            record.standing = share if not record.screened else record.standing + STANDING_WEIGHT * (share - record.standing)
+            record.screened += offered
+
+    def standing(self, peer_id: str) -> float | None:
+        """How useful the peer's samples have been lately, None for a peer never screened: the
+        order in which peers share a batch (swarmnode.loop.pool.fair_queue)."""
+        with self._lock:
+            record = self.peers.get(peer_id)
+            if record is None or not record.screened:
+                return None
+            return 0.0 if self.is_banned(peer_id) else record.standing
+
+    def has_delivered(self, peer_id: str) -> bool:
+        """Delivered a valid batch to this node at some point (whatever happened since)."""
+        with self._lock:
+            record = self.peers.get(peer_id)
+            return record is not None and record.delivered > 0
+
+    def has_cut(self, peer_id: str) -> bool:
+        """Closed a download mid-payload since its last verified batch (or ever, if none)."""
+        with self._lock:
+            record = self.peers.get(peer_id)
+            return record is not None and record.cut
+
+    def ever_delivered(self) -> bool:
+        """Some peer delivered a valid batch to this node at some point."""
+        with self._lock:
+            return any(record.delivered for record in self.peers.values())
+
+    def earned(self, peer_id: str) -> bool:
+        """Delivered a valid batch before, has not missed `max_missed` rounds since, not banned."""
+        with self._lock:
+            record = self.peers.get(peer_id)
+            return (
+                record is not None and record.delivered > 0 and record.missed < self.max_missed
+                and not self.is_banned(peer_id)
+            )
+
+    def known(self, peer_id: str) -> bool:
+        """Delivered a valid batch before, has not cut a download since, not banned: a peer
+        asked directly for its newest batch. Unlike `earned`, rounds waited for it in vain do
+        not count: a slower peer is late, and late is no reason to stop asking."""
+        with self._lock:
+            record = self.peers.get(peer_id)
+            return record is not None and record.delivered > 0 and not record.cut and not self.is_banned(peer_id)
+
+    def known_peers(self) -> list[str]:
+        """Every known peer, in the order they first showed up here."""
+        with self._lock:
+            return [peer for peer in self.peers if self.known(peer)]
+
+    def expected(self, live: set[str] | None = None) -> set[str]:
+        """The peers a gather waits for: earned ones, among `live` when given."""
+        with self._lock:
+            peers = [p for p in self.peers if self.earned(p)]
+        return {p for p in peers if live is None or p in live}

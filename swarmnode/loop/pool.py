@@ -1,0 +1,164 @@
+"""Peers' verified groups waiting for a place in a batch, and the order peers share it in.
+
+Identities are free, so nothing here counts them: the peers' share of a batch is handed out
+in turns, peers with a record of useful samples first, a fixed share of the turns kept for
+newcomers, and peers whose samples proved useless last. Groups are used once and only while
+fresh; a slower peer's batch is spread over the rounds until its next one is due.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+
+from swarmnode.swarm.base import is_proven, is_useless
+
+NEWCOMER_EVERY = 4  # every 4th turn of the peers' share goes to a peer without a useful record
+PROBATION_EVERY = 4  # every 4th round, a newcomer turn no newcomer takes goes to one useless peer
+SPACING_WEIGHT = 0.5  # how far one longer gap between a peer's batches moves its measured spacing
+HOLD_ROUNDS = 16  # an unused batch younger than this (our rounds) stands in for its sender's next: holding()
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, eq=False)
+class OfferedGroup:
+    """One group of a peer's verified batch, not yet scored: what the peers' share picks from."""
+
+    peer_id: str
+    round: int  # the sender's round
+    prompt_id: int
+    completions: list[tuple[np.ndarray, np.ndarray]]  # (token ids, reported log-probs) each
+    arrived: float = 0.0  # time.monotonic() when this node accepted it
+
+
+class PeerPool:
+    """Peers' verified groups waiting for a place in a batch. Each is used once; a peer's
+    rounds are accepted only in increasing order; groups leave when stale by the sender's
+    rounds (`staleness` behind its newest) or by our clock (`max_age_s` after arrival).
+    Nothing a peer claims moves this node: it takes what is fresh when it trains.
+
+    A slower peer's batch is paced over the rounds until its next one is due (its batches'
+    spacing in our rounds, measured), so a fast node learns from it in most rounds rather than
+    all at once and then not at all; a peer as fast as us is offered all it holds."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, list[OfferedGroup]] = {}
+        self._newest: dict[str, int] = {}  # peer -> newest round accepted
+        self._arrived_in: dict[str, int] = {}  # peer -> our round its newest batch arrived in
+        self._spacing: dict[str, float] = {}  # peer -> our rounds between its batches (moving mean)
+
+    def add(self, peer_id: str, round_: int, groups: list[OfferedGroup], our_round: int) -> bool:
+        """Hold a verified batch's groups, accepted in our round `our_round`; False (and
+        nothing held) for a round not newer than the peer's newest (a replay, or a restarted
+        peer repeating rounds)."""
+        if round_ <= self._newest.get(peer_id, -1):
+            return False
+        if peer_id in self._arrived_in:
+            # a shorter gap counts at once, a longer one by SPACING_WEIGHT: a peer that paused
+            # (started after us, restarted, was unreachable a while) is not paced as slow for
+            # rounds after it is back, while its batches go stale unused
+            gap = max(1, our_round - self._arrived_in[peer_id])
+            previous = self._spacing.get(peer_id, gap)
+            self._spacing[peer_id] = gap if gap < previous else previous + SPACING_WEIGHT * (gap - previous)
+        self._newest[peer_id] = round_
+        self._arrived_in[peer_id] = our_round
+        self._held.setdefault(peer_id, []).extend(groups)
+        return True
+
+    def expire(self, now: float, max_age_s: float, staleness: int) -> None:
+        for peer, groups in list(self._held.items()):
+            newest = self._newest[peer]
+            fresh = [g for g in groups if now - g.arrived <= max_age_s and g.round >= newest - staleness]
+            if fresh:
+                self._held[peer] = fresh
+            else:
+                del self._held[peer]
+
+    def drop(self, peer_id: str) -> None:
+        """Forget a peer's held groups (it was banned)."""
+        self._held.pop(peer_id, None)
+
+    def take(self, groups: list[OfferedGroup]) -> None:
+        """These groups were used: never offer them again."""
+        used = {id(g) for g in groups}
+        for peer in {g.peer_id for g in groups}:
+            rest = [g for g in self._held.get(peer, []) if id(g) not in used]
+            if rest:
+                self._held[peer] = rest
+            else:
+                self._held.pop(peer, None)
+
+    def offers(self, our_round: int) -> dict[str, list[OfferedGroup]]:
+        """What each peer offers this round, its newest round first: all it holds, or for a
+        peer slower than us the share that spreads its batch over the rounds until its next."""
+        offers = {}
+        for peer, groups in self._held.items():
+            due_in = self._spacing.get(peer, 1.0) - (our_round - self._arrived_in.get(peer, our_round))
+            count = math.ceil(len(groups) / max(1.0, due_in))
+            offers[peer] = sorted(groups, key=lambda g: -g.round)[:count]
+        return offers
+
+    def lag(self, group: OfferedGroup) -> int:
+        """How many of its sender's rounds the group is behind the sender's newest we hold."""
+        return self._newest.get(group.peer_id, group.round) - group.round
+
+    def holding(self, our_round: int) -> frozenset[str]:
+        """Peers with unused groups here from a batch that arrived fewer than HOLD_ROUNDS of our
+        rounds ago. The exchange does not ask such a peer for a newer batch unless its samples
+        proved useful: the newer one would wait behind this one, and a useless peer's groups
+        only fill what others leave. So a crowd of useless identities costs a download each per
+        HOLD_ROUNDS rounds, not two a poll, and a peer screened on probation is judged on a
+        batch at most that old."""
+        return frozenset(
+            peer for peer in self._held if our_round - self._arrived_in.get(peer, our_round) < HOLD_ROUNDS
+        )
+
+    @property
+    def peers(self) -> set[str]:
+        return set(self._held)
+
+    def __len__(self) -> int:
+        return sum(len(groups) for groups in self._held.values())
+
+
+def fair_queue(
+    offers: Mapping[str, list[T]], standing: Mapping[str, float | None], rng: random.Random,
+    newcomer_every: int = NEWCOMER_EVERY, probation: bool = False,
+) -> list[T]:
+    """The offered groups the peers' share of a batch may take, in the order it takes them.
+
+    Peers take turns, one group a turn, so no peer takes the share by offering more, and no
+    peer id by sorting first (ties are broken by `rng`). Peers whose samples have been useful
+    go first, the most useful first; every `newcomer_every`-th turn goes to a newcomer
+    (standing None: never screened) while one has groups left, so a new peer is heard at once.
+    Peers found useless (`is_useless`) only fill what is left. With `probation` (the caller's
+    every PROBATION_EVERY-th round), one group of one useless peer picked by `rng` comes first,
+    for the caller to take on top of the share: an honest peer whose first screened groups
+    happened to teach nothing is screened again and can earn its way back even when useful
+    peers fill the share, at the cost of one group every few rounds."""
+    peers = list(offers)
+    rng.shuffle(peers)
+    proven = sorted((p for p in peers if is_proven(standing.get(p))), key=lambda p: -(standing[p] or 0.0))
+    newcomers = [p for p in peers if standing.get(p) is None]
+    useless = [p for p in peers if is_useless(standing.get(p))]
+    proven_turns, newcomer_turns = _turns(offers, proven), _turns(offers, newcomers)
+    useless_turns = _turns(offers, useless)
+    on_probation, useless_turns = (useless_turns[:1], useless_turns[1:]) if probation else ([], useless_turns)
+    queue: list[T] = []
+    while proven_turns or newcomer_turns:
+        newcomer_slot = (len(queue) + 1) % newcomer_every == 0
+        source = newcomer_turns if newcomer_slot and newcomer_turns else proven_turns or newcomer_turns
+        queue.append(source.pop(0))
+    return on_probation + queue + useless_turns
+
+
+def _turns(offers: Mapping[str, list[T]], peers: list[str]) -> list[T]:
+    """Round robin: each peer's first group, then each one's second, ..."""
+    deepest = max((len(offers[p]) for p in peers), default=0)
+    return [offers[p][i] for i in range(deepest) for p in peers if i < len(offers[p])]

@@ -1,0 +1,64 @@
+"""Groups scored by this node and the samples a step trains on, with their advantages.
+
+Rewards are always ours: a group's completions are decoded and scored with our own task,
+whoever generated them. Advantages are taken per (generator, prompt) group over all of its
+samples, before anything is screened out, so a sample dropped later still counts in its
+group's mean (as the F-TIS filter's do).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from swarmnode.learn.loss import group_advantages
+from swarmnode.model.policy import Policy, TrainSample
+from swarmnode.tasks.base import Problem, Task
+
+OWN = ""  # the generator id of this node's own groups
+
+
+@dataclass
+class ScoredGroup:
+    """One generator's completions for one prompt, scored by this node."""
+
+    peer_id: str  # OWN for ours
+    problem: Problem
+    prompt_ids: list[int]
+    completions: list[tuple[np.ndarray, np.ndarray]]  # (token ids, generation log-probs) each
+    rewards: list[float]
+
+    @property
+    def own(self) -> bool:
+        return self.peer_id == OWN
+
+
+@dataclass
+class Sample:
+    """One completion ready for the step, with the reward it earned and who generated it."""
+
+    train: TrainSample
+    reward: float
+    peer_id: str  # OWN for ours
+
+
+def score_group(
+    task: Task, policy: Policy, peer_id: str, problem: Problem, prompt_ids: list[int],
+    completions: list[tuple[np.ndarray, np.ndarray]],
+) -> ScoredGroup:
+    """Decode each completion and score it with our own task."""
+    rewards = [task.reward(policy.decode(tokens), problem) for tokens, _ in completions]
+    return ScoredGroup(peer_id, problem, prompt_ids, completions, rewards)
+
+
+def train_samples(groups: list[ScoredGroup], scale_by_std: bool) -> list[Sample]:
+    """Every completion of the groups with its group-relative advantage."""
+    samples: list[Sample] = []
+    for group in groups:
+        advantages = group_advantages(torch.tensor(group.rewards), scale_by_std)
+        for (tokens, logprobs), advantage, reward in zip(group.completions, advantages.tolist(), group.rewards):
+            train = TrainSample(group.prompt_ids, tokens, logprobs, advantage, group.own)
+            samples.append(Sample(train, reward, group.peer_id))
+    return samples

@@ -1,0 +1,1 @@
+"""The model a node trains: policy, log-probs, checkpoints, tiny models."""

@@ -1,0 +1,1 @@
+"""Running a node: metrics lines, reporters, exporter, health, Hub push, run dir, status table."""

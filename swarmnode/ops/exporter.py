@@ -1,0 +1,67 @@
+"""Prometheus metrics of a running node, served at GET /metrics beside /health.
+
+Scraped values are read from the node when Prometheus asks (a custom collector over a
+snapshot callable), so nothing runs on the round's path: the latest round's numbers as
+gauges, and the node's running totals as counters. Names carry the `swarmnode_` prefix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from swarmnode.protocol.records import RoundRecord
+
+ROUND_GAUGES = {  # RoundRecord field -> help text
+    "round": "the node's last finished round (its own count, from 0)",
+    "reward_mean": "mean reward of the node's own completions in the last round",
+    "own_samples": "own samples trained on in the last round",
+    "peer_samples": "peers' samples trained on in the last round",
+    "peers": "peers whose samples were trained on in the last round",
+    "gated": "peers' samples dropped by the likelihood gate in the last round",
+    "filtered_frac": "share of samples F-TIS filtered in the last round",
+    "weight_mean": "mean importance weight in the last round",
+    "truncated_frac": "share of importance weights truncated in the last round",
+    "tokens_per_s": "generation tokens a second in the last round",
+}
+COUNTERS = {  # snapshot key -> help text
+    "published": "completions this node published",
+    "consumed": "peers' completions this node trained on",
+    "rejected": "bad batches counted against peers",
+}
+
+
+class NodeCollector(Collector):
+    """Turns `snapshot()` (last RoundRecord or None, last eval accuracy, running totals) into
+    Prometheus metric families."""
+
+    def __init__(self, snapshot: Callable[[], dict[str, Any]]) -> None:
+        self.snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        now = self.snapshot()
+        record: RoundRecord | None = now.get("last_round")
+        if record is not None:
+            for name, about in ROUND_GAUGES.items():
+                value = getattr(record, name)
+                if value is not None:
+                    yield GaugeMetricFamily(f"swarmnode_{name}", about, value=float(value))
+            yield GaugeMetricFamily(
+                "swarmnode_round_seconds", "wall time of the last round", value=record.timings.get("round_s", 0.0)
+            )
+        if now.get("eval_acc") is not None:
+            yield GaugeMetricFamily("swarmnode_eval_acc", "held-out accuracy at the last evaluation",
+                                    value=float(now["eval_acc"]))
+        for name, about in COUNTERS.items():
+            yield CounterMetricFamily(f"swarmnode_{name}", about, value=float(now.get(name, 0)))
+
+
+def metrics_page(snapshot: Callable[[], dict[str, Any]]) -> Callable[[], bytes]:
+    """The /metrics body, in Prometheus' text format, computed at each scrape."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(NodeCollector(snapshot))
+    return lambda: generate_latest(registry)

@@ -1,0 +1,156 @@
+"""Per-round metrics: one JSON line per round on disk, and a compact live line in the terminal."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from swarmnode.ops.rundir import VIEW_LOGGER
+from swarmnode.protocol.records import EvalRecord, RecordError, RoundRecord, finite_or_none, is_eval, is_round
+
+_file_log = logging.getLogger(VIEW_LOGGER)  # <run-dir>/node.log while a node runs (swarmnode.ops.rundir)
+
+
+class MetricsLog:
+    """Appends one JSON object per line and flushes it, so a crash loses at most a line. Each
+    line carries the wall-clock `time` (Unix seconds) it was written at, so the lines of nodes
+    that count their own rounds at their own speed can be laid side by side."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        torn = path.exists() and path.stat().st_size > 0 and _last_byte(path) != b"\n"
+        self._file = path.open("a", encoding="utf-8")
+        if torn:  # a kill in the middle of a line: end it, so the next line stands on its own
+            self._file.write("\n")
+
+    def write(self, record: dict[str, Any]) -> None:
+        clean = {k: finite_or_none(v) for k, v in record.items()}
+        clean.setdefault("time", round(time.time(), 3))
+        self._file.write(json.dumps(clean, sort_keys=True) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _last_byte(path: Path) -> bytes:
+    with path.open("rb") as file:
+        file.seek(-1, 2)
+        return file.read(1)
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The lines of a metrics.jsonl; a line torn by a kill mid-write is left out."""
+    lines = []
+    for text in path.read_text(errors="replace").splitlines():
+        with contextlib.suppress(ValueError):
+            line = json.loads(text)
+            if isinstance(line, dict):
+                lines.append(line)
+    return lines
+
+
+def read_records(path: Path) -> tuple[list[RoundRecord], list[EvalRecord]]:
+    """The round and eval records of a metrics.jsonl (none when it is not there yet), typed,
+    from one read; lines of another version are left out."""
+    lines = read_metrics(path) if path.exists() else []
+    return _typed(lines, RoundRecord.from_json), _typed(lines, EvalRecord.from_json)
+
+
+def read_rounds(path: Path) -> list[RoundRecord]:
+    return read_records(path)[0]
+
+
+def read_evals(path: Path, phase: str | None = None) -> list[EvalRecord]:
+    """The evaluations of a metrics.jsonl, optionally of one phase."""
+    return [e for e in read_records(path)[1] if phase is None or e.phase == phase]
+
+
+def _typed(lines: list[dict[str, Any]], parse: Callable[[dict[str, Any]], Any]) -> list[Any]:
+    typed = []
+    for line in lines:
+        with contextlib.suppress(RecordError):
+            typed.append(parse(line))
+    return typed
+
+
+def round_lines(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The training rounds of a metrics.jsonl (RoundRecord lines)."""
+    return [line for line in lines if is_round(line)]
+
+
+def eval_lines(lines: list[dict[str, Any]], phase: str | None = None) -> list[dict[str, Any]]:
+    """The evaluations of a metrics.jsonl (EvalRecord lines), optionally of one phase."""
+    return [line for line in lines if is_eval(line, phase)]
+
+
+ETA_WEIGHT = 0.2  # how far one round's wall time moves the per-round estimate behind the ETA
+
+
+class LiveView:
+    """One short line per round; rich keeps it readable in a terminal and plain in a log."""
+
+    def __init__(
+        self, console: Console | None = None, quiet: bool = False, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.console = console or Console(stderr=True)
+        self.quiet = quiet
+        self.clock = clock
+        self._last_at: float | None = None
+        self._per_round_s: float | None = None  # moving mean of the wall time between rounds
+
+    def round(self, m: RoundRecord, total_rounds: int) -> None:
+        head = f"round {m.round + 1}/{total_rounds}"
+        rest = (
+            f"reward {m.reward_mean:.3f} own {m.own_samples} peer {m.peer_samples} filtered {m.filtered} "
+            f"w {m.weight_mean:.3f}/{m.weight_max:.2f} {m.timings.get('round_s', 0.0):.2f}s"
+            f" eta {format_duration(self._eta(m, total_rounds))}"
+        )
+        _file_log.info(f"{head} {rest}")
+        if not self.quiet:
+            self.console.print(f"[cyan]{head}[/] {rest}", highlight=False)
+
+    def _eta(self, m: RoundRecord, total_rounds: int) -> float:
+        """Seconds until the last round, from the wall time between rounds (evaluations and
+        checkpoints included); the first round after a start is judged by its own time."""
+        now = self.clock()
+        gap = m.timings.get("round_s", 0.0) if self._last_at is None else now - self._last_at
+        self._last_at = now
+        self._per_round_s = gap if self._per_round_s is None else self._per_round_s + ETA_WEIGHT * (gap - self._per_round_s)
+        return max(0, total_rounds - (m.round + 1)) * self._per_round_s
+
+    def note(self, text: str) -> None:
+        _file_log.info(text)
+        if not self.quiet:
+            self.console.print(text, highlight=False)
+
+    def say(self, text: str) -> None:
+        """Start-up messages (addresses, the join command): shown even when quiet."""
+        _file_log.info(text)
+        self.console.print(text, highlight=False, soft_wrap=True)
+
+    @contextlib.contextmanager
+    def busy(self, text: str) -> Iterator[None]:
+        """A spinner while something slow runs (daemon start, waiting for a file)."""
+        with self.console.status(text):
+            yield
+
+
+def format_duration(seconds: float) -> str:
+    """2h05m, 3m12s, 45s: short enough for the live line."""
+    whole = int(round(seconds))
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"

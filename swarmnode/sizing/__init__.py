@@ -1,0 +1,1 @@
+"""Devices, model shapes, memory estimates and the planner."""

@@ -1,0 +1,109 @@
+"""The declared seams between the round loop and the swarm (swarmnode.swarm.base): the
+peers' standing an exchange reads, and the one wait rule every exchange stops on."""
+
+from __future__ import annotations
+
+import threading
+
+from swarmnode.loop.ledger import PeerLedger
+from swarmnode.settings.config import SwarmSettings
+from swarmnode.swarm.base import GatherWait, PeerStanding
+from swarmnode.swarm.local import InMemoryHub
+
+
+def test_a_wait_is_satisfied_by_every_peer_waited_for_and_by_anyone_when_asked():
+    assert GatherWait().satisfied(set())
+    assert not GatherWait(wait_for=frozenset({"a", "b"})).satisfied({"a"})
+    assert GatherWait(wait_for=frozenset({"a", "b"})).satisfied({"a", "b", "c"})
+    assert not GatherWait(wait_for_any=True).satisfied(set())
+    assert GatherWait(wait_for_any=True).satisfied({"x"})
+    assert GatherWait(wait_for={"a"}).wait_for == frozenset({"a"}), "any collection becomes a frozenset"
+
+
+def _pair(hub: InMemoryHub) -> tuple[PeerLedger, object, object]:
+    ledger = PeerLedger()
+    receiver = hub.join("me", "run", ledger).exchange
+    sender = hub.join("peer", "run", PeerLedger()).exchange
+    return ledger, receiver, sender
+
+
+def test_the_in_memory_hub_holds_back_an_unproven_peer_the_node_holds_unused():
+    hub = InMemoryHub()
+    ledger, receiver, sender = _pair(hub)
+    sender.publish(0, b"r0")
+    assert [item.round for item in receiver.gather(GatherWait(held=frozenset({"peer"})))] == [], (
+        "never screened, held unused: its newer batch would only wait behind the one held"
+    )
+    assert [item.round for item in receiver.gather()] == [0], "no longer held: handed out"
+    sender.publish(1, b"r1")
+    ledger.delivered("peer")
+    ledger.screened("peer", offered=8, useful=4)
+    assert [item.round for item in receiver.gather(GatherWait(held=frozenset({"peer"})))] == [1], (
+        "a peer proven useful is fetched even while its groups wait in the pool"
+    )
+
+
+def test_the_in_memory_hub_hands_out_nothing_of_a_banned_peer():
+    hub = InMemoryHub()
+    ledger, receiver, sender = _pair(hub)
+    for _ in range(SwarmSettings().max_rejects):
+        ledger.reject("peer", "bad data")
+    sender.publish(0, b"junk")
+    assert receiver.gather(GatherWait(timeout_s=0.2, wait_for_any=True)) == []
+
+
+def test_a_held_back_peer_does_not_satisfy_a_wait_for_anyone():
+    hub = InMemoryHub()
+    _, receiver, sender = _pair(hub)
+    sender.publish(0, b"r0")
+    assert receiver.gather(GatherWait(timeout_s=0.2, wait_for_any=True, held=frozenset({"peer"}))) == []
+
+
+def test_the_ledger_is_a_peer_standing():
+    view: PeerStanding = PeerLedger()  # what the exchanges are given
+    assert view.known_peers() == [] and not view.ever_delivered()
+
+
+def test_the_standing_is_read_and_written_from_two_threads_at_once():
+    """The round loop writes while the swarm thread reads (whom to poll, whom to fetch): no
+    read may raise on a dict that grows under it, nor see a record half written."""
+    ledger = PeerLedger(SwarmSettings(max_rejects=1_000_000))
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def write() -> None:
+        try:
+            for k in range(20_000):
+                peer = f"p{k}"
+                ledger.delivered(peer)
+                ledger.screened(peer, 4, k % 5)
+                ledger.missed(f"p{k // 2}")
+                if k % 7 == 0:
+                    ledger.cut(peer)
+                if k % 11 == 0:
+                    ledger.reject(peer, "bad")
+        except BaseException as err:  # surfaced below
+            errors.append(err)
+        finally:
+            stop.set()
+
+    def read() -> None:
+        try:
+            while not stop.is_set():
+                known = ledger.known_peers()
+                assert all(ledger.has_delivered(peer) for peer in known)
+                ledger.ever_delivered()
+                ledger.expected({"p1", "p2"})
+                for peer in known[-50:]:
+                    ledger.standing(peer), ledger.is_banned(peer), ledger.has_cut(peer)
+                ledger.total  # noqa: B018 (a read under the lock)
+        except BaseException as err:  # surfaced below
+            errors.append(err)
+
+    threads = [threading.Thread(target=write), threading.Thread(target=read), threading.Thread(target=read)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors, errors
+    assert len(ledger.known_peers()) > 0
