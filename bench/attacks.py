@@ -100,8 +100,10 @@ from swarmnode.loop.ledger import PeerLedger
 from swarmnode.model.policy import Policy
 from swarmnode.model.tiny import TINY_PRESETS, ensure_tiny
 from swarmnode.ops.metrics import read_metrics, round_lines
+from swarmnode.protocol.prompts import build_prompt
 from swarmnode.protocol.records import Heartbeat
 from swarmnode.settings.config import TaskSettings, load_config
+from swarmnode.settings.presets import tiny_cpu
 from swarmnode.swarm.base import GatherWait
 from swarmnode.swarm.hivemind.connect import attach
 from swarmnode.swarm.hivemind.dht import Manifest, SwarmRecordValidator, owner_peer_id, pack
@@ -127,16 +129,14 @@ TIMINGS = ("generate", "publish", "gather", "decode", "score", "screen", "train"
 
 
 def honest_config(directory: Path, rounds: int, deadline_s: float) -> dict:
-    return {
-        "model": {"name": "tiny", "device": "cpu"},
-        "task": {"name": "arithmetic", "system_prompt": ""},
-        "rollout": {"group_size": 8, "prompts_per_round": 8, "max_new_tokens": 10},
-        "train": {"lr": 1e-4},
-        "node": {"rounds": rounds, "eval_size": 50, "checkpoint_every": 0, "gather_timeout_s": deadline_s,
+    """The tiny CPU preset, with half its prompts a round, evaluations only before and after."""
+    return tiny_cpu({
+        "rollout": {"prompts_per_round": 8},
+        "node": {"rounds": rounds, "eval_every": 0, "eval_size": 50, "checkpoint_every": 0, "gather_timeout_s": deadline_s,
                  "run_dir": str(directory / "run")},
         "swarm": {"host_maddrs": ["/ip4/127.0.0.1/tcp/0"], "heartbeat_interval_s": 1.0, "stale_after_s": 5.0,
                   "min_peers": 1, "wait_for_peers_s": 60.0},
-    }
+    })
 
 
 def start_node(directory: Path, config: dict, initial_peers: list[str], core: int | None = None) -> subprocess.Popen:
@@ -685,7 +685,7 @@ def strict_accuracy(node, eval_size: int) -> tuple[float, list[str]]:
     """Greedy pass@1 scored with the strict answer format whatever the node's own setting, so
     runs with task.strict_format on and off are compared on one scale; and the completions."""
     problems = node.task.eval_problems(eval_size)
-    prompts = [node.policy.encode_prompt(node.task.system_prompt, p.question) for p in problems]
+    prompts = [build_prompt(node.task, p, node.policy) for p in problems]
     texts = [node.policy.decode(o.tokens) for o in node.generator.greedy(prompts)]
     rewards = [numeric_reward(t, p.answer, node.config.task.answer_format, strict=True) for t, p in zip(texts, problems)]
     return float(np.mean(rewards)), texts
@@ -728,7 +728,7 @@ def run_content(attack: str | None, defences: bool, args: argparse.Namespace, se
         sampled, greedy, accuracy = [], [], []
         for node in nodes:
             problems = node.task.eval_problems(args.eval_size)
-            prompts = [node.policy.encode_prompt(node.task.system_prompt, p.question) for p in problems]
+            prompts = [build_prompt(node.task, p, node.policy) for p in problems]
             groups = node.generator.generate(prompts[:32], 8)
             sampled += [carries_injection(node.policy.decode(c.tokens)) for group in groups for c in group]
             score, texts = strict_accuracy(node, args.eval_size)

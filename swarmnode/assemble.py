@@ -20,8 +20,9 @@ from swarmnode.loop.evaluation import Evaluator
 from swarmnode.loop.intake import Intake
 from swarmnode.loop.ledger import PeerLedger
 from swarmnode.loop.node import Node
+from swarmnode.model.batching import OutOfMemory
 from swarmnode.model.checkpoint import CheckpointWriter
-from swarmnode.model.policy import OutOfMemory, Policy
+from swarmnode.model.policy import Policy
 from swarmnode.ops.exporter import metrics_page
 from swarmnode.ops.health import HealthServer
 from swarmnode.ops.hub import HubPublisher

@@ -23,8 +23,8 @@ from rich.table import Table
 
 from swarmnode import __version__
 from swarmnode.ops.health import ASK_TIMEOUT_S, DOCKER_PORT, ask
+from swarmnode.settings.flags import JOIN_FLAGS
 from swarmnode.settings.network import LOCAL_HOST
-from swarmnode.settings.registry import BACKENDS, OBJECTIVES, TASKS
 from swarmnode.swarm.hivemind.swarm_file import PeersFileError, read_peers_file
 
 app = typer.Typer(
@@ -63,34 +63,28 @@ def version() -> None:
     typer.echo(__version__)
 
 
+_help = {name: flag.description for name, flag in JOIN_FLAGS.items()}  # a flag's help is its setting's
+
+
 @app.command()
 def join(
     config_path: Annotated[
         Path | None,
         typer.Option("--config", "-c", envvar="SWARMNODE_CONFIG", help="YAML config file (see configs/)"),
     ] = None,
-    model: Annotated[
-        str | None,
-        typer.Option(envvar="SWARMNODE_MODEL", help="'tiny', a hub id, a short name (Qwen2.5-3B) or a path"),
-    ] = None,
-    lora_rank: Annotated[int | None, typer.Option(help="LoRA rank; 0 = full fine-tuning")] = None,
-    objective: Annotated[str | None, typer.Option(help=OBJECTIVES.cli_help())] = None,
-    task: Annotated[str | None, typer.Option(help=TASKS.cli_help())] = None,
-    data: Annotated[str | None, typer.Option(help="task data: a directory, a .jsonl file or hf:<id>")] = None,
-    rounds: Annotated[
-        int | None, typer.Option(help="rounds to run in total (a resumed run counts earlier ones)")
-    ] = None,
-    run_dir: Annotated[
-        Path | None, typer.Option(help="metrics, checkpoints; resumes if it holds a checkpoint")
-    ] = None,
-    seed: Annotated[int | None, typer.Option(help="run seed (shared by every node of a run)")] = None,
-    lr: Annotated[float | None, typer.Option(help="learning rate")] = None,
-    device: Annotated[str | None, typer.Option(help="auto | cpu | cuda | cuda:N")] = None,
-    backend: Annotated[
-        str | None, typer.Option(help=f"generation: {BACKENDS.cli_help()} (auto: vLLM on a GPU when installed)")
-    ] = None,
+    model: Annotated[str | None, typer.Option(envvar="SWARMNODE_MODEL", help=_help["model"])] = None,
+    lora_rank: Annotated[int | None, typer.Option(help=_help["lora_rank"])] = None,
+    objective: Annotated[str | None, typer.Option(help=_help["objective"])] = None,
+    task: Annotated[str | None, typer.Option(help=_help["task"])] = None,
+    data: Annotated[str | None, typer.Option(help=_help["data"])] = None,
+    rounds: Annotated[int | None, typer.Option(help=_help["rounds"])] = None,
+    run_dir: Annotated[Path | None, typer.Option(help=_help["run_dir"])] = None,
+    seed: Annotated[int | None, typer.Option(help=_help["seed"])] = None,
+    lr: Annotated[float | None, typer.Option(help=_help["lr"])] = None,
+    device: Annotated[str | None, typer.Option(help=_help["device"])] = None,
+    backend: Annotated[str | None, typer.Option(help=_help["backend"])] = None,
     fresh: Annotated[
-        bool, typer.Option("--fresh", help="ignore an existing checkpoint in --run-dir")
+        bool, typer.Option("--fresh", help="ignore an existing checkpoint in --run-dir (node.resume=false)")
     ] = False,
     overrides: Annotated[
         list[str] | None,
@@ -98,46 +92,22 @@ def join(
     ] = None,
     initial_peers: Annotated[
         list[str] | None,
-        typer.Option(
-            "--initial-peers",
-            envvar="SWARMNODE_INITIAL_PEERS",
-            help="multiaddr of a running node (repeatable); none = start a new swarm",
-        ),
+        typer.Option("--initial-peers", envvar="SWARMNODE_INITIAL_PEERS", help=_help["initial_peers"]),
     ] = None,
     initial_peers_from: Annotated[
         Path | None,
-        typer.Option(
-            "--initial-peers-from",
-            envvar="SWARMNODE_INITIAL_PEERS_FROM",
-            help="another node's <run-dir>/swarm.json (waits for it), or a bootstrap list: one multiaddr a line",
-        ),
+        typer.Option("--initial-peers-from", envvar="SWARMNODE_INITIAL_PEERS_FROM", help=_help["initial_peers_from"]),
     ] = None,
-    host_maddrs: Annotated[
-        list[str] | None,
-        typer.Option("--host-maddrs", help="listen here, e.g. /ip4/0.0.0.0/tcp/31337 (repeatable)"),
-    ] = None,
+    host_maddrs: Annotated[list[str] | None, typer.Option("--host-maddrs", help=_help["host_maddrs"])] = None,
     announce_maddrs: Annotated[
         list[str] | None,
-        typer.Option(
-            "--announce-maddrs",
-            envvar="SWARMNODE_ANNOUNCE_MADDRS",
-            help="public address others dial, e.g. /ip4/203.0.113.7/tcp/31337",
-        ),
+        typer.Option("--announce-maddrs", envvar="SWARMNODE_ANNOUNCE_MADDRS", help=_help["announce_maddrs"]),
     ] = None,
-    identity: Annotated[
-        Path | None,
-        typer.Option("--identity", help="private key file, created if absent (default <run-dir>/identity.key)"),
-    ] = None,
-    startup_timeout: Annotated[
-        float | None, typer.Option(help="seconds for the p2p daemon to start and the swarm to answer")
-    ] = None,
-    min_peers: Annotated[
-        int | None, typer.Option(help="wait for this many peers of the run before the first round")
-    ] = None,
-    health_port: Annotated[
-        int | None, typer.Option(help="serve GET /health on 127.0.0.1:PORT (Docker's healthcheck)")
-    ] = None,
-    solo: Annotated[bool, typer.Option("--solo", help="train alone: no swarm, no network")] = False,
+    identity: Annotated[Path | None, typer.Option("--identity", help=_help["identity"])] = None,
+    startup_timeout: Annotated[float | None, typer.Option(help=_help["startup_timeout"])] = None,
+    min_peers: Annotated[int | None, typer.Option(help=_help["min_peers"])] = None,
+    health_port: Annotated[int | None, typer.Option(help=_help["health_port"])] = None,
+    solo: Annotated[bool, typer.Option("--solo", help="train alone: no swarm, no network (swarm.enabled=false)")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no per-round lines")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
@@ -146,29 +116,10 @@ def join(
     from swarmnode.settings.config import ConfigError, load_config
 
     _setup_logging(verbose)
-    flags = {
-        "model.name": model,
-        "model.lora.rank": lora_rank,
-        "loss.objective": objective,
-        "task.name": task,
-        "task.data": data,
-        "node.rounds": rounds,
-        "node.run_dir": str(run_dir) if run_dir else None,
-        "node.seed": seed,
-        "train.lr": lr,
-        "model.device": device,
-        "rollout.backend": backend,
-        "node.resume": False if fresh else None,
-        "swarm.initial_peers": initial_peers or None,
-        "swarm.initial_peers_file": str(initial_peers_from) if initial_peers_from else None,
-        "node.health_port": health_port,
-        "swarm.host_maddrs": host_maddrs or None,
-        "swarm.announce_maddrs": announce_maddrs or None,
-        "swarm.identity_path": str(identity) if identity else None,
-        "swarm.startup_timeout_s": startup_timeout,
-        "swarm.min_peers": min_peers,
-        "swarm.enabled": False if solo else None,
-    }
+    given = locals()
+    flags = {flag.setting: _flag_value(given[name]) for name, flag in JOIN_FLAGS.items()}
+    flags["node.resume"] = False if fresh else None
+    flags["swarm.enabled"] = False if solo else None
     try:
         config = load_config(config_path, overrides, flags)
     except ConfigError as err:
@@ -192,6 +143,13 @@ def join(
             key, "-" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
         )
     Console().print(table)
+
+
+def _flag_value(value: object) -> object:
+    """A flag's value as a setting: paths as text, an empty repeatable flag as not given."""
+    if isinstance(value, Path):
+        return str(value)
+    return value or None if isinstance(value, list) else value
 
 
 @app.command()

@@ -28,6 +28,7 @@ from rich.table import Table
 from swarmnode.model.tiny import TINY_PRESETS, ensure_tiny
 from swarmnode.ops.metrics import read_records
 from swarmnode.protocol.records import EvalRecord, RoundRecord
+from swarmnode.settings.presets import merged, tiny_cpu
 
 # Node kinds cycled through: two sizes, full fine-tuning and LoRA.
 NODE_KINDS: list[dict[str, Any]] = [
@@ -36,17 +37,14 @@ NODE_KINDS: list[dict[str, Any]] = [
     {"label": "tiny-large full", "model": {"name": "tiny-large"}},
 ]
 
-# The demo's base settings: the tiny CPU preset, shorter rounds so that three processes can
-# share two cores, and the swarm on loopback.
-DEMO_BASE: dict[str, Any] = {
-    "model": {"name": "tiny", "device": "cpu"},
-    "task": {"name": "arithmetic", "answer_format": "answer_tag", "system_prompt": ""},
-    "rollout": {"group_size": 8, "prompts_per_round": 8, "max_new_tokens": 10},
-    "loss": {"objective": "f-tis"},
-    "train": {"lr": 1e-4, "micro_batch_size": 256},
+# The demo's base settings: the tiny CPU preset, with shorter rounds so that three processes
+# can share two cores, and the swarm on loopback.
+DEMO_BASE: dict[str, Any] = tiny_cpu({
+    "rollout": {"prompts_per_round": 8},
+    "train": {"micro_batch_size": 256},
     "node": {"eval_size": 300, "checkpoint_every": 50, "gather_timeout_s": 20.0},
     "swarm": {"host_maddrs": ["/ip4/127.0.0.1/tcp/0"], "wait_for_peers_s": 180.0},
-}
+})
 
 
 class DemoError(RuntimeError):
@@ -73,18 +71,11 @@ class DemoNode:
             return [], []
 
 
-def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in extra.items():
-        merged[key] = _merge(merged.get(key, {}), value) if isinstance(value, dict) else value
-    return merged
-
-
 def node_config(base: dict[str, Any], index: int, nodes: int, rounds: int, directory: Path) -> dict[str, Any]:
     kind = NODE_KINDS[index % len(NODE_KINDS)]
     overrides = {k: v for k, v in kind.items() if k != "label"}
-    config = _merge(base, overrides)
-    return _merge(
+    config = merged(base, overrides)
+    return merged(
         config,
         {
             "node": {"rounds": rounds, "run_dir": str(directory / "run"), "eval_every": max(1, rounds // 4)},
@@ -132,7 +123,7 @@ class Demo:
             shutil.rmtree(self.directory)
         self.directory.mkdir(parents=True)
         (self.directory / "demo.json").write_text(json.dumps({"nodes": len(self.nodes), "rounds": self.rounds}))
-        names = {_merge(self.base, NODE_KINDS[n.index % len(NODE_KINDS)])["model"]["name"] for n in self.nodes}
+        names = {merged(self.base, NODE_KINDS[n.index % len(NODE_KINDS)])["model"]["name"] for n in self.nodes}
         for name in sorted(names & TINY_PRESETS.keys()):  # build once here, not in three racing processes
             with self.console.status(f"preparing the {name} preset (once, cached afterwards) ..."):
                 ensure_tiny(TINY_PRESETS[name])

@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from swarmnode.assemble import compose_node, run_id_for
 from swarmnode.loop.ledger import PeerLedger
 from swarmnode.model import checkpoint
-from swarmnode.model.policy import OutOfMemory
+from swarmnode.model.batching import OutOfMemory
 from swarmnode.ops.exporter import metrics_page
 from swarmnode.ops.metrics import eval_lines, read_metrics, round_lines
 from swarmnode.ops.reporting import make_reporters
@@ -391,3 +391,21 @@ def test_out_of_memory_at_the_smallest_batch_leaves_a_checkpoint(tmp_path, make_
         node.run(rounds=5)
     meta = json.loads((node.checkpoint_dir / "meta.json").read_text())
     assert meta["round"] == 1, "the last finished round is saved; a restart resumes from it"
+
+
+def test_an_out_of_memory_halving_is_written_as_a_line_and_leaves_the_config_alone(tmp_path, make_policy, monkeypatch):
+    node = _node(tmp_path, make_policy, "halving", micro_batch=8)
+    real, calls = node.policy.completion_logprobs, []
+
+    def flaky(prompts, completions, temperature):
+        calls.append(len(prompts))
+        if len(prompts) > 4 and len(calls) < 20:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(prompts, completions, temperature)
+
+    monkeypatch.setattr(node.policy, "completion_logprobs", flaky)
+    node.run(rounds=2)
+    node.close()
+    halved = [line for line in read_metrics(node.metrics.path) if line.get("kind") == "halved"]
+    assert [(line["round"], line["setting"], line["value"]) for line in halved] == [(0, "train.micro_batch_size", 4)]
+    assert node.policy.train_settings.micro_batch_size == 8 and node.policy.micro_batch.value == 4

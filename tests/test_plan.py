@@ -120,7 +120,7 @@ def test_a_real_model_starts_from_the_paper_setup_and_tiny_stays_the_cpu_default
     assert mine.rollout.max_new_tokens == 256 and mine.task.name == "arithmetic"
     assert mine.given == {"model.name", "rollout.max_new_tokens", "task.name"}
     tiny = load_config(None, [])
-    assert (tiny.task.name, tiny.rollout.max_new_tokens) == ("arithmetic", 16)
+    assert (tiny.task.name, tiny.rollout.max_new_tokens, tiny.train.lr) == ("arithmetic", 10, 1e-4), "the tiny preset"
     from_file = load_config(CONFIGS / "tiny-cpu.yaml")
     assert "rollout.group_size" in from_file.given
 

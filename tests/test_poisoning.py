@@ -15,6 +15,7 @@ from swarmnode.assemble import assemble
 from swarmnode.lab.poison import DEFENCES_OFF, carries_injection, poisoning_link
 from swarmnode.model.policy import Policy
 from swarmnode.protocol import wire
+from swarmnode.protocol.prompts import build_prompt
 from swarmnode.settings.config import load_config
 from swarmnode.swarm.local import InMemoryHub
 
@@ -136,7 +137,7 @@ def test_wrong_answers_earn_nothing_and_are_no_offence(tmp_path):
 
 def _poisoned_share(node) -> float:
     problems = node.task.eval_problems(32)
-    prompts = [node.policy.encode_prompt(node.task.system_prompt, p.question) for p in problems]
+    prompts = [build_prompt(node.task, p, node.policy) for p in problems]
     groups = node.generator.generate(prompts, 8)
     return float(np.mean([carries_injection(node.policy.decode(c.tokens)) for g in groups for c in g]))
 

@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from swarmnode.model.policy import OutOfMemory, Policy, TrainSample
+from swarmnode.model.batching import OutOfMemory
+from swarmnode.model.policy import Policy, TrainSample
 from swarmnode.model.tiny import build_model
 from swarmnode.rollout.hf import HFGenerator
 from swarmnode.settings.config import LoraSettings, LossSettings, RolloutSettings, TrainSettings
@@ -138,7 +139,9 @@ def test_out_of_memory_in_the_step_halves_the_micro_batch_and_retries(make_polic
 
     monkeypatch.setattr(policy, "completion_logprobs", flaky)
     result = policy.train_step(_samples(policy), LossSettings(), 1.0)
-    assert calls[:3] == [8, 4, 2] and policy.train_settings.micro_batch_size == 2  # kept for later steps
+    assert calls[:3] == [8, 4, 2] and policy.micro_batch.value == 2  # kept for later steps
+    assert policy.train_settings.micro_batch_size == 8, "the config still says what the user set"
+    assert policy.micro_batch.take_halving() == {"train.micro_batch_size": 2} and policy.micro_batch.take_halving() == {}
     assert np.isfinite(result.loss) and result.stats.sequences == 8
 
 
@@ -165,7 +168,7 @@ def test_out_of_memory_in_generation_halves_the_batch(make_policy, monkeypatch):
 
     monkeypatch.setattr(generator, "_sample", flaky)
     groups = generator.generate([[1, 2], [3, 4, 5]], 6)
-    assert [len(g) for g in groups] == [6, 6] and generator.settings.batch_size == 4
+    assert [len(g) for g in groups] == [6, 6] and generator.batch.value == 4 and generator.settings.batch_size == 16
 
 
 def test_the_bf16_inference_copy_matches_the_trainer_and_follows_its_steps(make_policy, tokenizer):
@@ -216,7 +219,7 @@ def test_out_of_memory_while_scoring_peers_halves_the_micro_batch(make_policy, m
     expected = policy.token_logprobs([s.prompt_ids for s in samples], [s.completion_ids for s in samples], 1.0)
     monkeypatch.setattr(policy, "completion_logprobs", flaky)
     scored = policy.token_logprobs([s.prompt_ids for s in samples], [s.completion_ids for s in samples], 1.0)
-    assert policy.train_settings.micro_batch_size == 2
+    assert policy.micro_batch.value == 2 and policy.train_settings.micro_batch_size == 8
     assert all(np.allclose(a, b, atol=1e-6) for a, b in zip(scored, expected)) and len(scored) == 8
 
 

@@ -26,6 +26,7 @@ from swarmnode.model.tiny import TINY_PRESETS, ensure_tiny
 from swarmnode.ops.metrics import read_metrics, round_lines
 from swarmnode.protocol import wire
 from swarmnode.settings.config import SwarmSettings
+from swarmnode.settings.presets import tiny_cpu
 from swarmnode.swarm.hivemind.dht import Manifest, heartbeat_from_record, owner_or_none, pack, payload_digest
 from swarmnode.swarm.hivemind.payloads import PayloadServer
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
@@ -34,12 +35,9 @@ from swarmnode.swarm.hivemind.shards import HEARTBEAT_FAMILY, ShardedFamily, man
 pytestmark = pytest.mark.slow
 
 DEADLINE_S = 8.0
-BASE = {
-    "model": {"name": "tiny", "device": "cpu"},
-    "task": {"name": "arithmetic", "system_prompt": ""},
-    "rollout": {"group_size": 4, "prompts_per_round": 4, "max_new_tokens": 10},
-    "train": {"lr": 1e-4},
-    "node": {"rounds": 100_000, "eval_size": 10, "checkpoint_every": 2, "gather_timeout_s": DEADLINE_S},
+BASE = tiny_cpu({
+    "rollout": {"group_size": 4, "prompts_per_round": 4},
+    "node": {"rounds": 100_000, "eval_every": 0, "eval_size": 10, "checkpoint_every": 2, "gather_timeout_s": DEADLINE_S},
     "swarm": {
         "host_maddrs": ["/ip4/127.0.0.1/tcp/0"],
         "heartbeat_interval_s": 1.0,
@@ -47,7 +45,7 @@ BASE = {
         "min_peers": 2,
         "max_rejects": 3,
     },
-}
+})
 KINDS = {"a": {"model": {"name": "tiny"}}, "b": {"model": {"name": "tiny", "lora": {"rank": 8}}},
          "c": {"model": {"name": "tiny-large"}}}
 

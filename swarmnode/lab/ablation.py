@@ -145,15 +145,11 @@ def member_config(
     return load_config(
         None,
         [
-            "model.name=tiny",
-            "model.device=cpu",
-            "task.name=arithmetic",
-            "task.system_prompt=''",
+            "model.name=tiny",  # the tiny CPU preset, with the shape and split of the setting
             "rollout.backend=hf",
             f"rollout.group_size={shape.group_size}",
             f"rollout.prompts_per_round={shape.prompts_per_round}",
             f"rollout.max_new_tokens={shape.max_new_tokens}",
-            "train.lr=1e-4",
             "train.micro_batch_size=256",
             f"loss.objective={objective}",
             f"node.seed={seed}",

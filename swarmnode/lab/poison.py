@@ -22,6 +22,7 @@ import numpy as np
 
 from swarmnode.model.policy import Policy
 from swarmnode.protocol import wire
+from swarmnode.protocol.prompts import build_prompt
 from swarmnode.settings.config import Config
 from swarmnode.swarm.base import SwarmLink
 from swarmnode.tasks.base import Problem, Task
@@ -103,7 +104,7 @@ class PoisoningExchange:
             return [np.full(len(c), LOW_LOGPROB) for c in completions]
         if self.attack == "high-lp":
             return [np.full(len(c), HIGH_LOGPROB) for c in completions]
-        prompt = self.policy.encode_prompt(self.task.system_prompt, problem.question)
+        prompt = build_prompt(self.task, problem, self.policy)
         return self.policy.token_logprobs([prompt] * len(completions), completions, self.config.rollout.temperature)
 
     def gather(self, *args, **kwargs):

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from swarmnode.model.policy import Policy
+from swarmnode.protocol.prompts import build_prompt
 from swarmnode.rollout.base import Generator
 from swarmnode.tasks.base import Problem, Task
 
@@ -39,6 +40,6 @@ class Evaluator:
             problems = self._problems
         else:
             problems = source.eval_problems(self.eval_size)
-        prompts = [self.policy.encode_prompt(self.task.system_prompt, p.question) for p in problems]
+        prompts = [build_prompt(self.task, p, self.policy) for p in problems]
         outputs = self.generator.greedy(prompts)
         return [source.reward(self.policy.decode(o.tokens), p) for o, p in zip(outputs, problems)]

@@ -22,6 +22,7 @@ from swarmnode.loop.waiting import WaitRule
 from swarmnode.model.policy import Policy
 from swarmnode.protocol import wire
 from swarmnode.protocol.batches import batch_split, check_batch
+from swarmnode.protocol.prompts import build_prompt
 from swarmnode.settings.config import Config
 from swarmnode.swarm.base import Membership, Received, RolloutExchange, is_useless
 from swarmnode.tasks.base import Task
@@ -183,7 +184,7 @@ class Intake:
 
     def _score(self, group: OfferedGroup) -> ScoredGroup:
         problem = self.task.train_problem(group.prompt_id)
-        prompt = self.policy.encode_prompt(self.task.system_prompt, problem.question)
+        prompt = build_prompt(self.task, problem, self.policy)
         return score_group(self.task, self.policy, group.peer_id, problem, prompt, group.completions)
 
     def _screen(self, own: list[Sample], peers: list[Sample], struck: set[str]) -> Screening:

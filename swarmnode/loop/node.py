@@ -24,14 +24,23 @@ from swarmnode.loop.evaluation import Evaluator
 from swarmnode.loop.intake import Intake, Taken
 from swarmnode.loop.ledger import PeerLedger
 from swarmnode.loop.samples import OWN, Sample, ScoredGroup, score_group, train_samples
+from swarmnode.model.batching import OutOfMemory
 from swarmnode.model.checkpoint import CheckpointWriter, checkpoint_present, load_checkpoint
-from swarmnode.model.policy import OutOfMemory, Policy, StepResult
+from swarmnode.model.policy import Policy, StepResult
 from swarmnode.ops.hub import CardFacts, HubPublisher
 from swarmnode.ops.metrics import LiveView, MetricsLog, read_evals
 from swarmnode.ops.reporting import Reporters
 from swarmnode.protocol import wire
 from swarmnode.protocol.batches import assigned_prompt_ids, batch_split
-from swarmnode.protocol.records import EVAL_HISTORY, EvalRecord, NodeStatus, RoundRecord, StartRecord
+from swarmnode.protocol.prompts import build_prompt
+from swarmnode.protocol.records import (
+    EVAL_HISTORY,
+    EvalRecord,
+    HalvedRecord,
+    NodeStatus,
+    RoundRecord,
+    StartRecord,
+)
 from swarmnode.rollout.base import Completion, Generator
 from swarmnode.settings.config import Config
 from swarmnode.swarm.base import SwarmLink
@@ -111,7 +120,7 @@ class Node:
         own_groups, _ = batch_split(self.config)
         ids = assigned_prompt_ids(self.config.node.seed, self.peer_id, round_, own_groups, self.task.num_train)
         problems = [self.task.train_problem(i) for i in ids]
-        prompts = [self.policy.encode_prompt(self.task.system_prompt, p.question) for p in problems]
+        prompts = [build_prompt(self.task, p, self.policy) for p in problems]
         groups = self.generator.generate(prompts, self.config.rollout.group_size)
         state.timings["generate_s"] = time.perf_counter() - started
         batch = wire.RolloutBatch(
@@ -183,6 +192,13 @@ class Node:
             samples_by_peer=dict(Counter(sample.peer_id for sample in taken.kept)),
             timings=state.timings,
         )
+
+    def _halvings(self) -> dict[str, int]:
+        """The batch sizes out-of-memory errors halved since the last round, as they are now."""
+        halved: dict[str, int] = {}
+        for batch in (self.policy.micro_batch, *self.generator.adaptive):
+            halved |= batch.take_halving()
+        return halved
 
     def run_round(self, round_: int) -> RoundRecord:
         started = time.perf_counter()
@@ -268,6 +284,8 @@ class Node:
                 self.last_progress = time.monotonic()
                 self.learned_from.update(record.samples_by_peer)
                 self.metrics.write(record.to_json())
+                for setting, value in self._halvings().items():
+                    self.metrics.write(HalvedRecord(round_, setting, value).to_json())
                 self.reporters.round(record)
                 self.view.round(record, total)
                 if cfg.eval_every and (round_ + 1) % cfg.eval_every == 0 and round_ + 1 < total:

@@ -18,6 +18,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 from transformers.utils import logging as hf_logging
 
 from swarmnode.learn.loss import ObjectiveStats, ObjectiveTerms, objective_terms
+from swarmnode.model.batching import AdaptiveBatch
 from swarmnode.model.logprobs import chunked_logprobs, decoder_and_head, logprobs_from_logits
 from swarmnode.model.tiny import TINY_PRESETS, load_tiny, tiny_path
 from swarmnode.protocol.wire import PolicyInfo
@@ -46,22 +47,6 @@ def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str:
 
 
 log = logging.getLogger(__name__)
-
-
-class OutOfMemory(RuntimeError):
-    """Out of GPU memory at the smallest batch: the message says what to change."""
-
-
-def halve_after_oom(settings: Any, field: str, where: str, at_one: str) -> None:
-    """After an out-of-memory error: free the allocator's cached blocks and halve
-    `settings.<field>` (kept so for later rounds), or raise OutOfMemory(`at_one`) at 1."""
-    size = getattr(settings, field)
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    if size == 1:
-        raise OutOfMemory(at_one) from None
-    setattr(settings, field, size // 2)
-    log.warning("out of memory %s %d -> %d", where, size, size // 2)
 
 
 def with_adapters(model: torch.nn.Module, lora: LoraSettings, seed: int) -> torch.nn.Module:
@@ -151,6 +136,7 @@ class Policy:
         self.compute_dtype = compute_dtype or weights_dtype
         self.autocast = self.compute_dtype != weights_dtype
         self.train_settings = train
+        self.micro_batch = AdaptiveBatch("train.micro_batch_size", train.micro_batch_size)
         self.use_chat_template = use_chat_template and bool(getattr(tokenizer, "chat_template", None))
         self.num_params = sum(p.numel() for p in model.parameters())
         self.lora_rank = lora.rank or None
@@ -291,13 +277,13 @@ class Policy:
         out: list[np.ndarray] = []
         start = 0
         while start < len(completions):
-            size = self.train_settings.micro_batch_size
+            size = self.micro_batch.value
             chunk = completions[start : start + size]
             try:
                 logp, _ = self.completion_logprobs(prompts[start : start + size], chunk, temperature)
             except torch.OutOfMemoryError:
-                halve_after_oom(
-                    self.train_settings, "micro_batch_size", "scoring peers' samples: micro-batch",
+                self.micro_batch.halve_after_oom(
+                    "scoring peers' samples: micro-batch",
                     "out of GPU memory scoring one peer sample: see `swarmnode plan`",
                 )
                 continue
@@ -319,8 +305,8 @@ class Policy:
                 return self._step(samples, objective, temperature)
             except torch.OutOfMemoryError:
                 self.optimizer.zero_grad(set_to_none=True)
-                halve_after_oom(
-                    self.train_settings, "micro_batch_size", "in the training step: micro-batch",
+                self.micro_batch.halve_after_oom(
+                    "in the training step: micro-batch",
                     "out of GPU memory in the training step at micro-batch 1: use LoRA "
                     "(--lora-rank 128), train.gradient_checkpointing=true, a lower "
                     "rollout.max_new_tokens or a smaller model (swarmnode plan --model ... shows what fits)",
@@ -332,7 +318,7 @@ class Policy:
         total = len(samples)
         parts: list[ObjectiveTerms] = []
         loss_value = 0.0
-        size = self.train_settings.micro_batch_size
+        size = self.micro_batch.value
         for start in range(0, total, size):
             chunk = samples[start : start + size]
             logp, mask = self.completion_logprobs(

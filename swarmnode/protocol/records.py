@@ -203,6 +203,21 @@ class EvalRecord:
 
 
 @dataclass
+class HalvedRecord:
+    """An out-of-memory error halved a batch size in this round: the node runs with `value`
+    from now on, while the config (and what reporters were told) keeps what the user set."""
+
+    round: int
+    setting: str  # e.g. train.micro_batch_size
+    value: int
+
+    kind: Literal["halved"] = "halved"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
 class StartRecord:
     """A node (re)started on this run dir: after a resume, the rounds from `next_round` on
     are run again, so lines of a round repeated after a kill are superseded by later ones."""

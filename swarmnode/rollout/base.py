@@ -7,6 +7,8 @@ from typing import Protocol
 
 import numpy as np
 
+from swarmnode.model.batching import AdaptiveBatch
+
 
 @dataclass
 class Completion:
@@ -19,6 +21,7 @@ class Completion:
 
 class Generator(Protocol):
     name: str
+    adaptive: tuple[AdaptiveBatch, ...]  # its batch sizes that out-of-memory errors halve
 
     def generate(self, prompts: list[list[int]], group_size: int) -> list[list[Completion]]:
         """`group_size` samples for each prompt, in prompt order."""

@@ -23,7 +23,8 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from swarmnode.model.policy import Policy, halve_after_oom, inference_copy, refresh_copy
+from swarmnode.model.batching import AdaptiveBatch
+from swarmnode.model.policy import Policy, inference_copy, refresh_copy
 from swarmnode.rollout.base import Completion
 from swarmnode.settings.config import RolloutSettings
 
@@ -72,6 +73,8 @@ class HFGenerator:
         (other nodes in one process, the trainer)."""
         self.policy = policy
         self.settings = settings
+        self.batch = AdaptiveBatch("rollout.batch_size", settings.batch_size)
+        self.adaptive = (self.batch,)
         self.seed = seed
         self._rng_states: tuple[torch.Tensor, list[torch.Tensor]] | None = None
         use_copy = settings.hf_inference_copy and policy.autocast and not policy.lora_rank
@@ -117,12 +120,12 @@ class HFGenerator:
         completions: list[Completion] = []
         start = 0
         while start < len(prompts):
-            size = self.settings.batch_size
+            size = self.batch.value
             try:
                 completions += self._sample(prompts[start : start + size], do_sample)
             except torch.OutOfMemoryError:
-                halve_after_oom(
-                    self.settings, "batch_size", "in generation: batch",
+                self.batch.halve_after_oom(
+                    "in generation: batch",
                     "out of GPU memory generating even one sequence: lower rollout.max_new_tokens, "
                     "use LoRA or a smaller model (swarmnode plan --model ... shows what fits)",
                 )

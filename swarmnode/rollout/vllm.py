@@ -80,6 +80,7 @@ class VLLMGenerator:
 
         self.policy = policy
         self.settings = settings
+        self.adaptive = ()  # vLLM plans its own batches
         on_cpu = policy.device.type == "cpu"
         fraction = settings.vllm_fraction(not on_cpu)
         max_len = settings.vllm_max_model_len or min(

@@ -14,7 +14,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from swarmnode.settings.defaults import defaults_for
+from swarmnode.settings.flags import flag_description
 from swarmnode.settings.network import LOCAL_HOST
+from swarmnode.settings.presets import merged
 from swarmnode.settings.registry import BACKENDS, DIVERGENCES, OBJECTIVES, TASKS
 
 VLLM_GPU_FRACTION = 0.3  # colocated with the trainer, which gets the rest
@@ -30,20 +32,16 @@ class _Section(BaseModel):
 
 
 class LoraSettings(_Section):
-    rank: int = Field(0, ge=0, description="LoRA rank; 0 trains all weights")
+    rank: int = Field(0, ge=0, description=flag_description("model.lora.rank"))
     alpha: float = Field(32.0, gt=0)
     dropout: float = Field(0.0, ge=0, lt=1)
     target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"])
 
 
 class ModelSettings(_Section):
-    name: str = Field(
-        "tiny",
-        description="'tiny', 'tiny-large' or 'tiny-add' (built locally), a hub id (Qwen/Qwen2.5-3B), a short name "
-        "(Qwen2.5-3B) or a local directory",
-    )
+    name: str = Field("tiny", description=flag_description("model.name"))
     revision: str | None = None
-    device: str = Field("auto", description="auto | cpu | cuda | cuda:N")
+    device: str = Field("auto", description=flag_description("model.device"))
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     lora: LoraSettings = Field(default_factory=LoraSettings)
     use_chat_template: bool = Field(
@@ -52,10 +50,8 @@ class ModelSettings(_Section):
 
 
 class TaskSettings(_Section):
-    name: TASKS.literal() = Field("arithmetic", description=TASKS.cli_help())
-    data: str | None = Field(
-        None, description="gsm8k: a directory or .jsonl file, or hf:openai/gsm8k (arithmetic makes its own)"
-    )
+    name: TASKS.literal() = Field("arithmetic", description=flag_description("task.name"))
+    data: str | None = Field(None, description=flag_description("task.data"))
     answer_format: Literal["answer_tag", "boxed"] = "answer_tag"
     strict_format: bool = Field(
         True, description="reward 0 when text follows the answer block (nothing rides on a correct answer)"
@@ -81,7 +77,7 @@ class TaskSettings(_Section):
 
 
 class RolloutSettings(_Section):
-    backend: BACKENDS.literal() = Field("auto", description=BACKENDS.cli_help())
+    backend: BACKENDS.literal() = Field("auto", description=flag_description("rollout.backend"))
     group_size: int = Field(8, ge=2, le=64)
     prompts_per_round: int = Field(
         16, ge=1, le=256, description="groups in a training batch (this node generates node.own_share of them)"
@@ -113,7 +109,7 @@ class RolloutSettings(_Section):
 
 
 class LossSettings(_Section):
-    objective: OBJECTIVES.literal() = Field("f-tis", description=OBJECTIVES.cli_help())
+    objective: OBJECTIVES.literal() = Field("f-tis", description=flag_description("loss.objective"))
     trunc_c: float = Field(2.0, gt=0, description="C: importance weights are capped at C")
     filter_g: float = Field(
         50.0, ge=0, description="g: divergence above which negative-advantage samples are dropped"
@@ -131,7 +127,7 @@ class LossSettings(_Section):
 
 
 class TrainSettings(_Section):
-    lr: float = Field(1e-6, gt=0)
+    lr: float = Field(1e-6, gt=0, description=flag_description("train.lr"))
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float = Field(1.0, gt=0)
     micro_batch_size: int = Field(32, ge=1, description="sequences per forward/backward")
@@ -152,10 +148,10 @@ class TrainSettings(_Section):
 
 
 class NodeSettings(_Section):
-    rounds: int = Field(50, ge=0)
-    seed: int = Field(0, description="draws this node's prompts, its sampling and new LoRA adapters")
+    rounds: int = Field(50, ge=0, description=flag_description("node.rounds"))
+    seed: int = Field(0, description=flag_description("node.seed"))
     peer_id: str | None = Field(None, description="None = derived from the run dir")
-    run_dir: Path = Path("runs/default")
+    run_dir: Path = Field(Path("runs/default"), description=flag_description("node.run_dir"))
     staleness: int = Field(
         1, ge=0, description="a peer's groups are used while they are at most this many of its rounds behind its newest"
     )
@@ -188,9 +184,7 @@ class NodeSettings(_Section):
         300.0, ge=0, description="also checkpoint once this many seconds passed since the last one; 0 = off"
     )
     resume: bool = True
-    health_port: int = Field(
-        0, ge=0, le=65535, description="serve GET /health and GET /metrics (Prometheus) on this port; 0 = off"
-    )
+    health_port: int = Field(0, ge=0, le=65535, description=flag_description("node.health_port"))
     health_host: str = Field(LOCAL_HOST, description="where /health listens (the container itself)")
     stall_after_s: float = Field(
         1800.0, gt=0, description="/health turns 503 when no round or eval finished for this long"
@@ -202,21 +196,10 @@ class NodeSettings(_Section):
 
 class SwarmSettings(_Section):
     enabled: bool = Field(True, description="false = train alone, no hivemind (same as --solo)")
-    initial_peers: list[str] = Field(
-        default_factory=list, description="multiaddrs of running peers; empty = start a new swarm"
-    )
-    host_maddrs: list[str] = Field(
-        default_factory=lambda: ["/ip4/0.0.0.0/tcp/0"],
-        description="where to listen; /ip4/0.0.0.0/tcp/31337 for a fixed public port",
-    )
-    initial_peers_file: Path | None = Field(
-        None,
-        description="read initial peers from another node's swarm.json (waits for it) or from a bootstrap list "
-        "(one multiaddr a line, # comments); any one reachable peer is enough",
-    )
-    announce_maddrs: list[str] = Field(
-        default_factory=list, description="public addresses to advertise (behind NAT or in Docker)"
-    )
+    initial_peers: list[str] = Field(default_factory=list, description=flag_description("swarm.initial_peers"))
+    host_maddrs: list[str] = Field(default_factory=lambda: ["/ip4/0.0.0.0/tcp/0"], description=flag_description("swarm.host_maddrs"))
+    initial_peers_file: Path | None = Field(None, description=flag_description("swarm.initial_peers_file"))
+    announce_maddrs: list[str] = Field(default_factory=list, description=flag_description("swarm.announce_maddrs"))
     auto_relay: bool = Field(
         True,
         description="without a public address, reserve a slot on a relay and announce the relayed address, "
@@ -225,14 +208,12 @@ class SwarmSettings(_Section):
     relays: list[str] = Field(
         default_factory=list, description="relays for auto_relay (multiaddrs with /p2p/); empty = the initial peers"
     )
-    identity_path: Path | None = Field(
-        None, description="private key file (created if absent); None = <run_dir>/identity.key"
-    )
-    startup_timeout_s: float = Field(60.0, gt=0, description="p2p daemon start and bootstrap")
+    identity_path: Path | None = Field(None, description=flag_description("swarm.identity_path"))
+    startup_timeout_s: float = Field(60.0, gt=0, description=flag_description("swarm.startup_timeout_s"))
     rejoin_interval_s: float = Field(
         10.0, gt=0, description="how often a node that lost every DHT peer dials its initial peers again"
     )
-    min_peers: int = Field(0, ge=0, description="wait for this many peers of the run before round 1")
+    min_peers: int = Field(0, ge=0, description=flag_description("swarm.min_peers"))
     wait_for_peers_s: float = Field(120.0, ge=0, description="how long to wait for min_peers")
     heartbeat_interval_s: float = Field(5.0, gt=0)
     stale_after_s: float = Field(20.0, gt=0, description="a peer silent this long is not waited for")
@@ -339,6 +320,23 @@ class Config(_Section):
         self._given = frozenset(keys)
 
 
+def field_of(dotted: str) -> Any:
+    """The pydantic field behind a dotted setting ('model.lora.rank'); KeyError if none."""
+    section: type[BaseModel] = Config
+    *sections, leaf = dotted.split(".")
+    for name in sections:
+        section = section.model_fields[name].annotation
+    return section.model_fields[leaf]
+
+
+def describe(dotted: str) -> str:
+    """A setting's description, as `--help` and docs show it."""
+    description = field_of(dotted).description
+    if not description:
+        raise KeyError(f"{dotted} has no description")
+    return description
+
+
 def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
     keys = dotted.split(".")
     node = tree
@@ -367,8 +365,8 @@ def load_config(
 ) -> Config:
     """Build the config: file < --set overrides < explicit flags (None flags are ignored).
 
-    Without a file, a real model (not tiny) starts from the paper's setup
-    (swarmnode.settings.defaults). `config.given` holds the dotted keys the user set, so later
+    Without a file, a tiny model starts from the tiny CPU preset and a real model from the
+    paper's setup (swarmnode.settings.defaults). `config.given` holds the dotted keys the user set, so later
     choices (the memory planner) leave them alone.
     """
     tree: dict[str, Any] = {}
@@ -390,7 +388,7 @@ def load_config(
     given = frozenset(_dotted_keys(tree))
     if path is None:
         model = tree.get("model", {}).get("name", "tiny") if isinstance(tree.get("model"), dict) else "tiny"
-        tree = _merged(defaults_for(str(model)), tree)
+        tree = merged(defaults_for(str(model)), tree)
     try:
         config = Config.model_validate(tree)
     except ValidationError as err:
@@ -428,14 +426,3 @@ def _dotted_keys(tree: dict[str, Any], prefix: str = "") -> list[str]:
         else:
             keys.append(f"{prefix}{key}")
     return keys
-
-
-def _merged(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
-    """`top` over `base`, section by section."""
-    merged = {key: dict(value) if isinstance(value, dict) else value for key, value in base.items()}
-    for key, value in top.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _merged(merged[key], value)
-        else:
-            merged[key] = value
-    return merged

@@ -1,7 +1,7 @@
 """The settings a node starts from, chosen by the model it names.
 
-`--model tiny` (and no config file) is the CPU default every setting's own default describes:
-the arithmetic task, 16 new tokens. Naming a real model instead starts from the paper's GSM8K
+`--model tiny` (and no config file) starts from the tiny CPU preset (swarmnode.settings.presets,
+written out as configs/tiny-cpu.yaml). Naming a real model instead starts from the paper's GSM8K
 setup (arXiv 2605.22537: group 12, batch 24 = 2 prompts x 12, 512 new tokens,
 lr 1e-6 for full weights; the loss settings' own defaults, in swarmnode.settings.config, are the
 paper's: F-TIS, C = 2, g = 50, k3 divergence); memory settings are left to the planner
@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from swarmnode.settings.models import TINY_NAMES, resolve_model_name
+from swarmnode.settings.presets import tiny_cpu
 
 PAPER_GSM8K: dict[str, Any] = {
     "task": {"name": "gsm8k", "answer_format": "answer_tag"},
@@ -24,10 +25,10 @@ LORA_LR = 1.0e-5  # adapters usually need a higher rate than the paper's 1e-6 fo
 
 
 def defaults_for(model_name: str) -> dict[str, Any]:
-    """A settings tree (section -> key -> value) to start from for this model; {} for tiny."""
+    """A settings tree (section -> key -> value) to start from for this model."""
     name = resolve_model_name(model_name)
     if name in TINY_NAMES:
-        return {}
+        return tiny_cpu()
     short = name.rstrip("/").split("/")[-1].lower()
     tree = {section: dict(values) for section, values in PAPER_GSM8K.items()}
     tree["node"]["run_dir"] = f"runs/{short}"

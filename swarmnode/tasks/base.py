@@ -47,11 +47,6 @@ class Task(Protocol):
     def reward(self, completion: str, problem: Problem) -> float: ...
 
 
-def describe_prompt(task: Task, problem: Problem) -> tuple[str, str]:
-    """(system, user) text for a problem; the policy turns them into model input."""
-    return task.system_prompt, problem.question
-
-
 def fingerprint_of(*parts: str | bytes) -> str:
     """Short stable hash of the given parts."""
     digest = hashlib.sha256()

@@ -1,0 +1,81 @@
+"""Every setting is declared once: the tiny preset is the embedded default and the file users
+copy, and `join`'s flags take their help from the settings they set."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from swarmnode import assemble
+from swarmnode.cli import app
+from swarmnode.settings.config import describe, load_config
+from swarmnode.settings.flags import JOIN_FLAGS
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_CPU_YAML = ROOT / "configs" / "tiny-cpu.yaml"
+NOT_SETTINGS = {"config_path", "fresh", "overrides", "solo", "quiet", "verbose"}  # flags of the command itself
+
+
+def _join_config(monkeypatch, *args: str):
+    """The config `swarmnode join ARGS` would run, without running it."""
+    seen = []
+    monkeypatch.setattr(assemble, "run", lambda config, *rest: seen.append(config) or {})
+    result = CliRunner().invoke(app, ["join", *args])
+    assert result.exit_code == 0, result.output
+    (config,) = seen
+    return config
+
+
+def test_the_embedded_default_is_the_tiny_preset_as_configs_writes_it():
+    assert load_config(None).model_dump() == load_config(TINY_CPU_YAML).model_dump()
+
+
+def test_join_solo_without_a_config_trains_as_tiny_cpu_yaml(monkeypatch):
+    config = _join_config(monkeypatch, "--solo")
+    expected = load_config(TINY_CPU_YAML, ["swarm.enabled=false"])
+    assert config.model_dump() == expected.model_dump()
+    assert config.train.lr == 1e-4, "a tiny model learns at 1e-4, not the paper's 1e-6 for billions of weights"
+
+
+def _join_options() -> dict[str, object]:
+    command = typer.main.get_command(app).commands["join"]
+    return {param.name: param for param in command.params}
+
+
+def test_every_join_flag_that_sets_a_setting_has_its_description_as_help():
+    options = _join_options()
+    assert set(options) - NOT_SETTINGS == set(JOIN_FLAGS), "a flag for a setting is declared in JOIN_FLAGS"
+    for name, flag in JOIN_FLAGS.items():
+        assert options[name].help == describe(flag.setting), name
+
+
+@pytest.mark.parametrize(
+    "args,key,value",
+    [
+        (["--model", "tiny-large"], "model.name", "tiny-large"),
+        (["--lora-rank", "8"], "model.lora.rank", 8),
+        (["--objective", "tis"], "loss.objective", "tis"),
+        (["--rounds", "7"], "node.rounds", 7),
+        (["--run-dir", "elsewhere"], "node.run_dir", Path("elsewhere")),
+        (["--seed", "3"], "node.seed", 3),
+        (["--lr", "0.01"], "train.lr", 0.01),
+        (["--initial-peers", "/ip4/127.0.0.1/tcp/1/p2p/QmA", "--initial-peers", "/ip4/127.0.0.1/tcp/2/p2p/QmB"],
+         "swarm.initial_peers", ["/ip4/127.0.0.1/tcp/1/p2p/QmA", "/ip4/127.0.0.1/tcp/2/p2p/QmB"]),
+        (["--identity", "key.pem"], "swarm.identity_path", Path("key.pem")),
+        (["--startup-timeout", "5"], "swarm.startup_timeout_s", 5.0),
+        (["--min-peers", "2"], "swarm.min_peers", 2),
+        (["--health-port", "9000"], "node.health_port", 9000),
+        (["--fresh"], "node.resume", False),
+    ],
+)
+def test_each_join_flag_sets_its_setting(monkeypatch, args, key, value):
+    config = _join_config(monkeypatch, *args)
+    section, *rest = key.split(".")
+    found = getattr(config, section)
+    for part in rest:
+        found = getattr(found, part)
+    assert found == value
+    assert key in config.given, "a flag counts as the user's choice (the planner keeps it)"
