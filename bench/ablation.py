@@ -62,7 +62,7 @@ from swarmnode.lab.ablation import (  # noqa: E402
     parse_condition,
     run_condition,
 )
-from swarmnode.protocol.records import RoundRecord  # noqa: E402
+from swarmnode.ops.lines import RoundRecord  # noqa: E402
 
 
 def condition(text: str) -> str:

@@ -32,7 +32,8 @@ import torch
 from random_weights import build_random_model
 from transformers import AutoModelForCausalLM, GenerationConfig
 
-from swarmnode.model.policy import Policy, TrainSample
+from swarmnode.learn.loss import TrainSample
+from swarmnode.model.policy import Policy
 from swarmnode.rollout import make_generator, vllm_available
 from swarmnode.settings.config import Config, load_config
 from swarmnode.sizing.memory import GIB, TYPICAL_PROMPT_TOKENS, estimate

@@ -15,7 +15,8 @@ import numpy as np
 import torch
 from random_weights import build_random_model
 
-from swarmnode.model.policy import Policy, TrainSample
+from swarmnode.learn.loss import TrainSample
+from swarmnode.model.policy import Policy
 from swarmnode.settings.config import Config
 from swarmnode.sizing.memory import GIB, TYPICAL_PROMPT_TOKENS, estimate
 from swarmnode.sizing.shapes import KNOWN_SHAPES

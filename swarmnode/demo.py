@@ -26,8 +26,8 @@ from rich.live import Live
 from rich.table import Table
 
 from swarmnode.model.tiny import TINY_PRESETS, ensure_tiny
+from swarmnode.ops.lines import EvalRecord, RoundRecord
 from swarmnode.ops.metrics import read_records
-from swarmnode.protocol.records import EvalRecord, RoundRecord
 from swarmnode.settings.presets import merged, tiny_cpu
 
 # Node kinds cycled through: two sizes, full fine-tuning and LoRA.

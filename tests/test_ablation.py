@@ -23,7 +23,7 @@ from swarmnode.lab.ablation import (
     parse_condition,
     run_condition,
 )
-from swarmnode.protocol.records import RoundRecord
+from swarmnode.ops.lines import RoundRecord
 
 FAST = Shape(rounds=3, prompts_per_round=4, group_size=4, max_new_tokens=6, eval_size=8, eval_points=1,
              overrides=("trust.likelihood_gate=false",))  # the gate would make peers' counts vary

@@ -7,9 +7,10 @@ import io
 import pytest
 from rich.console import Console
 
+from swarmnode.ops.lines import RoundRecord
 from swarmnode.ops.metrics import LiveView, format_duration
 from swarmnode.ops.status import render_table, sparkline
-from swarmnode.protocol.records import EVAL_HISTORY, Heartbeat, PeerRow, RecordError, RoundRecord
+from swarmnode.protocol.records import EVAL_HISTORY, Heartbeat, PeerRow, RecordError
 
 
 def _record(round_: int, round_s: float) -> RoundRecord:

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from swarmnode.model.policy import Policy, TrainSample
+from swarmnode.learn.loss import TrainSample
+from swarmnode.model.policy import Policy
 from swarmnode.model.tiny import build_model
 from swarmnode.settings.config import Config, LoraSettings, TrainSettings, load_config
 from swarmnode.sizing.memory import GIB, estimate, suggest_configs

@@ -95,7 +95,7 @@ def test_settings_that_cannot_fit_are_refused_with_the_nearest_plan():
 
 @pytest.mark.parametrize("config_name,measured_gib", sorted(CALIBRATION_PEAKS_GIB.items()))
 def test_the_estimate_is_an_upper_bound_within_15_percent_of_measured_peaks(config_name, measured_gib):
-    # issue 11: nvidia-smi process peak on an H100, HF backend, random weights, on the path
+    # nvidia-smi process peak on an H100 (docs/gpu.md), HF backend, random weights, on the path
     # those peaks were measured on (log-probs unchunked, generation from the trainer)
     config = load_config(CONFIGS / config_name, CALIBRATION_SETTINGS)
     total = estimate(config, shape_of(config.model.name), CALIBRATION_CAPACITY_GIB * GIB, True, "hf").total / GIB

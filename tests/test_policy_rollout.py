@@ -2,8 +2,9 @@ import numpy as np
 import pytest
 import torch
 
+from swarmnode.learn.loss import TrainSample
 from swarmnode.model.batching import OutOfMemory
-from swarmnode.model.policy import Policy, TrainSample
+from swarmnode.model.policy import Policy
 from swarmnode.model.tiny import build_model
 from swarmnode.rollout.hf import HFGenerator
 from swarmnode.settings.config import LoraSettings, LossSettings, RolloutSettings, TrainSettings

@@ -46,8 +46,8 @@ def test_the_torch_free_health_check_says_when_nobody_answers(capsys):
 
 
 def test_metrics_lines_read_back_typed_and_other_versions_are_left_out(tmp_path):
+    from swarmnode.ops.lines import EvalRecord, RoundRecord
     from swarmnode.ops.metrics import MetricsLog, read_evals, read_rounds
-    from swarmnode.protocol.records import EvalRecord, RoundRecord
 
     record = RoundRecord(
         round=3, peer_id="Qm", reward_mean=0.5, peer_reward_mean=None, own_samples=64, peer_samples=32, peers=2,

@@ -11,8 +11,8 @@ import types
 
 import pytest
 
+from swarmnode.ops.lines import EvalRecord, RoundRecord
 from swarmnode.ops.reporting import ReportError, make_reporters
-from swarmnode.protocol.records import EvalRecord, RoundRecord
 from swarmnode.settings.config import ReportSettings
 
 FACTS = {"peer_id": "QmPeerABC123xyz789", "run_id": "run1", "model": "Qwen/Qwen2.5-1.5B", "config": {"a": 1}}
@@ -95,7 +95,7 @@ READ_BACK = textwrap.dedent(
     import json, sys
     from pathlib import Path
     from swarmnode.settings.config import ReportSettings
-    from swarmnode.protocol.records import EvalRecord
+    from swarmnode.ops.lines import EvalRecord
     from swarmnode.ops.reporting import make_reporters
     from tests.test_reporting import FACTS, _record
 

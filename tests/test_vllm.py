@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from swarmnode.model.policy import Policy, TrainSample
+from swarmnode.learn.loss import TrainSample
+from swarmnode.model.policy import Policy
 from swarmnode.rollout.hf import HFGenerator
 from swarmnode.settings.config import Config, LoraSettings, ModelSettings, RolloutSettings, TrainSettings
 

@@ -36,8 +36,8 @@ from pathlib import Path
 
 from swarmnode.assemble import assemble
 from swarmnode.loop.node import Node
+from swarmnode.ops.lines import RoundRecord
 from swarmnode.protocol.batches import batch_split
-from swarmnode.protocol.records import RoundRecord
 from swarmnode.settings.config import Config, load_config
 from swarmnode.settings.registry import OBJECTIVES
 from swarmnode.swarm.local import InMemoryHub

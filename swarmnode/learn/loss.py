@@ -24,10 +24,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from swarmnode.settings.config import LossSettings
 from swarmnode.settings.registry import DIVERGENCES, OBJECTIVES
+
+
+@dataclass(frozen=True)
+class TrainSample:
+    """One completion as the loss takes it: prompt and completion ids, the generator's log-probs,
+    its advantage and how much its importance weights count (screening's weight budget)."""
+
+    prompt_ids: list[int]
+    completion_ids: np.ndarray
+    gen_logprobs: np.ndarray
+    advantage: float
+    own: bool
+    weight_scale: float = 1.0  # multiplies its importance weights (a peer's weight budget)
 
 
 def group_advantages(rewards: torch.Tensor, scale_by_std: bool = False, eps: float = 1e-4) -> torch.Tensor:

@@ -177,7 +177,9 @@ class Intake:
             t = time.perf_counter()
             screening = self._screen(own, samples, struck)
             timings["screen_s"] += time.perf_counter() - t
-            taken.kept += [sample for sample, keep in zip(samples, screening.keep) if keep]
+            taken.kept += [
+                sample.weighted(scale) for sample, keep, scale in zip(samples, screening.keep, screening.weight_scale) if keep
+            ]
             taken.screenings.append(screening)
             self._note_standing(samples, screening)
         return taken
@@ -204,8 +206,6 @@ class Intake:
             [s.peer_id for s in peers], [s.train.advantage for s in peers], [s.train.gen_logprobs for s in peers],
             theta, [s.train.gen_logprobs for s in own], trust, self.config.loss,
         )
-        for sample, scale in zip(peers, screening.weight_scale):
-            sample.train.weight_scale = scale
         for peer, verdict in screening.verdicts.items():
             if verdict.strikes and peer not in struck:  # one batch, one strike, however many passes
                 struck.add(peer)

@@ -28,19 +28,13 @@ from swarmnode.model.batching import OutOfMemory
 from swarmnode.model.checkpoint import CheckpointWriter, checkpoint_present, load_checkpoint
 from swarmnode.model.policy import Policy, StepResult
 from swarmnode.ops.hub import CardFacts, HubPublisher
+from swarmnode.ops.lines import EvalRecord, HalvedRecord, RoundRecord, StartRecord
 from swarmnode.ops.metrics import LiveView, MetricsLog, read_evals
 from swarmnode.ops.reporting import Reporters
 from swarmnode.protocol import wire
 from swarmnode.protocol.batches import assigned_prompt_ids, batch_split
 from swarmnode.protocol.prompts import build_prompt
-from swarmnode.protocol.records import (
-    EVAL_HISTORY,
-    EvalRecord,
-    HalvedRecord,
-    NodeStatus,
-    RoundRecord,
-    StartRecord,
-)
+from swarmnode.protocol.records import EVAL_HISTORY, NodeStatus
 from swarmnode.rollout.base import Completion, Generator
 from swarmnode.settings.config import Config
 from swarmnode.swarm.base import SwarmLink
@@ -138,7 +132,7 @@ class Node:
         t = time.perf_counter()
         self.exchange.publish(round_, payload, batch.num_tokens)
         state.timings["publish_s"] = time.perf_counter() - t
-        self.published += sum(len(g.lengths) for g in batch.groups)
+        self.published += batch.num_completions
         for problem, prompt, group in zip(problems, prompts, groups):
             completions = [(c.tokens, c.logprobs) for c in group]
             state.own_groups.append(score_group(self.task, self.policy, OWN, problem, prompt, completions))

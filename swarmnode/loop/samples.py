@@ -8,13 +8,13 @@ group's mean (as the F-TIS filter's do).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
-from swarmnode.learn.loss import group_advantages
-from swarmnode.model.policy import Policy, TrainSample
+from swarmnode.learn.loss import TrainSample, group_advantages
+from swarmnode.model.policy import Policy
 from swarmnode.tasks.base import Problem, Task
 
 OWN = ""  # the generator id of this node's own groups
@@ -42,6 +42,10 @@ class Sample:
     train: TrainSample
     reward: float
     peer_id: str  # OWN for ours
+
+    def weighted(self, scale: float) -> Sample:
+        """This sample with its importance weights scaled by `scale` (a peer's weight budget)."""
+        return replace(self, train=replace(self.train, weight_scale=scale))
 
 
 def score_group(

@@ -17,7 +17,7 @@ from peft.tuners.lora import LoraLayer
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
-from swarmnode.learn.loss import ObjectiveStats, ObjectiveTerms, objective_terms
+from swarmnode.learn.loss import ObjectiveStats, ObjectiveTerms, TrainSample, objective_terms
 from swarmnode.model.batching import AdaptiveBatch
 from swarmnode.model.logprobs import chunked_logprobs, decoder_and_head, logprobs_from_logits
 from swarmnode.model.tiny import TINY_PRESETS, load_tiny, tiny_path
@@ -88,18 +88,6 @@ def refresh_copy(model: torch.nn.Module, clone: torch.nn.Module) -> None:
     targets = dict(clone.named_parameters())
     for name, param in model.named_parameters():
         targets[name].copy_(param)
-
-
-@dataclass
-class TrainSample:
-    """One completion ready for the loss: prompt and completion ids, generation log-probs."""
-
-    prompt_ids: list[int]
-    completion_ids: np.ndarray
-    gen_logprobs: np.ndarray
-    advantage: float
-    own: bool
-    weight_scale: float = 1.0  # multiplies its importance weights (a peer's weight budget)
 
 
 @dataclass

@@ -14,20 +14,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from swarmnode.protocol.records import RoundRecord
+from swarmnode.ops.lines import RoundRecord, round_metrics
 
-ROUND_GAUGES = {  # RoundRecord field -> help text
-    "round": "the node's last finished round (its own count, from 0)",
-    "reward_mean": "mean reward of the node's own completions in the last round",
-    "own_samples": "own samples trained on in the last round",
-    "peer_samples": "peers' samples trained on in the last round",
-    "peers": "peers whose samples were trained on in the last round",
-    "gated": "peers' samples dropped by the likelihood gate in the last round",
-    "filtered_frac": "share of samples F-TIS filtered in the last round",
-    "weight_mean": "mean importance weight in the last round",
-    "truncated_frac": "share of importance weights truncated in the last round",
-    "tokens_per_s": "generation tokens a second in the last round",
-}
+ROUND_GAUGES = round_metrics("gauge")  # RoundRecord field -> help text, declared with the field
 COUNTERS = {  # snapshot key -> help text
     "published": "completions this node published",
     "consumed": "peers' completions this node trained on",

@@ -12,8 +12,9 @@ from typing import Any
 
 from rich.console import Console
 
+from swarmnode.ops.lines import EvalRecord, RoundRecord, finite_or_none, is_eval, is_round
 from swarmnode.ops.rundir import VIEW_LOGGER
-from swarmnode.protocol.records import EvalRecord, RecordError, RoundRecord, finite_or_none, is_eval, is_round
+from swarmnode.protocol.records import RecordError
 
 _file_log = logging.getLogger(VIEW_LOGGER)  # <run-dir>/node.log while a node runs (swarmnode.ops.rundir)
 

@@ -15,15 +15,11 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from swarmnode.protocol.records import EvalRecord, RoundRecord
+from swarmnode.ops.lines import EvalRecord, RoundRecord, round_metrics
 from swarmnode.settings.config import ReportSettings
 from swarmnode.tasks.base import fingerprint_of
 
-ROUND_SCALARS = (  # RoundRecord fields written each round, as round/<name>
-    "reward_mean", "peer_reward_mean", "own_samples", "peer_samples", "peers", "gated", "filtered_frac",
-    "weight_mean", "weight_max", "truncated_frac", "divergence_mean", "loss", "grad_norm", "tokens_per_s",
-    "peer_age_s", "peer_lag", "rejected",
-)
+ROUND_SCALARS = tuple(round_metrics("report"))  # RoundRecord fields written each round, as round/<name>
 
 
 class ReportError(RuntimeError):

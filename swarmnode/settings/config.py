@@ -251,7 +251,7 @@ class TrustSettings(_Section):
     gate_scope: Literal["positive", "all"] = Field(
         "positive",
         description="which samples the gate may drop: those with a positive advantage (poison needs one to be "
-        "learned; the rest keep their group's advantages unbiased), or all (the old rule, which biases learning)",
+        "learned; the rest keep their group's advantages unbiased), or all (which biases learning: a group's advantages no longer sum to zero)",
     )
     weight_budget: bool = Field(
         True, description="a peer's batch weighs at most what on-policy samples would (mean weight <= 1)"

@@ -21,7 +21,7 @@ GIB = 2**30
 TYPICAL_PROMPT_TOKENS = 256  # a GSM8K question in a chat template is ~100-250 tokens
 
 # Calibration: one NVIDIA H100 80 GB, HF backend, random weights of the real Qwen2.5 shapes,
-# the project's own code, whole-process peak from nvidia-smi (issue 11's table), measured with
+# the project's own code, whole-process peak from nvidia-smi (docs/gpu.md, 'The memory estimate'), measured with
 # log-probs over whole sequences and generation from the trainer's own weights (the settings in
 # CALIBRATION_SETTINGS). Before calibration this module's parts were 9-21 % below them.
 # Persistent parts (weights, gradients, optimiser state) were within 4 % of torch's own

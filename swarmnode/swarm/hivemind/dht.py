@@ -134,13 +134,6 @@ def heartbeat_from_record(subkey: Any, raw: Any) -> Heartbeat:
 MAX_SUBKEY_BYTES = 1024  # an owner marker with a 2048-bit RSA public key is about 400 bytes
 
 
-def owned_whole(packed_subkey: bytes | None) -> bool:
-    """Is the (msgpack-packed) subkey exactly one owner marker? hivemind's signature check
-    finds the marker anywhere in it, so one key could write `[owner:KEY]#1`, `#2`, ... without
-    end under a key every node reads; a full match leaves each owner one subkey per key."""
-    return _whole_subkey(packed_subkey) is not None
-
-
 def _whole_subkey(packed_subkey: bytes | None) -> bytes | None:
     """The subkey when it is exactly one owner marker, else None."""
     if packed_subkey is None or len(packed_subkey) > MAX_SUBKEY_BYTES:

@@ -1,7 +1,7 @@
 """A hivemind DHT node and its libp2p daemon, run in this process on a private event loop.
 
 hivemind.DHT runs its node in a forked process fed through a pipe, and that pipe breaks on
-values above about 16 KiB (see the project guide). Running DHTNode on our own plain asyncio
+values above about 16 KiB (docs/design.md). Running DHTNode on our own plain asyncio
 loop, in a background thread, has no pipe at all, does not fork (safe next to CUDA), and lets
 the payload handlers share the DHT's daemon. The round loop calls the blocking methods here.
 """
