@@ -19,8 +19,10 @@ import numpy as np
 import torch
 from random_weights import build_random_model
 
+from swarmnode.learn.loss import TrainSample
 from swarmnode.model.checkpoint import CheckpointWriter, snapshot_bytes
-from swarmnode.model.policy import Policy, TrainSample
+from swarmnode.model.policy import Policy
+from swarmnode.protocol.wire import Completion
 from swarmnode.settings.config import Config
 from swarmnode.sizing.memory import GIB
 from swarmnode.sizing.shapes import KNOWN_SHAPES
@@ -45,8 +47,9 @@ def main() -> None:
         policy = Policy.load(config.model, config.train, seed=config.node.seed)
         rng = np.random.default_rng(0)
         samples = [
-            TrainSample(list(rng.integers(10, 1000, 16)), rng.integers(10, 1000, 16).astype(np.int32),
-                        np.full(16, -2.0, np.float32), float(rng.choice([-1, 1])), True)
+            TrainSample(list(rng.integers(10, 1000, 16)),
+                        Completion(rng.integers(10, 1000, 16).astype(np.int32), np.full(16, -2.0, np.float32)),
+                        float(rng.choice([-1, 1])))
             for _ in range(4)
         ]
         for _ in range(2):

@@ -152,8 +152,8 @@ def measure(label: str, config: Config, shape: ModelShape, args: argparse.Namesp
             completions = [(p, c) for p, g in zip(prompts, groups) for c in g]
             tokens = sum(len(c.tokens) for _, c in completions)
             samples = [
-                TrainSample(p, c.tokens, c.logprobs, float(rng.choice([-1.0, 1.0])), own)
-                for own in (True, False) for p, c in completions  # own samples and as many peers'
+                TrainSample(p, c, float(rng.choice([-1.0, 1.0])), source)
+                for source in ("", "peer") for p, c in completions  # own samples and as many peers'
             ]
             t = time.perf_counter()
             policy.train_step(samples, config.loss, rollout.temperature)

@@ -12,8 +12,8 @@ import time
 import torch
 
 from swarmnode.assemble import assemble
-from swarmnode.learn.loss import group_advantages
-from swarmnode.model.policy import Policy, TrainSample
+from swarmnode.learn.loss import TrainSample, group_advantages
+from swarmnode.model.policy import Policy
 from swarmnode.settings.config import LossSettings, load_config
 
 
@@ -29,7 +29,7 @@ def main() -> None:
     for group in state.own_groups:
         adv = group_advantages(torch.tensor(group.rewards), config.loss.advantage_std).tolist()
         samples += [
-            TrainSample(group.prompt_ids, t, lp, a, True) for (t, lp), a in zip(group.completions, adv)
+            TrainSample(group.prompt_ids, c, a) for c, a in zip(group.completions, adv)
         ]
     policy.optimizer.param_groups[0]["lr"] = 0.0  # same weights every step: compare like with like
     times: dict[str, list[float]] = {"nois": [], "f-tis": []}

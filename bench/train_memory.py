@@ -17,6 +17,7 @@ from random_weights import build_random_model
 
 from swarmnode.learn.loss import TrainSample
 from swarmnode.model.policy import Policy
+from swarmnode.protocol.wire import Completion
 from swarmnode.settings.config import Config
 from swarmnode.sizing.memory import GIB, TYPICAL_PROMPT_TOKENS, estimate
 from swarmnode.sizing.shapes import KNOWN_SHAPES
@@ -54,8 +55,9 @@ def main() -> None:
                 policy = Policy.load(config.model, config.train, seed=config.node.seed)
                 rng = np.random.default_rng(0)
                 samples = [
-                    TrainSample(list(rng.integers(10, 1000, TYPICAL_PROMPT_TOKENS)), rng.integers(10, 1000, args.length).astype(np.int32),
-                                np.full(args.length, -2.0, np.float32), float(rng.choice([-1, 1])), True)
+                    TrainSample(list(rng.integers(10, 1000, TYPICAL_PROMPT_TOKENS)),
+                                Completion(rng.integers(10, 1000, args.length).astype(np.int32), np.full(args.length, -2.0, np.float32)),
+                                float(rng.choice([-1, 1])))
                     for _ in range(args.samples)
                 ]
                 policy.train_step(samples, config.loss, 1.0)

@@ -43,7 +43,7 @@ def codec_throughput(repeats: int = 30) -> None:
             )
         )
     batch = wire.RolloutBatch(
-        "run", "peer", 0, wire.PolicyInfo("Qwen/Qwen2.5-3B", 3_000_000_000, 128), "fp", groups
+        "run", "peer", 0, "fp", groups
     )
     data = wire.encode(batch)
     header = len(data) - batch.num_tokens * wire.BYTES_PER_TOKEN

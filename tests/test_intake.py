@@ -204,9 +204,10 @@ def _config(tmp_path, name, *sets):
 @pytest.mark.slow
 def test_crowding_identities_with_many_useless_groups_lose_the_batch_to_the_honest_peer(tmp_path):
     """Four identities each offer 16 valid groups of wrong answers (no advantage, nothing to
-    learn) next to one honest peer offering 4: after the first rounds, the honest peer's groups
-    fill the peers' share, whatever the crowd's ids or volume, but for one crowd group on
-    probation every PROBATION_EVERY-th round."""
+    learn) next to one honest peer offering 4: once the honest peer has shown a useful group
+    (its first may all be right or all wrong, and a peer found useless is screened again on
+    probation), its groups fill the peers' share, whatever the crowd's ids or volume, but for
+    one crowd group on probation every PROBATION_EVERY-th round."""
     hub = InMemoryHub()
     honest_sets = ["rollout.prompts_per_round=8", "node.own_share=0.5"]
     with contextlib.ExitStack() as stack:
@@ -232,19 +233,26 @@ def test_crowding_identities_with_many_useless_groups_lose_the_batch_to_the_hone
             return result
 
         nodes[0].intake.take = recording
-        for round_ in range(5):
+        proven_after = None  # the round after which the honest peer first stood as useful
+        for round_ in range(16):
             states = [node.produce(round_) for node in nodes]
             for junk in crowd:
                 junk.produce(round_)
             for node, state in zip(nodes, states):
                 node.consume(round_, state)
+            if proven_after is None and (nodes[0].ledger.standing("honest-b") or 0) > 0:
+                proven_after = round_
+            if proven_after is not None and round_ == proven_after + 2:
+                break
+    assert proven_after is not None and proven_after < 14, "the honest peer is found useful (probation screens it again)"
     assert all(len(samples) >= 32 for samples in taken), "the peers' share is filled every round"
     honest = [samples.count("honest-b") for samples in taken]
-    # after the first rounds the honest peer fills the share; one crowd group gets in on top,
-    # on probation, every PROBATION_EVERY-th round
+    # once proven, the honest peer fills the share; one crowd group gets in on top, on
+    # probation, every PROBATION_EVERY-th round
     group_size = nodes[0].config.rollout.group_size
-    assert honest[3:] == [32, 32], honest
-    assert [len(taken[r]) for r in (3, 4)] == [32 + (group_size if r % PROBATION_EVERY == 0 else 0) for r in (3, 4)]
+    after = (proven_after + 1, proven_after + 2)
+    assert [honest[r] for r in after] == [32, 32], honest
+    assert [len(taken[r]) for r in after] == [32 + (group_size if r % PROBATION_EVERY == 0 else 0) for r in after]
     ledger = nodes[0].ledger
     assert ledger.standing("honest-b") > 0
     assert all(ledger.standing(f"0000-crowd-{i}") in (None, 0.0) for i in range(4))

@@ -13,6 +13,7 @@ import torch
 from swarmnode.learn.loss import TrainSample
 from swarmnode.model.policy import Policy
 from swarmnode.model.tiny import build_model
+from swarmnode.protocol.wire import Completion
 from swarmnode.settings.config import Config, LoraSettings, TrainSettings, load_config
 from swarmnode.sizing.memory import GIB, estimate, suggest_configs
 from swarmnode.sizing.shapes import KNOWN_SHAPES, ModelShape
@@ -89,7 +90,7 @@ def _one_step(policy: Policy, tokenizer) -> float:
     prompt = tokenizer("12+34=")["input_ids"]
     rng = np.random.default_rng(0)
     samples = [
-        TrainSample(prompt, rng.integers(5, 200, 8).astype(np.int32), np.full(8, -3.0, np.float32), adv, True)
+        TrainSample(prompt, Completion(rng.integers(5, 200, 8).astype(np.int32), np.full(8, -3.0, np.float32)), adv)
         for adv in (1.0, -1.0, 0.5, -0.5)
     ]
     policy.train_step(samples, Config().loss, 1.0)

@@ -134,18 +134,17 @@ def test_rogue_payloads_are_rejected_and_counted(tmp_path, make_policy):
     # 1: garbage bytes, 2: claims another peer's identity, 3: prompts it was not assigned,
     # 4: another run id. Published under distinct rounds so each is gathered.
     forged = wire.RolloutBatch(
-        batch.run_id, "honest", 1, batch.policy, batch.tokenizer_fingerprint, batch.groups
+        batch.run_id, "honest", 1, batch.tokenizer_fingerprint, batch.groups
     )
     cherry = wire.RolloutBatch(
         batch.run_id,
         "rogue",
         2,
-        batch.policy,
         batch.tokenizer_fingerprint,
         [wire.CompletionGroup(g.prompt_id + 1, g.lengths, g.tokens, g.logprobs) for g in batch.groups],
     )
     other_run = wire.RolloutBatch(
-        "other", "rogue", 3, batch.policy, batch.tokenizer_fingerprint, batch.groups
+        "other", "rogue", 3, batch.tokenizer_fingerprint, batch.groups
     )
     hub.payloads.clear()
     rogue.exchange.publish(0, b"SNRB\xff\xff\xff\xff garbage")
@@ -172,7 +171,7 @@ def test_a_batch_must_hold_the_first_prompts_of_its_assignment_and_some(tmp_path
 
     def reissue(round_, groups):
         b = batches.get(round_, batches[0])
-        return wire.encode(wire.RolloutBatch(b.run_id, "peer", round_, b.policy, b.tokenizer_fingerprint, groups))
+        return wire.encode(wire.RolloutBatch(b.run_id, "peer", round_, b.tokenizer_fingerprint, groups))
 
     peer.exchange.publish(0, reissue(0, batches[0].groups[:2]))  # a smaller own share: fine
     peer.exchange.publish(1, reissue(1, batches[1].groups[1:]))  # its first prompt left out

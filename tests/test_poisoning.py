@@ -91,7 +91,7 @@ def test_injected_text_is_never_trained_on_with_a_positive_advantage(tmp_path, a
         trained = [_spy_on_steps(node) for node in nodes]
         history = _rounds(nodes, evil, range(4))
         for node, records, samples in zip(nodes, zip(*history), trained):
-            injected = [s for s in samples if not s.own and carries_injection(node.policy.decode(s.completion_ids))]
+            injected = [s for s in samples if s.source and carries_injection(node.policy.decode(s.completion_ids))]
             assert all(s.advantage <= 0 for s in injected), [s.advantage for s in injected]
             assert all(r.peer_samples + r.gated == 64 for r in records), "both peers' batches arrive"
             assert all(r.gated <= r.below_bar for r in records)
@@ -131,7 +131,7 @@ def test_wrong_answers_earn_nothing_and_are_no_offence(tmp_path):
         node = nodes[0]
         for group in batch.groups:
             problem = node.task.train_problem(group.prompt_id)
-            assert [node.task.reward(node.policy.decode(t), problem) for t, _ in group.completions()] == [0.0] * 8
+            assert [node.task.reward(node.policy.decode(c.tokens), problem) for c in group.completions()] == [0.0] * 8
         assert all(n.ledger.counts["evil"] == 0 for n in nodes)
 
 

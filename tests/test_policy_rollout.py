@@ -6,6 +6,7 @@ from swarmnode.learn.loss import TrainSample
 from swarmnode.model.batching import OutOfMemory
 from swarmnode.model.policy import Policy
 from swarmnode.model.tiny import build_model
+from swarmnode.protocol.wire import Completion
 from swarmnode.rollout.hf import HFGenerator
 from swarmnode.settings.config import LoraSettings, LossSettings, RolloutSettings, TrainSettings
 from swarmnode.settings.models import resolve_model_name
@@ -58,10 +59,9 @@ def _samples(policy, n=6):
         out.append(
             TrainSample(
                 _prompts(policy, 1)[0],
-                tokens,
-                -np.ones(len(tokens), np.float32),
+                Completion(tokens, -np.ones(len(tokens), np.float32)),
                 advantage=1.0 if i % 2 else -1.0,
-                own=False,
+                source="peer",
             )
         )
     return out
@@ -86,7 +86,7 @@ def test_lora_trains_only_the_adapter(make_policy):
     after = dict(policy.model.named_parameters())
     assert all(torch.equal(after[n], v) for n, v in frozen.items())
     assert any(not torch.equal(after[n], v) for n, v in trainable.items())
-    assert policy.info.lora_rank == 4
+    assert policy.lora_rank == 4
 
 
 def test_model_names_resolve():
@@ -122,7 +122,7 @@ def test_chunked_log_probs_equal_the_full_log_softmax_in_value_and_gradient(make
 def _samples(policy, count=8, length=5):
     rng = np.random.default_rng(1)
     return [
-        TrainSample([1, 2, 3], rng.integers(0, policy.vocab_size, length), np.full(length, -1.0), float(a), True)
+        TrainSample([1, 2, 3], Completion(rng.integers(0, policy.vocab_size, length), np.full(length, -1.0)), float(a))
         for a in np.linspace(-1, 1, count)
     ]
 

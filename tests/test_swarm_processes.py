@@ -214,7 +214,7 @@ def test_a_rogue_peer_is_refused_counted_and_ignored(swarm, tmp_path):
         rogue.call(server.register(rogue.p2p), timeout=10)
         bad_payloads = [
             b"SNRB" + os.urandom(500),  # malformed wire message
-            wire.encode(wire.RolloutBatch(run_id, rogue.peer_id, 0, wire.PolicyInfo("x", 1, None), "t", [])),  # wrong round/tokenizer
+            wire.encode(wire.RolloutBatch(run_id, rogue.peer_id, 0, "t", [])),  # wrong round/tokenizer
             msgpack.packb({"flood": "x" * 200_000}),  # big junk
         ]
         before = {n.name: (n.rounds()[-1]["rejected"] if n.rounds() else 0) for n in honest}

@@ -8,12 +8,23 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from swarmnode.learn.loss import group_advantages, objective_terms
+from swarmnode.learn.loss import TrainSample, group_advantages, objective_terms
 from swarmnode.learn.trust import GATE_MIN_OWN, gate_bar, least_likely_window, screen
+from swarmnode.protocol.wire import Completion
 from swarmnode.settings.config import LossSettings, TrustSettings
 
 LOSS = LossSettings()
 TRUST = TrustSettings()
+
+
+def _sample(source: str, logprobs: np.ndarray, advantage: float = 0.0) -> TrainSample:
+    return TrainSample([1], Completion(np.zeros(len(logprobs), np.int32), np.asarray(logprobs, np.float32)), advantage, source)
+
+
+def _screen(peers, advantages, gen, theta, own, trust, loss):
+    """screen() on peers' samples made of parallel lists: senders, advantages, reported log-probs."""
+    samples = [_sample(peer, g, a) for peer, a, g in zip(peers, advantages, gen)]
+    return screen(samples, theta, [_sample("", o) for o in own], trust, loss)
 
 
 def _own(count: int = 16, level: float = -0.5, length: int = 12, seed: int = 0) -> list[np.ndarray]:
@@ -47,7 +58,7 @@ def test_samples_our_model_finds_implausible_are_gated():
         lp[:6] = -10.0  # half of its samples carry text our model would never write
     peers = ["honest"] * 8 + ["evil"] * 8
     theta = honest + poisoned
-    result = screen(peers, [1.0] * 16, theta, theta, own, TRUST, LOSS)  # log-probs reported truthfully
+    result = _screen(peers, [1.0] * 16, theta, theta, own, TRUST, LOSS)  # log-probs reported truthfully
     assert result.keep == [True] * 8 + [False] * 4 + [True] * 4
     assert result.gated == 4
     assert (result.verdicts["evil"].samples, result.verdicts["evil"].gated) == (8, 4)
@@ -59,7 +70,7 @@ def test_failing_the_gate_drops_samples_but_is_never_a_strike():
     the batch, the peer stays (a ban would end the collaboration the swarm is for)."""
     own = _own()
     unlike = [np.full(12, -8.0) for _ in range(8)]  # every sample far below the bar
-    result = screen(["other-model"] * 8, [0.5] * 8, unlike, unlike, own, TRUST, LOSS)
+    result = _screen(["other-model"] * 8, [0.5] * 8, unlike, unlike, own, TRUST, LOSS)
     assert result.keep == [False] * 8
     assert result.verdicts["other-model"].gated == 8
     assert result.verdicts["other-model"].strikes == []
@@ -70,10 +81,10 @@ def test_only_samples_with_a_positive_advantage_are_gated():
     or below its group's mean stays (it pushes its text down, or moves nothing)."""
     own = _own()
     unlikely = [np.full(12, -8.0)] * 3
-    result = screen(["p"] * 3, [0.75, 0.0, -0.25], unlikely, unlikely, own, TRUST, LOSS)
+    result = _screen(["p"] * 3, [0.75, 0.0, -0.25], unlikely, unlikely, own, TRUST, LOSS)
     assert result.keep == [False, True, True]
     assert (result.gated, result.below_bar) == (1, 3)
-    everything = screen(["p"] * 3, [0.75, 0.0, -0.25], unlikely, unlikely, own, TrustSettings(gate_scope="all"), LOSS)
+    everything = _screen(["p"] * 3, [0.75, 0.0, -0.25], unlikely, unlikely, own, TrustSettings(gate_scope="all"), LOSS)
     assert everything.keep == [False, False, False]
 
 
@@ -86,10 +97,10 @@ def test_a_group_whose_unlikely_samples_are_negative_keeps_zero_mean_advantages(
     own = _own()
     likely, unlikely = np.full(12, -0.5), np.full(12, -8.0)
     theta = [likely] * 5 + [unlikely] * 3  # the unlikely ones are three of the wrong answers
-    kept = screen(["p"] * 8, advantages, theta, theta, own, TRUST, LOSS).keep
+    kept = _screen(["p"] * 8, advantages, theta, theta, own, TRUST, LOSS).keep
     assert kept == [True] * 8
     assert sum(a for a, k in zip(advantages, kept) if k) == pytest.approx(0.0, abs=1e-6)
-    old_rule = screen(["p"] * 8, advantages, theta, theta, own, TrustSettings(gate_scope="all"), LOSS).keep
+    old_rule = _screen(["p"] * 8, advantages, theta, theta, own, TrustSettings(gate_scope="all"), LOSS).keep
     assert sum(a for a, k in zip(advantages, old_rule) if k) > 0.5  # the bias the default removes
 
 
@@ -97,8 +108,8 @@ def test_the_gate_can_be_turned_off():
     own = _own()
     theta = [np.full(12, -10.0)]
     off = TrustSettings(likelihood_gate=False)
-    assert screen(["p"], [1.0], theta, theta, own, off, LOSS).keep == [True]
-    assert screen(["p"], [1.0], theta, theta, own, TRUST, LOSS).keep == [False]
+    assert _screen(["p"], [1.0], theta, theta, own, off, LOSS).keep == [True]
+    assert _screen(["p"], [1.0], theta, theta, own, TRUST, LOSS).keep == [False]
 
 
 def test_a_falsified_low_log_prob_buys_no_weight():
@@ -106,15 +117,15 @@ def test_a_falsified_low_log_prob_buys_no_weight():
     to a mean of 1, and the claim is a strike."""
     own = _own()
     theta = _own(8, seed=3)
-    liar = screen(["liar"] * 8, [1.0] * 8, [np.full(12, -20.0)] * 8, theta, own, TRUST, LOSS)
+    liar = _screen(["liar"] * 8, [1.0] * 8, [np.full(12, -20.0)] * 8, theta, own, TRUST, LOSS)
     verdict = liar.verdicts["liar"]
     assert verdict.weight_mean == pytest.approx(LOSS.trunc_c)
     assert verdict.weight_scale == pytest.approx(1 / LOSS.trunc_c)
     assert liar.weight_scale == [pytest.approx(1 / LOSS.trunc_c)] * 8
     assert "mean importance weight of 2.00" in verdict.strikes[0]
-    truthful = screen(["peer"] * 8, [1.0] * 8, theta, theta, own, TRUST, LOSS)
+    truthful = _screen(["peer"] * 8, [1.0] * 8, theta, theta, own, TRUST, LOSS)
     assert truthful.weight_scale == [1.0] * 8 and truthful.verdicts["peer"].strikes == []
-    unbudgeted = screen(["liar"] * 8, [1.0] * 8, [np.full(12, -20.0)] * 8, theta, own, TrustSettings(weight_budget=False), LOSS)
+    unbudgeted = _screen(["liar"] * 8, [1.0] * 8, [np.full(12, -20.0)] * 8, theta, own, TrustSettings(weight_budget=False), LOSS)
     assert unbudgeted.weight_scale == [1.0] * 8  # off: the weights stand (the strike still counts)
     assert unbudgeted.verdicts["liar"].strikes
 
@@ -128,7 +139,7 @@ def test_whatever_a_peer_reports_its_mean_weight_is_at_most_one(reported, object
     loss = LossSettings(objective=objective)
     theta = np.linspace(-3.0, -0.1, len(reported))
     gen = np.array(reported)
-    result = screen(["p"], [1.0], [gen], [theta], _own(), TrustSettings(likelihood_gate=False), loss)
+    result = _screen(["p"], [1.0], [gen], [theta], _own(), TrustSettings(likelihood_gate=False), loss)
     log_w = torch.tensor(theta - gen, dtype=torch.float32).clamp(-loss.log_ratio_clamp, loss.log_ratio_clamp)
     raw = {"nois": torch.ones_like(log_w), "vis": log_w.exp(), "f-vis": log_w.exp()}.get(
         objective, log_w.exp().clamp(max=loss.trunc_c)

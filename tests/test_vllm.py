@@ -131,7 +131,7 @@ def _train_and_compare(lora_rank: int) -> tuple[np.ndarray, np.ndarray]:
     groups = generator.generate(prompts, settings.group_size)
     old = copy.deepcopy(policy.model)
     samples = [
-        TrainSample(prompt, c.tokens, c.logprobs, advantage=1.0 if i % 2 else -1.0, own=True)
+        TrainSample(prompt, c, advantage=1.0 if i % 2 else -1.0)
         for prompt, group in zip(prompts, groups)
         for i, c in enumerate(group)
     ]

@@ -4,7 +4,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from swarmnode.protocol import wire
-from swarmnode.protocol.wire import CompletionGroup, PolicyInfo, RolloutBatch, WireError
+from swarmnode.protocol.records import WIRE_VERSION
+from swarmnode.protocol.wire import CompletionGroup, RolloutBatch, WireError
 from swarmnode.settings.config import WireSettings
 
 
@@ -23,16 +24,15 @@ def make_batch(groups: int = 2, per_group: int = 12, length: int = 256, seed: in
             )
         )
     return RolloutBatch(
-        "run-abc", "peer-1", 7, PolicyInfo("Qwen/Qwen2.5-3B", 3_085_938_688, 128), "tok-fp", out
+        "run-abc", "peer-1", 7, "tok-fp", out
     )
 
 
 def assert_same(a: RolloutBatch, b: RolloutBatch) -> None:
-    assert (a.run_id, a.peer_id, a.round, a.policy, a.tokenizer_fingerprint) == (
+    assert (a.run_id, a.peer_id, a.round, a.tokenizer_fingerprint) == (
         b.run_id,
         b.peer_id,
         b.round,
-        b.policy,
         b.tokenizer_fingerprint,
     )
     assert len(a.groups) == len(b.groups)
@@ -75,13 +75,11 @@ def batches(draw):
                 np.array(logps, dtype=np.float32),
             )
         )
-    lora = draw(st.one_of(st.none(), st.integers(1, 512)))
     text = st.text(min_size=1, max_size=40)
     return RolloutBatch(
         draw(text),
         draw(text),
         draw(st.integers(0, 2**40)),
-        PolicyInfo(draw(text), draw(st.integers(0, 2**40)), lora, "hf"),
         draw(text),
         groups,
     )
@@ -143,7 +141,7 @@ def test_limits_are_enforced_before_allocation():
         wire.decode(data, WireSettings(), vocab_size=100)
 
 
-GOOD_HEADER = {"v": 1, "run": "r", "peer": "p", "round": 0, "policy": ["m", 1, None, "hf"], "tok": "t"}
+GOOD_HEADER = {"v": WIRE_VERSION, "run": "r", "peer": "p", "round": 0, "tok": "t"}
 
 
 def raw_message(header: dict) -> bytes:
@@ -179,11 +177,12 @@ def test_inconsistent_batch_cannot_be_encoded():
 def test_decoder_rejects_wrong_types_in_header():
     good = dict(GOOD_HEADER, groups=[])
     for key, value in [
-        ("v", 2),
+        ("v", WIRE_VERSION + 1),
+        ("v", 1),  # the version that carried the sender's model info
+        ("policy", ["m", 1, None, "hf"]),  # no longer a field: unknown keys are refused
         ("round", -1),
         ("round", True),
         ("run", ""),
-        ("policy", ["m"]),
         ("groups", [[1, []]]),
         ("groups", [[1, [1]], [1, [1]]]),
         ("extra", 1),

@@ -150,7 +150,7 @@ class LivenessAttacker:
         ids = assigned_prompt_ids(self.seed, self.runtime.peer_id, self._announced, count, self.num_train)
         donors = self._template.groups
         batch = wire.RolloutBatch(
-            run_id=self.run_id, peer_id=self.runtime.peer_id, round=self._announced, policy=self._template.policy,
+            run_id=self.run_id, peer_id=self.runtime.peer_id, round=self._announced,
             tokenizer_fingerprint=self._template.tokenizer_fingerprint,
             groups=[_junk_group(i, donors[n % len(donors)]) if self.attack == "crowd" else
                     wire.CompletionGroup(i, donors[n % len(donors)].lengths, donors[n % len(donors)].tokens,

@@ -67,14 +67,14 @@ class PoisoningExchange:
         problem = self.task.train_problem(group.prompt_id)
         eos = self.policy.tokenizer.eos_token_id
         completions, logprobs = [], []
-        for i, (tokens, honest_logprobs) in enumerate(group.completions()):
+        for i, honest in enumerate(group.completions()):
             if self.attack == "wrong" or i < len(group.lengths) // 2:
                 text = self._text(problem)
                 completions.append(np.array(self._encode(text) + [eos], dtype=np.int32))
                 logprobs.append(None)
             else:
-                completions.append(tokens)
-                logprobs.append(honest_logprobs)
+                completions.append(honest.tokens)
+                logprobs.append(honest.logprobs)
         rewritten = [c for c, lp in zip(completions, logprobs) if lp is None]
         reported = iter(self._logprobs(problem, rewritten))
         logprobs = [next(reported) if lp is None else lp for lp in logprobs]

@@ -27,21 +27,30 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from swarmnode.protocol.wire import Completion
 from swarmnode.settings.config import LossSettings
 from swarmnode.settings.registry import DIVERGENCES, OBJECTIVES
 
 
 @dataclass(frozen=True)
 class TrainSample:
-    """One completion as the loss takes it: prompt and completion ids, the generator's log-probs,
-    its advantage and how much its importance weights count (screening's weight budget)."""
+    """One completion as the loss takes it: its prompt's ids, the completion (token ids and the
+    generator's log-probs), its advantage, who generated it and how much its importance
+    weights count (screening's weight budget)."""
 
     prompt_ids: list[int]
-    completion_ids: np.ndarray
-    gen_logprobs: np.ndarray
+    completion: Completion
     advantage: float
-    own: bool
+    source: str = ""  # the peer that generated it; "" for this node's own
     weight_scale: float = 1.0  # multiplies its importance weights (a peer's weight budget)
+
+    @property
+    def completion_ids(self) -> np.ndarray:
+        return self.completion.tokens
+
+    @property
+    def gen_logprobs(self) -> np.ndarray:
+        return self.completion.logprobs
 
 
 def group_advantages(rewards: torch.Tensor, scale_by_std: bool = False, eps: float = 1e-4) -> torch.Tensor:

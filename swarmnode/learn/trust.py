@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from swarmnode.learn.loss import WEIGHTINGS
+from swarmnode.learn.loss import WEIGHTINGS, TrainSample
 from swarmnode.settings.config import LossSettings, TrustSettings
 from swarmnode.settings.registry import OBJECTIVES
 
@@ -111,21 +111,19 @@ def gateable(advantage: float, trust: TrustSettings) -> bool:
 
 
 def screen(
-    peers: list[str],
-    advantages: list[float],
-    gen_logprobs: list[np.ndarray],
+    peers: list[TrainSample],
     theta_logprobs: list[np.ndarray],
-    own_logprobs: list[np.ndarray],
+    own: list[TrainSample],
     trust: TrustSettings,
     loss: LossSettings,
 ) -> Screening:
     """Decide, per peer sample, whether it is trained on and how much its weights count.
 
-    `peers[i]` sent sample i, which has the group advantage `advantages[i]` (computed by us
-    over its whole group), the reported `gen_logprobs[i]` and our model's `theta_logprobs[i]`
-    on its tokens; `own_logprobs` are our own samples' log-probs.
+    Each of `peers` names its sender (`source`), carries the group advantage we computed over
+    its whole group and the log-probs its sender reported; `theta_logprobs[i]` is our model's
+    on the tokens of `peers[i]`; `own` are our own samples of the round (the gate's bar).
     """
-    bar = gate_bar(own_logprobs, trust) if trust.likelihood_gate else None
+    bar = gate_bar([s.gen_logprobs for s in own], trust) if trust.likelihood_gate else None
     keep = [True] * len(peers)
     below = [False] * len(peers)
     verdicts: dict[str, PeerVerdict] = defaultdict(PeerVerdict)
@@ -133,7 +131,8 @@ def screen(
     weight_sums: dict[str, float] = defaultdict(float)
     capped_sums: dict[str, float] = defaultdict(float)
     token_counts: dict[str, int] = defaultdict(int)
-    for i, (peer, advantage, gen, theta) in enumerate(zip(peers, advantages, gen_logprobs, theta_logprobs)):
+    for i, (sample, theta) in enumerate(zip(peers, theta_logprobs)):
+        peer, advantage, gen = sample.source, sample.advantage, sample.gen_logprobs
         verdict = verdicts[peer]
         verdict.samples += 1
         if bar is not None and least_likely_window(theta, trust.gate_window) < bar:
@@ -157,6 +156,6 @@ def screen(
                 f"its log-probs claim a mean importance weight of {verdict.capped_weight_mean:.2f} "
                 f"(an honest generator's is at most 1)"
             )
-    scales = [verdicts[peer].weight_scale for peer in peers]
+    scales = [verdicts[sample.source].weight_scale for sample in peers]
     return Screening(keep=keep, below_bar_flags=below, weight_scale=scales, bar=bar, verdicts=dict(verdicts))
 

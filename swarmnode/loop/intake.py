@@ -202,10 +202,7 @@ class Intake:
             [s.train.prompt_ids for s in peers], [s.train.completion_ids for s in peers],
             self.config.rollout.temperature,
         )
-        screening = screen(
-            [s.peer_id for s in peers], [s.train.advantage for s in peers], [s.train.gen_logprobs for s in peers],
-            theta, [s.train.gen_logprobs for s in own], trust, self.config.loss,
-        )
+        screening = screen([s.train for s in peers], theta, [s.train for s in own], trust, self.config.loss)
         for peer, verdict in screening.verdicts.items():
             if verdict.strikes and peer not in struck:  # one batch, one strike, however many passes
                 struck.add(peer)

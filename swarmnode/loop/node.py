@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from swarmnode.protocol import wire
 from swarmnode.protocol.batches import assigned_prompt_ids, batch_split
 from swarmnode.protocol.prompts import build_prompt
 from swarmnode.protocol.records import EVAL_HISTORY, NodeStatus
-from swarmnode.rollout.base import Completion, Generator
+from swarmnode.rollout.base import Generator
 from swarmnode.settings.config import Config
 from swarmnode.swarm.base import SwarmLink
 from swarmnode.tasks.base import Task
@@ -121,9 +121,8 @@ class Node:
             run_id=self.run_id,
             peer_id=self.peer_id,
             round=round_,
-            policy=replace(self.policy.info, backend=self.generator.name),
             tokenizer_fingerprint=self.policy.fingerprint,
-            groups=[_to_wire_group(p.id, g) for p, g in zip(problems, groups)],
+            groups=[wire.CompletionGroup.of(p.id, g) for p, g in zip(problems, groups)],
         )
         t = time.perf_counter()
         payload = wire.encode(batch)
@@ -134,8 +133,7 @@ class Node:
         state.timings["publish_s"] = time.perf_counter() - t
         self.published += batch.num_completions
         for problem, prompt, group in zip(problems, prompts, groups):
-            completions = [(c.tokens, c.logprobs) for c in group]
-            state.own_groups.append(score_group(self.task, self.policy, OWN, problem, prompt, completions))
+            state.own_groups.append(score_group(self.task, self.policy, OWN, problem, prompt, group))
         return state
 
     def consume(self, round_: int, state: RoundState) -> RoundRecord:
@@ -393,12 +391,3 @@ class Node:
         except Exception as err:  # the run is over; say so, lose nothing else
             log.warning("the last checkpoint could not be written: %s", err)
         self.metrics.close()
-
-
-def _to_wire_group(prompt_id: int, completions: list[Completion]) -> wire.CompletionGroup:
-    return wire.CompletionGroup(
-        prompt_id=prompt_id,
-        lengths=np.array([len(c.tokens) for c in completions], dtype=np.int64),
-        tokens=np.concatenate([c.tokens for c in completions]).astype(np.int32),
-        logprobs=np.concatenate([c.logprobs for c in completions]).astype(np.float32),
-    )

@@ -14,8 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-import numpy as np
-
+from swarmnode.protocol.wire import Completion
 from swarmnode.swarm.base import is_proven, is_useless
 
 NEWCOMER_EVERY = 4  # every 4th turn of the peers' share goes to a peer without a useful record
@@ -33,7 +32,7 @@ class OfferedGroup:
     peer_id: str
     round: int  # the sender's round
     prompt_id: int
-    completions: list[tuple[np.ndarray, np.ndarray]]  # (token ids, reported log-probs) each
+    completions: list[Completion]  # with the log-probs its sender reported
     arrived: float = 0.0  # time.monotonic() when this node accepted it
 
 

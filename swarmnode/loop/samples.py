@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-import numpy as np
 import torch
 
 from swarmnode.learn.loss import TrainSample, group_advantages
 from swarmnode.model.policy import Policy
+from swarmnode.protocol.wire import Completion
 from swarmnode.tasks.base import Problem, Task
 
 OWN = ""  # the generator id of this node's own groups
@@ -27,7 +27,7 @@ class ScoredGroup:
     peer_id: str  # OWN for ours
     problem: Problem
     prompt_ids: list[int]
-    completions: list[tuple[np.ndarray, np.ndarray]]  # (token ids, generation log-probs) each
+    completions: list[Completion]
     rewards: list[float]
 
     @property
@@ -37,11 +37,15 @@ class ScoredGroup:
 
 @dataclass
 class Sample:
-    """One completion ready for the step, with the reward it earned and who generated it."""
+    """One completion ready for the step, with the reward it earned."""
 
     train: TrainSample
     reward: float
-    peer_id: str  # OWN for ours
+
+    @property
+    def peer_id(self) -> str:
+        """Who generated it: OWN for ours."""
+        return self.train.source
 
     def weighted(self, scale: float) -> Sample:
         """This sample with its importance weights scaled by `scale` (a peer's weight budget)."""
@@ -49,11 +53,10 @@ class Sample:
 
 
 def score_group(
-    task: Task, policy: Policy, peer_id: str, problem: Problem, prompt_ids: list[int],
-    completions: list[tuple[np.ndarray, np.ndarray]],
+    task: Task, policy: Policy, peer_id: str, problem: Problem, prompt_ids: list[int], completions: list[Completion],
 ) -> ScoredGroup:
     """Decode each completion and score it with our own task."""
-    rewards = [task.reward(policy.decode(tokens), problem) for tokens, _ in completions]
+    rewards = [task.reward(policy.decode(c.tokens), problem) for c in completions]
     return ScoredGroup(peer_id, problem, prompt_ids, completions, rewards)
 
 
@@ -62,7 +65,6 @@ def train_samples(groups: list[ScoredGroup], scale_by_std: bool) -> list[Sample]
     samples: list[Sample] = []
     for group in groups:
         advantages = group_advantages(torch.tensor(group.rewards), scale_by_std)
-        for (tokens, logprobs), advantage, reward in zip(group.completions, advantages.tolist(), group.rewards):
-            train = TrainSample(group.prompt_ids, tokens, logprobs, advantage, group.own)
-            samples.append(Sample(train, reward, group.peer_id))
+        for completion, advantage, reward in zip(group.completions, advantages.tolist(), group.rewards):
+            samples.append(Sample(TrainSample(group.prompt_ids, completion, advantage, group.peer_id), reward))
     return samples

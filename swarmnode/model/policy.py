@@ -21,7 +21,6 @@ from swarmnode.learn.loss import ObjectiveStats, ObjectiveTerms, TrainSample, ob
 from swarmnode.model.batching import AdaptiveBatch
 from swarmnode.model.logprobs import chunked_logprobs, decoder_and_head, logprobs_from_logits
 from swarmnode.model.tiny import TINY_PRESETS, load_tiny, tiny_path
-from swarmnode.protocol.wire import PolicyInfo
 from swarmnode.settings.config import LoraSettings, LossSettings, ModelSettings, TrainSettings
 from swarmnode.settings.models import TINY_NAMES, resolve_model_name
 from swarmnode.sizing.devices import device_of
@@ -193,10 +192,6 @@ class Policy:
                     yield f"{module_name}.weight", param + delta.to(param.dtype)
                 else:
                     yield f"{module_name}.{leaf}", param
-
-    @property
-    def info(self) -> PolicyInfo:
-        return PolicyInfo(model=self.name, num_params=self.num_params, lora_rank=self.lora_rank)
 
     @property
     def vocab_size(self) -> int:

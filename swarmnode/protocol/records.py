@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from swarmnode.settings.config import Config
 from swarmnode.tasks.base import fingerprint_of
 
-WIRE_VERSION = 1  # the rollout message layout (swarmnode.protocol.wire)
+WIRE_VERSION = 2  # the rollout message layout (swarmnode.protocol.wire; 2: no sender's model info)
 RUN_ID_SCHEME = "swarmnode-run-v2"  # what the run id hashes
 DHT_NAMESPACE = "swarmnode/v3"  # prefix of every DHT key (v3: heartbeats and manifests in shards)
 PAYLOAD_PROTOCOL = "/swarmnode/payload/3"  # libp2p stream protocol for payloads (3: newest-after requests)

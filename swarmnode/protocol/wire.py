@@ -37,13 +37,13 @@ class WireError(ValueError):
 
 
 @dataclass(frozen=True)
-class PolicyInfo:
-    """What generated the samples; receivers log it and use it for diagnostics only."""
+class Completion:
+    """One sampled completion, as every part of a node sees it, from its generator to the loss:
+    its token ids and the generator's log-probability of each (log pi_gen)."""
 
-    model: str
-    num_params: int
-    lora_rank: int | None = None
-    backend: str = "hf"
+    tokens: np.ndarray  # int32
+    logprobs: np.ndarray  # float32
+    finished: bool | None = None  # ended with EOS (False: cut at max_new_tokens); None: not known (a peer's)
 
 
 @dataclass
@@ -58,10 +58,20 @@ class CompletionGroup:
     tokens: np.ndarray  # int32
     logprobs: np.ndarray  # float32
 
-    def completions(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """(token ids, log-probs) per completion, as views into the group's arrays."""
+    def completions(self) -> list[Completion]:
+        """Each completion, as views into the group's arrays."""
         bounds = np.concatenate([[0], np.cumsum(self.lengths)])
-        return [(self.tokens[a:b], self.logprobs[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+        return [Completion(self.tokens[a:b], self.logprobs[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+
+    @classmethod
+    def of(cls, prompt_id: int, completions: list[Completion]) -> CompletionGroup:
+        """One generator's completions for one prompt, laid out for the wire."""
+        return cls(
+            prompt_id=prompt_id,
+            lengths=np.array([len(c.tokens) for c in completions], dtype=np.int64),
+            tokens=np.concatenate([c.tokens for c in completions]).astype(np.int32),
+            logprobs=np.concatenate([c.logprobs for c in completions]).astype(np.float32),
+        )
 
 
 @dataclass
@@ -71,7 +81,6 @@ class RolloutBatch:
     run_id: str
     peer_id: str
     round: int
-    policy: PolicyInfo
     tokenizer_fingerprint: str
     groups: list[CompletionGroup] = field(default_factory=list)
 
@@ -95,12 +104,6 @@ def encode(batch: RolloutBatch) -> bytes:
         "run": batch.run_id,
         "peer": batch.peer_id,
         "round": int(batch.round),
-        "policy": [
-            batch.policy.model,
-            int(batch.policy.num_params),
-            batch.policy.lora_rank,
-            batch.policy.backend,
-        ],
         "tok": batch.tokenizer_fingerprint,
         "groups": [[int(g.prompt_id), [int(x) for x in g.lengths]] for g in batch.groups],
     }
@@ -161,12 +164,10 @@ def decode(
             )
         )
         offset += n
-    model, num_params, lora_rank, backend = fields["policy"]
     return RolloutBatch(
         run_id=fields["run"],
         peer_id=fields["peer"],
         round=fields["round"],
-        policy=PolicyInfo(model=model, num_params=num_params, lora_rank=lora_rank, backend=backend),
         tokenizer_fingerprint=fields["tok"],
         groups=groups,
     )
@@ -196,7 +197,7 @@ def _is_int(value: object) -> bool:
 def _check_header(header: object, limits: WireSettings) -> dict:
     if not isinstance(header, dict):
         raise WireError("header is not a map")
-    expected_keys = {"v", "run", "peer", "round", "policy", "tok", "groups"}
+    expected_keys = {"v", "run", "peer", "round", "tok", "groups"}
     if set(header) != expected_keys:
         raise WireError(f"header keys {sorted(map(str, header))} != {sorted(expected_keys)}")
     if header["v"] != WIRE_VERSION:
@@ -206,17 +207,6 @@ def _check_header(header: object, limits: WireSettings) -> dict:
             raise WireError(f"header field {key!r} must be a non-empty string")
     if not _is_int(header["round"]) or not 0 <= header["round"] < 2**53:
         raise WireError("round must be a non-negative integer")
-    policy = header["policy"]
-    if not (
-        isinstance(policy, list)
-        and len(policy) == 4
-        and isinstance(policy[0], str)
-        and _is_int(policy[1])
-        and policy[1] >= 0
-        and (policy[2] is None or (_is_int(policy[2]) and policy[2] > 0))
-        and isinstance(policy[3], str)
-    ):
-        raise WireError("policy must be [model: str, params: int, lora_rank: int|None, backend]")
     groups = header["groups"]
     if not isinstance(groups, list) or len(groups) > limits.max_groups:
         raise WireError(f"groups must be a list of at most {limits.max_groups}")

@@ -6,7 +6,8 @@ import logging
 from collections.abc import Callable
 
 from swarmnode.model.policy import Policy
-from swarmnode.rollout.base import Completion, Generator
+from swarmnode.protocol.wire import Completion
+from swarmnode.rollout.base import Generator
 from swarmnode.rollout.hf import HFGenerator
 from swarmnode.rollout.vllm import VLLMGenerator
 from swarmnode.settings.config import RolloutSettings

@@ -1,22 +1,12 @@
-"""The generator interface shared by the Hugging Face and vLLM backends."""
+"""The generator interface shared by the Hugging Face and vLLM backends (their completions are
+swarmnode.protocol.wire.Completion, the one completion type from generator to loss)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
-import numpy as np
-
 from swarmnode.model.batching import AdaptiveBatch
-
-
-@dataclass
-class Completion:
-    """Sampled token ids up to and including EOS (if reached) and log pi_gen of each."""
-
-    tokens: np.ndarray  # int32
-    logprobs: np.ndarray  # float32
-    finished: bool  # True when it ended with EOS, False when cut at max_new_tokens
+from swarmnode.protocol.wire import Completion
 
 
 class Generator(Protocol):

@@ -25,7 +25,7 @@ from transformers import (
 
 from swarmnode.model.batching import AdaptiveBatch
 from swarmnode.model.policy import Policy, inference_copy, refresh_copy
-from swarmnode.rollout.base import Completion
+from swarmnode.protocol.wire import Completion
 from swarmnode.settings.config import RolloutSettings
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from swarmnode.model.policy import Policy
-from swarmnode.rollout.base import Completion
+from swarmnode.protocol.wire import Completion
 from swarmnode.settings.config import RolloutSettings
 from swarmnode.sizing.shapes import ModelShape
 
