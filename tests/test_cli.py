@@ -14,6 +14,7 @@ from swarmnode.settings.config import ConfigError, load_config
 from swarmnode.swarm.hivemind.identity import ensure_identity
 
 ROOT = Path(__file__).resolve().parents[1]
+LOOPBACK = "/ip4/127.0.0.1/tcp/0"
 runner = CliRunner()
 
 
@@ -119,6 +120,8 @@ def test_join_runs_the_tiny_default_end_to_end(tmp_path):
         "-m",
         "swarmnode",
         "join",
+        "--host-maddrs",
+        LOOPBACK,  # a local run: no other interface, no port mapping
         "--config",
         str(ROOT / "configs/tiny-cpu.yaml"),
         "--rounds",
@@ -161,7 +164,7 @@ def test_join_fails_fast_and_clearly_when_no_initial_peer_answers(tmp_path):
     started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "swarmnode", "join", "--run-dir", str(tmp_path / "r"),
-         "--initial-peers", unreachable, "--startup-timeout", "10"],
+         "--initial-peers", unreachable, "--startup-timeout", "10", "--host-maddrs", LOOPBACK],
         capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 1
@@ -171,7 +174,7 @@ def test_join_fails_fast_and_clearly_when_no_initial_peer_answers(tmp_path):
     kept = ensure_identity(tmp_path / "kept" / "identity.key")
     again = subprocess.run(
         [sys.executable, "-m", "swarmnode", "join", "--run-dir", str(tmp_path / "kept"),
-         "--initial-peers", unreachable, "--startup-timeout", "5"],
+         "--initial-peers", unreachable, "--startup-timeout", "5", "--host-maddrs", LOOPBACK],
         capture_output=True, text=True, timeout=120,
     )
     assert again.returncode == 1 and ensure_identity(tmp_path / "kept" / "identity.key") == kept, "an identity kept"

@@ -6,7 +6,8 @@ from __future__ import annotations
 import threading
 
 from swarmnode.loop.ledger import PeerLedger
-from swarmnode.settings.config import SwarmSettings
+from swarmnode.loop.waiting import WaitRule
+from swarmnode.settings.config import SwarmSettings, load_config
 from swarmnode.swarm.base import GatherWait, PeerStanding
 from swarmnode.swarm.local import InMemoryHub
 
@@ -107,3 +108,22 @@ def test_the_standing_is_read_and_written_from_two_threads_at_once():
         thread.join(timeout=120)
     assert not errors, errors
     assert len(ledger.known_peers()) > 0
+
+
+def test_the_wait_for_a_first_batch_stops_after_max_missed_vain_rounds_for_good():
+    """Silent identities keep a node from ever hearing from anyone: it waits for a first batch
+    at most `swarm.max_missed` rounds, and a round in between that did not wait (the pool
+    could fill the share) does not arm the wait again."""
+    config = load_config(None, ["swarm.max_missed=2", "node.gather_timeout_s=8"])
+    rule = WaitRule(config)
+
+    def plan(short: bool) -> GatherWait:
+        wait = rule.plan(short=short, live={"silent"}, earned=set(), pooled=set(), ever_delivered=False,
+                         held=frozenset(), generate_s=1.0)
+        rule.settle(wait, delivered=set())
+        return wait
+
+    assert plan(True).wait_for_any and plan(True).wait_for_any
+    assert not plan(False).wait_for_any, "nothing to wait for this round"
+    assert not plan(True).wait_for_any and not plan(True).wait_for_any, "two vain waits: no more"
+    assert plan(True).timeout_s == 0.0

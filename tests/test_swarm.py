@@ -11,18 +11,19 @@ import struct
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import msgpack
 import pytest
 from cryptography.hazmat.primitives.serialization import load_ssh_public_key
 from hivemind.dht.validation import CompositeValidator, DHTRecord
-from hivemind.p2p import PeerID
+from hivemind.p2p import P2P, PeerID
 from hivemind.utils.crypto import RSAPublicKey
 from hivemind.utils.timed_storage import get_dht_time
 
 from swarmnode.lab.adversary import ManyKeySigner, cheap_signer
 from swarmnode.loop.ledger import PeerLedger
-from swarmnode.protocol.records import NodeStatus, RecordError
+from swarmnode.protocol.records import MAX_CLOCK_SKEW_S, Heartbeat, NodeStatus, RecordError
 from swarmnode.settings.config import SwarmSettings, load_config
 from swarmnode.swarm.base import GatherWait, SwarmLink
 from swarmnode.swarm.hivemind import dht as records
@@ -46,6 +47,7 @@ from swarmnode.swarm.hivemind.shards import (
     shard_key,
     shard_of,
 )
+from swarmnode.swarm.hivemind.status import read_heartbeats
 
 RUN = "testrun"
 EVERYONES = shard_key(HEARTBEAT_FAMILY, 0, 0)  # level 0 has one shard, which every peer's records may use
@@ -868,3 +870,83 @@ def test_odd_direct_pull_requests_get_a_plain_answer(start_runtime, request_, st
 
     answer, rnd = asker.call(ask(), timeout=15)
     assert answer == status and (round_ is None or rnd == round_)
+
+
+def _daemon_flags(runtime: SwarmRuntime) -> list[str]:
+    """The p2pd process's command line, as the kernel has it."""
+    pid = runtime.p2p._child.pid  # hivemind's handle on the p2pd process
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+
+
+def test_a_node_on_loopback_maps_no_port_on_the_gateway(start_runtime):
+    """A local run (every host address loopback: tests, benches, the demo) never asks the
+    network's gateway for a port mapping: its p2p daemon runs with port mapping off."""
+    flags = _daemon_flags(start_runtime("local"))
+    assert "-natPortMap=0" in flags and "-natPortMap=1" not in flags, flags
+
+
+@pytest.mark.parametrize("hosts,mapping,expected", [
+    (["/ip4/127.0.0.1/tcp/0"], True, False),
+    (["/ip6/::1/tcp/0"], True, False),
+    (["/ip4/0.0.0.0/tcp/31337"], True, True),
+    (["/ip4/0.0.0.0/tcp/31337"], False, False),
+    (["/ip4/127.0.0.1/tcp/0", "/ip4/0.0.0.0/tcp/1"], True, True),
+])
+def test_port_mapping_is_asked_for_only_by_a_node_listening_beyond_loopback(tmp_path, monkeypatch, hosts, mapping, expected):
+    asked = {}
+
+    async def create(**kwargs):  # the daemon is never started: nothing leaves this machine
+        asked.update(kwargs)
+
+    monkeypatch.setattr(P2P, "create", create)
+    settings = SwarmSettings(host_maddrs=hosts, port_mapping=mapping)
+    asyncio.run(SwarmRuntime(settings, tmp_path / "k.key")._create_p2p(settings))
+    assert asked["nat_port_map"] is expected
+
+
+def _store_heartbeat(runtime: SwarmRuntime, ahead_s: float, run: str = RUN) -> None:
+    """One heartbeat of `runtime`'s identity, dated `ahead_s` past now, stored once (a ghost's)."""
+    heartbeat = Heartbeat(
+        round=99_999, model="Qwen2.5-72B-Instruct", eval_acc=0.991, peer=runtime.peer_id, run=run,
+        time=get_dht_time() + ahead_s, reach="direct",
+    )
+    keys = ShardedFamily(HEARTBEAT_FAMILY, runtime.peer_id, owner_or_none).write_keys()
+    assert runtime.call(runtime.store_owned_all(keys, pack(heartbeat.model_dump()), get_dht_time() + 600), 10)
+
+
+def _read(membership, seconds: float = 0.0) -> set[str]:
+    """The live peers after a read (and after `seconds` of reads)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        membership.wait_for_peers(1_000, timeout_s=0)
+        if time.monotonic() >= deadline:
+            return set(membership.live_peers())
+        time.sleep(0.2)
+
+
+def test_a_heartbeat_dated_ahead_of_our_clock_is_refused(start_runtime):
+    """A year ahead, it would never look stale: neither live, nor waited for, nor in `status`."""
+    a = start_runtime("a")
+    ghost = start_runtime("ghost", a.visible_maddrs())
+    watcher = _link(a).membership
+    _store_heartbeat(ghost, ahead_s=365 * 24 * 3600.0)
+    assert _read(watcher, 2.0) == set()
+    assert ghost.peer_id not in {row.heartbeat.peer for row in read_heartbeats(a, stale_after_s=20.0)}
+
+
+def test_a_ghost_is_gone_within_stale_after_by_our_own_clock(start_runtime):
+    """A heartbeat stored once, dated within the allowed skew ahead (so its claimed time stays
+    fresh for a while), counts until `stale_after_s` of our clock has passed without a newer
+    one, then never again while the same record sits in the DHT; a peer that keeps beating stays."""
+    a = start_runtime("a")
+    ghost = start_runtime("ghost", a.visible_maddrs())
+    honest = start_runtime("honest", a.visible_maddrs())
+    watcher = _link(a, RUN, None, "swarm.stale_after_s=2").membership
+    beating = _link(honest, RUN, None, "swarm.heartbeat_interval_s=0.5").membership
+    beating.announce(NodeStatus(round=1))
+    _store_heartbeat(ghost, ahead_s=MAX_CLOCK_SKEW_S - 5)
+    deadline = time.monotonic() + 10
+    while _read(watcher) != {ghost.peer_id, honest.peer_id} and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _read(watcher) == {ghost.peer_id, honest.peer_id}, "both count at first"
+    assert _read(watcher, 4.0) == {honest.peer_id}, "the ghost's record did not move on: gone"

@@ -55,6 +55,12 @@ class WaitRule:
         return GatherWait(timeout_s, frozenset(waiting), anyone, held)
 
     def settle(self, wait: GatherWait, delivered: Collection[str]) -> set[str]:
-        """After the gather: the peers waited for in vain (each one missed round)."""
-        self._vain_waits = 0 if delivered or not wait.wait_for_any else self._vain_waits + 1
+        """After the gather: the peers waited for in vain (each one missed round). A wait for
+        anyone that brought nothing counts toward `swarm.max_missed` until someone delivers; a
+        round that did not wait resets nothing (silent identities would otherwise arm the
+        wait again every other round)."""
+        if delivered:
+            self._vain_waits = 0
+        elif wait.wait_for_any:
+            self._vain_waits += 1
         return set(wait.wait_for) - set(delivered)

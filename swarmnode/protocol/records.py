@@ -49,6 +49,7 @@ def run_id(config: Config, task_fingerprint: str, tokenizer_fingerprint: str, ch
 
 
 EVAL_HISTORY = 8  # held-out accuracies a heartbeat carries, oldest first: `status` draws them
+MAX_CLOCK_SKEW_S = 30.0  # a heartbeat dated further ahead of our clock is refused (a ghost's trick)
 
 
 class RecordError(ValueError):
@@ -94,6 +95,11 @@ class Heartbeat(NodeStatus):
     uptime_s: float = 0.0
     served: int = 0
     reach: str | None = Field(None, max_length=16)  # direct, relayed, private or local (swarm.hivemind.reach)
+
+    def from_the_future(self, now: float) -> bool:
+        """Dated further ahead of `now` (our DHT clock) than clocks drift: such a heartbeat
+        would never look stale, so it is refused."""
+        return self.time > now + MAX_CLOCK_SKEW_S
 
     @classmethod
     def parse(cls, fields: Any) -> Heartbeat:

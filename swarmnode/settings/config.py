@@ -205,6 +205,11 @@ class SwarmSettings(_Section):
         description="without a public address, reserve a slot on a relay and announce the relayed address, "
         "so peers can pull from this node behind NAT (a node with a public address serves as a relay)",
     )
+    port_mapping: bool = Field(
+        True,
+        description="ask the local gateway (UPnP / NAT-PMP) to forward our port; never when every host "
+        "address is loopback (a local run stays on this machine)",
+    )
     relays: list[str] = Field(
         default_factory=list, description="relays for auto_relay (multiaddrs with /p2p/); empty = the initial peers"
     )

@@ -15,7 +15,7 @@ from typing import Any
 from hivemind.utils.timed_storage import get_dht_time
 
 from swarmnode import __version__
-from swarmnode.protocol.records import Heartbeat, NodeStatus, RecordError
+from swarmnode.protocol.records import MAX_CLOCK_SKEW_S, Heartbeat, NodeStatus, RecordError
 from swarmnode.settings.config import SwarmSettings
 from swarmnode.swarm.hivemind.dht import heartbeat_from_record, owner_or_none, owner_peer_id, pack
 from swarmnode.swarm.hivemind.reach import classify
@@ -44,6 +44,8 @@ class HivemindMembership:
         self.on_reach = on_reach  # told (reach, visible addresses) whenever how we are reached changes
         self.reach: str | None = None
         self.peers: dict[str, Heartbeat] = {}  # heartbeats of this run seen lately
+        self._fresh_at: dict[str, float] = {}  # peer -> time.monotonic() when its heartbeat last moved on
+        self._newest: dict[str, float] = {}  # peer -> the newest time its heartbeats claimed, while it matters
         self.heartbeats = ShardedFamily(HEARTBEAT_FAMILY, self.peer_id, owner_or_none)
         self.read_at = 0.0  # monotonic time of the last read
         self._status = NodeStatus()
@@ -65,11 +67,15 @@ class HivemindMembership:
             asyncio.run_coroutine_threadsafe(self._beat(), self.runtime.loop)
 
     def live_peers(self) -> dict[str, Heartbeat]:
-        now = get_dht_time()
+        """Peers whose heartbeat moved on within `stale_after_s` of our own clock: a record
+        stored once and left in the DHT (a ghost's, or a dead node's) stops counting then,
+        whatever time it claims."""
+        now = time.monotonic()
+        peers, fresh_at = self.peers, self._fresh_at  # replaced whole by read(), never changed in place
         return {
             peer: hb
-            for peer, hb in self.peers.items()
-            if now - hb.time <= self.settings.stale_after_s and hb.state != "left"
+            for peer, hb in peers.items()
+            if now - fresh_at.get(peer, -math.inf) <= self.settings.stale_after_s and hb.state != "left"
         }
 
     def wait_for_peers(self, count: int, timeout_s: float) -> int:
@@ -93,12 +99,18 @@ class HivemindMembership:
     # -- inside the swarm loop ---------------------------------------------------------------
 
     async def read(self) -> None:
-        """Add the heartbeats of this run in a few random shards to those seen lately (a
-        heartbeat stale for `stale_after_s` is forgotten); note other runs once."""
+        """Add the heartbeats of this run in a few random shards to those seen lately: a
+        heartbeat counts when it claims a time newer than any this peer claimed before (and
+        not ahead of our clock), and the peer stays live for `stale_after_s` of our own clock
+        after that; note other runs once."""
         self.read_at = time.monotonic()
         found = await self.heartbeats.read(self.runtime.read_owned_many)
-        now = get_dht_time()
-        peers = {peer: hb for peer, hb in self.peers.items() if now - hb.time <= self.settings.stale_after_s}
+        now, seen_at = get_dht_time(), time.monotonic()
+        stale_s = self.settings.stale_after_s
+        fresh_at = {peer: t for peer, t in self._fresh_at.items() if seen_at - t <= stale_s}
+        peers = {peer: hb for peer, hb in self.peers.items() if peer in fresh_at}
+        # a record older than this is refused on its own claim, so what it claimed is forgotten
+        newest = {peer: t for peer, t in self._newest.items() if now - t <= stale_s + MAX_CLOCK_SKEW_S}
         for subkey, raw in found.items:
             try:
                 heartbeat = heartbeat_from_record(subkey, raw)
@@ -110,9 +122,15 @@ class HivemindMembership:
             if heartbeat.run != self.run_id:
                 self._note_other_run(heartbeat)
                 continue
-            if heartbeat.peer not in peers or heartbeat.time >= peers[heartbeat.peer].time:
-                peers[heartbeat.peer] = heartbeat
-        self.peers = peers
+            if heartbeat.from_the_future(now):
+                self._note_malformed(subkey, RecordError(f"dated {heartbeat.time - now:.0f} s ahead of our clock"))
+                continue
+            if now - heartbeat.time > stale_s or heartbeat.time <= newest.get(heartbeat.peer, -math.inf):
+                continue  # an old record, or one read before: it did not move on
+            newest[heartbeat.peer] = heartbeat.time
+            peers[heartbeat.peer] = heartbeat
+            fresh_at[heartbeat.peer] = seen_at
+        self.peers, self._fresh_at, self._newest = peers, fresh_at, newest
 
     def _note_malformed(self, subkey: Any, err: RecordError) -> None:
         try:

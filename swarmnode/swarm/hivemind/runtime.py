@@ -26,6 +26,7 @@ from hivemind.utils.multiaddr import Multiaddr
 from hivemind.utils.timed_storage import get_dht_time
 
 from swarmnode.settings.config import SwarmSettings
+from swarmnode.settings.network import stays_local
 from swarmnode.swarm.hivemind.dht import RememberingSignatureValidator, make_validators, subkey_items
 from swarmnode.swarm.hivemind.identity import ensure_identity, load_signing_key
 from swarmnode.swarm.hivemind.reach import forced_reachability
@@ -182,6 +183,7 @@ class SwarmRuntime:
             startup_timeout=s.startup_timeout_s,
             dht_mode="client" if self.client_mode else "server",
             use_auto_relay=s.auto_relay and not self.client_mode,
+            nat_port_map=s.port_mapping and not stays_local(s.host_maddrs),
             trusted_relays=s.relays or None,
             force_reachability=None if self.client_mode else forced_reachability(s),
         )

@@ -41,6 +41,8 @@ def read_heartbeats(runtime: SwarmRuntime, stale_after_s: float) -> list[PeerRow
             heartbeat = heartbeat_from_record(subkey, raw)
         except RecordError:
             continue  # malformed: status shows only what a node would accept
+        if heartbeat.from_the_future(get_dht_time()):
+            continue  # dated ahead of our clock: a node refuses it too
         age_s = round(max(0.0, get_dht_time() - heartbeat.time), 1)
         state = "stale" if heartbeat.state != "left" and age_s > stale_after_s else heartbeat.state
         if heartbeat.peer not in newest or heartbeat.time > newest[heartbeat.peer].heartbeat.time:
