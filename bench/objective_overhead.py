@@ -21,7 +21,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=30)
     args = parser.parse_args()
-    config = load_config(None, ["node.run_dir=/tmp/swarmnode-bench-overhead", "swarm.enabled=false", "rollout.backend=hf"])
+    config = load_config(None, ["node.run_dir=/tmp/swarmnode-bench-overhead", "swarm.enabled=false", "rollout.backend=hf",
+                                "model.device=auto"])
     policy = Policy.load(config.model, config.train, seed=config.node.seed)
     with assemble(config, policy=policy) as node:
         state = node.produce(0)

@@ -185,12 +185,12 @@ class Node:
             timings=state.timings,
         )
 
-    def _halvings(self) -> dict[str, int]:
-        """The batch sizes out-of-memory errors halved since the last round, as they are now."""
-        halved: dict[str, int] = {}
+    def _write_halvings(self, last_round: int) -> None:
+        """A `halved` line for each batch size an out-of-memory error halved since the last
+        call (in a round or an evaluation), with its value now."""
         for batch in (self.policy.micro_batch, *self.generator.adaptive):
-            halved |= batch.take_halving()
-        return halved
+            for setting, value in batch.take_halving().items():
+                self.metrics.write(HalvedRecord(last_round, setting, value).to_json())
 
     def run_round(self, round_: int) -> RoundRecord:
         started = time.perf_counter()
@@ -276,8 +276,7 @@ class Node:
                 self.last_progress = time.monotonic()
                 self.learned_from.update(record.samples_by_peer)
                 self.metrics.write(record.to_json())
-                for setting, value in self._halvings().items():
-                    self.metrics.write(HalvedRecord(round_, setting, value).to_json())
+                self._write_halvings(round_)
                 self.reporters.round(record)
                 self.view.round(record, total)
                 if cfg.eval_every and (round_ + 1) % cfg.eval_every == 0 and round_ + 1 < total:
@@ -331,6 +330,7 @@ class Node:
         if phase == "before":
             self.eval_before = record.eval_acc
         self.metrics.write(record.to_json())
+        self._write_halvings(last_round)
         self.reporters.eval(record)
         return record
 

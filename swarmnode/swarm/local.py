@@ -6,6 +6,9 @@ looked, and stops waiting by the same rule as over hivemind (GatherWait). Each m
 node's PeerStanding as the hivemind exchange does: a banned peer's batches are not handed out,
 and neither are those of a peer held unused and not proven useful (the hold rule), so nodes
 stepped in turn (tests, bench/) and threads both behave as over hivemind, minus the network.
+One difference: when the hold lifts, every round the peer published meanwhile (up to
+`keep_rounds`) is handed out, where the hivemind exchange fetches the newest; the pool then
+keeps those at most `node.staleness` behind the newest, as it would have.
 """
 
 from __future__ import annotations

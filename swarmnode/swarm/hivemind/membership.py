@@ -71,7 +71,8 @@ class HivemindMembership:
         stored once and left in the DHT (a ghost's, or a dead node's) stops counting then,
         whatever time it claims."""
         now = time.monotonic()
-        peers, fresh_at = self.peers, self._fresh_at  # replaced whole by read(), never changed in place
+        peers = self.peers  # replaced whole by read(), after its fresh_at: never changed in place
+        fresh_at = self._fresh_at
         return {
             peer: hb
             for peer, hb in peers.items()
@@ -130,7 +131,9 @@ class HivemindMembership:
             newest[heartbeat.peer] = heartbeat.time
             peers[heartbeat.peer] = heartbeat
             fresh_at[heartbeat.peer] = seen_at
-        self.peers, self._fresh_at, self._newest = peers, fresh_at, newest
+        # in this order: live_peers() reads peers, then fresh_at, so a peer it sees has its time
+        self._newest, self._fresh_at = newest, fresh_at
+        self.peers = peers
 
     def _note_malformed(self, subkey: Any, err: RecordError) -> None:
         try:
