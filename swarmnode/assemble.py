@@ -157,6 +157,8 @@ def compose_node(
     generator, the reporters and the node."""
     run_dir = Path(config.node.run_dir)
     exchange, membership = link.exchange, link.membership
+    if config.trust.likelihood_gate and config.trust.anchor:
+        policy.keep_reference()  # before any checkpoint is loaded: the weights the run started from
     return Node(
         config, policy, generator, task,
         run_id=run_id,

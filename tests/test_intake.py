@@ -12,7 +12,7 @@ from swarmnode.assemble import assemble
 from swarmnode.lab.poison import poisoning_link
 from swarmnode.loop.intake import Intake
 from swarmnode.loop.ledger import PeerLedger
-from swarmnode.loop.pool import HOLD_ROUNDS, PROBATION_EVERY, OfferedGroup, PeerPool, fair_queue
+from swarmnode.loop.pool import ESTABLISHED_ROUNDS, HOLD_ROUNDS, PROBATION_EVERY, OfferedGroup, PeerPool, cohorts, fair_queue
 from swarmnode.model.policy import Policy
 from swarmnode.settings.config import load_config
 from swarmnode.swarm.base import GatherWait
@@ -40,6 +40,34 @@ def test_useful_peers_first_newcomers_every_fourth_turn_useless_last():
     assert [queue[i] for i in (3, 7, 11)] == ["new0", "new1", "new2"]
     assert not any(g.startswith("junk") for g in queue[:24]) and queue[24:] == [f"junk{i}" for i in range(8)]
     assert fair_queue(_offers(new=2, junk=1), {"junk": 0.0}, random.Random(0)) == ["new0", "new1", "junk0"]
+
+
+def test_a_crowd_arriving_later_shares_one_turn_in_four_however_many_it_is():
+    """Identities are free and a public task's answers make any of them look useful: the peer
+    that taught us first keeps 3 turns in 4 over a crowd that came later, whatever its size."""
+    for size in (3, 16, 64):
+        crowd = {f"c{k}_": 8 for k in range(size)}
+        offers = _offers(honest=16, **crowd)
+        standing = {"honest": 0.3, **{peer: 0.9 for peer in crowd}}  # the crowd looks *more* useful
+        seniority = {"honest": 5, **{peer: 25 + k for k, peer in enumerate(crowd)}}
+        queue = fair_queue(offers, standing, random.Random(0), seniority=seniority, round_=60)
+        share = sum(g.startswith("honest") for g in queue[:16])
+        assert share == 12, f"{size} identities: honest keeps 12 of the first 16 turns, not {share}"
+        equals = fair_queue(offers, standing, random.Random(0))  # without seniority: turns as equals
+        assert sum(g.startswith("honest") for g in equals[:16]) <= 16 // (size + 1) + 1
+
+
+def test_cohorts_peers_of_one_time_are_equals_and_the_established_merge():
+    seniority = {"a": 0, "b": 10, "c": 30, "d": 200}
+    assert cohorts(seniority, ["a", "b", "c", "d", "new"], 100) == [["a", "b"], ["c"], ["d", "new"]]
+    assert cohorts(seniority, ["a", "b", "c", "d"], 100 + ESTABLISHED_ROUNDS) == [["a", "b", "c"], ["d"]]
+    assert cohorts(seniority, ["a", "b", "c", "d"], 200 + ESTABLISHED_ROUNDS) == [["a", "b", "c", "d"]]
+    offers = _offers(a=8, b=8)
+    together = fair_queue(offers, {"a": 0.5, "b": 0.5}, random.Random(0), seniority={"a": 0, "b": 10}, round_=20)
+    assert sorted(together[:8]) == sorted([f"a{i}" for i in range(4)] + [f"b{i}" for i in range(4)])
+    older_first = fair_queue(offers, {"a": 0.5, "b": 0.5}, random.Random(0), seniority={"a": 0, "b": 40}, round_=60)
+    assert older_first[:8] == ["a0", "a1", "a2", "b0", "a3", "a4", "a5", "b1"]
+    assert older_first[8:] == ["a6", "a7", "b2", "b3", "b4", "b5", "b6", "b7"], "a younger cohort takes what is left"
 
 
 def test_a_useless_peer_gets_one_probation_turn_in_probation_rounds():
@@ -131,11 +159,11 @@ def test_a_peer_back_from_a_pause_is_paced_by_its_pace_now():
 def test_standing_follows_the_share_of_useful_samples():
     ledger = PeerLedger()
     assert ledger.standing("p") is None, "never screened: a newcomer"
-    ledger.screened("p", 8, 0)
+    ledger.screened("p", 8, 0, 0)
     assert ledger.standing("p") == 0.0, "first impression: nothing useful"
-    ledger.screened("q", 8, 4)
+    ledger.screened("q", 8, 4, 0)
     assert ledger.standing("q") == 0.5
-    ledger.screened("q", 8, 8)
+    ledger.screened("q", 8, 8, 1)
     assert 0.5 < ledger.standing("q") < 1.0
 
 
@@ -166,9 +194,9 @@ class _Live:
 def test_a_node_that_takes_no_peer_groups_takes_no_probation_group_either(tmp_path):
     config = _config(tmp_path, "a", "node.max_peer_groups=0")
     ledger = PeerLedger()
-    ledger.screened("junk", 8, 0)
+    ledger.screened("junk", 8, 0, 0)
     intake = Intake(config, None, None, "run", _RecordingExchange(), _Live(["junk"]), ledger)
-    taken = intake.take(_groups("junk", 0, 1), own=[], timings={})
+    taken = intake.take(0, _groups("junk", 0, 1), own=[], timings={})
     assert taken.kept == [] and taken.peers == set(), "nothing scored, nothing taken"
 
 
@@ -180,7 +208,7 @@ def test_useless_groups_in_the_pool_do_not_stop_the_wait_for_a_proven_peer(tmp_p
     ledger = PeerLedger()
     for peer in ("good", *(f"junk{k}" for k in range(4))):
         ledger.delivered(peer)
-        ledger.screened(peer, 8, 8 if peer == "good" else 0)
+        ledger.screened(peer, 8, 8 if peer == "good" else 0, 0)
     exchange = _RecordingExchange()
     intake = Intake(config, None, None, "run", exchange, _Live(["good", *(f"junk{k}" for k in range(4))]), ledger)
     for k in range(4):
@@ -227,8 +255,8 @@ def test_crowding_identities_with_many_useless_groups_lose_the_batch_to_the_hone
         taken: list[list[str]] = []
         take = nodes[0].intake.take
 
-        def recording(offered, own, timings):
-            result = take(offered, own, timings)
+        def recording(round_, offered, own, timings):
+            result = take(round_, offered, own, timings)
             taken.append([sample.peer_id for sample in result.kept])
             return result
 

@@ -38,7 +38,7 @@ def test_the_in_memory_hub_holds_back_an_unproven_peer_the_node_holds_unused():
     assert [item.round for item in receiver.gather()] == [0], "no longer held: handed out"
     sender.publish(1, b"r1")
     ledger.delivered("peer")
-    ledger.screened("peer", offered=8, useful=4)
+    ledger.screened("peer", offered=8, useful=4, round_=0)
     assert [item.round for item in receiver.gather(GatherWait(held=frozenset({"peer"})))] == [1], (
         "a peer proven useful is fetched even while its groups wait in the pool"
     )
@@ -77,7 +77,7 @@ def test_the_standing_is_read_and_written_from_two_threads_at_once():
             for k in range(20_000):
                 peer = f"p{k}"
                 ledger.delivered(peer)
-                ledger.screened(peer, 4, k % 5)
+                ledger.screened(peer, 4, k % 5, k)
                 ledger.missed(f"p{k // 2}")
                 if k % 7 == 0:
                     ledger.cut(peer)

@@ -377,7 +377,7 @@ def test_a_slow_dht_lookup_does_not_hold_up_the_direct_pulls(start_runtime, monk
     ex_b.publish(0, b"found in the DHT", 1)
     assert [i.payload for i in ex_a.gather(GatherWait(timeout_s=15, wait_for={b.peer_id}))] == [b"found in the DHT"]
     ledger.delivered(b.peer_id)
-    ledger.screened(b.peer_id, 8, 4)  # useful: asked every poll
+    ledger.screened(b.peer_id, 8, 4, 0)  # useful: asked every poll
 
     async def hangs(*args, **kwargs):
         await asyncio.sleep(3600)
@@ -446,7 +446,7 @@ def test_a_useless_peer_is_asked_for_more_only_once_its_groups_are_used(start_ru
     junk = start_runtime("junk", honest.visible_maddrs())
     ledger = PeerLedger()
     ledger.delivered(junk.peer_id)
-    ledger.screened(junk.peer_id, offered=8, useful=0)
+    ledger.screened(junk.peer_id, offered=8, useful=0, round_=0)
     asked = []
 
     async def nothing_newer(info, reader, writer):
@@ -481,7 +481,7 @@ def test_a_held_peer_s_manifest_waits_like_its_direct_pull(start_runtime):
     junk = start_runtime("junk", honest.visible_maddrs())
     ledger = PeerLedger()
     ledger.delivered(junk.peer_id)
-    ledger.screened(junk.peer_id, offered=8, useful=0)
+    ledger.screened(junk.peer_id, offered=8, useful=0, round_=0)
     ex = _link(honest, ledger=ledger).exchange
     manifest = Manifest(junk.peer_id, 1000, 4096, b"d" * 32, 100)
 
@@ -492,7 +492,7 @@ def test_a_held_peer_s_manifest_waits_like_its_direct_pull(start_runtime):
     assert honest.call(parse(), timeout=5) is None, "held and useless: its manifest waits"
     ex.gather(GatherWait(timeout_s=0))
     assert honest.call(parse(), timeout=5) == manifest, "nothing held: fetched"
-    ledger.screened(junk.peer_id, offered=8, useful=8)
+    ledger.screened(junk.peer_id, offered=8, useful=8, round_=0)
     ex.gather(GatherWait(timeout_s=0, held=frozenset({junk.peer_id})))
     assert honest.call(parse(), timeout=5) == manifest, "proven useful: fetched while held"
 
@@ -598,7 +598,7 @@ def test_a_round_waiting_for_a_known_peer_asks_it_at_once_not_at_the_next_poll(s
     ex_b.publish(0, b"round 0", 1)
     assert [item.round for item in ex_a.gather(GatherWait(timeout_s=15, wait_for={b.peer_id}))] == [0], "found through the DHT"
     ex_a.ledger.delivered(b.peer_id)  # what the node's intake says of a batch that passed its checks
-    ex_a.ledger.screened(b.peer_id, 8, 8)  # ... and of samples that proved useful
+    ex_a.ledger.screened(b.peer_id, 8, 8, 0)  # ... and of samples that proved useful
     time.sleep(0.5)  # the poller's first ask, right after the delivery, has come and gone
     ex_b.publish(1, b"round 1", 1)
     started = time.monotonic()

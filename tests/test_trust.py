@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from swarmnode.learn.loss import TrainSample, group_advantages, objective_terms
-from swarmnode.learn.trust import GATE_MIN_OWN, gate_bar, least_likely_window, screen
+from swarmnode.learn.trust import ANCHOR_FOLLOW, GATE_MIN_OWN, Anchor, AnchorBar, gate_bar, least_likely_window, screen
 from swarmnode.protocol.wire import Completion
 from swarmnode.settings.config import LossSettings, TrustSettings
 
@@ -155,3 +155,54 @@ def test_the_weight_scale_multiplies_a_sequence_s_weights():
     full = objective_terms(logp, gen, mask, advantages, LOSS)
     halved = objective_terms(logp, gen, mask, advantages, LOSS, weight_scale=torch.tensor([1.0, 0.5]))
     assert float(halved.loss_sum.detach()) == pytest.approx(0.75 * float(full.loss_sum.detach()))
+
+
+def test_wrong_answers_whose_right_ones_were_gated_push_nothing_down():
+    """A group whose right answers carry text we would not write loses them to the gate; its
+    wrong answers must not then push down what every answer of the group shares."""
+    own = _own()
+    likely, unlikely = _own(1, seed=3)[0], np.full(12, -10.0)
+    rewards = torch.tensor([1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    advantages = group_advantages(rewards, False).tolist()
+    theta = [unlikely] * 2 + [likely] * 6  # two of the three right answers are unlikely
+    samples = [TrainSample([7], Completion(np.zeros(12, np.int32), lp.astype(np.float32)), a, "p")
+               for lp, a in zip(theta, advantages)]
+    result = screen(samples, theta, [_sample("", o) for o in own], TRUST, LOSS)
+    assert result.keep == [False, False] + [True] * 6
+    kept = [a for a, k in zip(result.advantages, result.keep) if k]
+    assert sum(kept) == pytest.approx(0.0, abs=1e-6), "the kept advantages of the group balance"
+    assert kept[0] == pytest.approx(advantages[2]), "the kept right answer keeps its advantage"
+    assert all(a < 0 for a in kept[1:]), "wrong answers still count against, in proportion"
+    # a second group of another prompt, with nothing gated, is left as it was
+    other = [TrainSample([8], Completion(np.zeros(12, np.int32), likely.astype(np.float32)), a, "p") for a in advantages]
+    result = screen(samples + other, theta + [likely] * 8, [_sample("", o) for o in own], TRUST, LOSS)
+    assert result.advantages[8:] == pytest.approx(advantages)
+
+
+def test_the_anchored_gate_holds_what_our_model_learned_to_like():
+    """A sample our drifted model now finds likely still fails when the reference does not."""
+    own, likely = _own(), _own(1, seed=4)[0]
+    sample = _sample("crowd", likely, advantage=0.5)
+    anchored = Anchor(logprobs=[np.full(12, -10.0)], bar=-1.5)
+    assert screen([sample], [likely], [_sample("", o) for o in own], TRUST, LOSS).keep == [True]
+    result = screen([sample], [likely], [_sample("", o) for o in own], TRUST, LOSS, anchored)
+    assert result.keep == [False] and result.below_bar_flags == [True]
+
+
+def test_the_anchored_bar_follows_our_samples_slowly_and_never_falls_past_its_slack():
+    trust = TrustSettings(anchor_slack=1.0)
+    bar = AnchorBar(trust.anchor_slack)
+    start = bar.update(_own(level=-0.5), trust)
+    assert start == pytest.approx(gate_bar(_own(level=-0.5), trust))
+    lower = _own(level=-3.0)  # our samples as the reference now sees them: far less likely
+    moved = bar.update(lower, trust)
+    assert start - 0.2 < moved < start, "one round moves the bar a little way"
+    for _ in range(200):
+        moved = bar.update(lower, trust)
+    assert moved == pytest.approx(start - trust.anchor_slack), "never below start - slack"
+    higher = bar.update(_own(level=-0.1), trust)
+    assert higher > moved, "it follows back up"
+    resumed = AnchorBar(trust.anchor_slack)
+    resumed.resume(start)
+    assert resumed.update(lower, trust) == pytest.approx(moved_once := start + ANCHOR_FOLLOW * (gate_bar(lower, trust) - start))
+    assert moved_once < start

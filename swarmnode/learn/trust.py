@@ -15,8 +15,23 @@ is under *our* model. So:
   drops mostly wrong answers of honest peers, after their group's advantages were computed, so
   the kept advantages no longer sum to zero and wrong answers are under-penalised: two copies
   of one model then learned less together than one alone (docs/figures.md, "Does it pay?"). A gated
-  sample, like a filtered one, still counts in its group's mean: the others keep the
-  advantages the whole group gave them, and a group with nothing gated is left untouched.
+  sample, like a filtered one, still counts in its group's mean, and a group with nothing gated
+  is left untouched. The converse bias is an attack: a group whose right answers carry text we
+  would not write has them gated, and what is left, its wrong answers, would push down what
+  all its answers share (the answer's own format) with nothing to balance it. Model-less
+  identities sending such groups took a tiny node's accuracy from 0.59 to 0.02 in 25 rounds
+  (bench/attacks.py drift). So when the gate drops part of a group's positive advantage, the
+  group's negative advantages shrink in proportion (`Screening.advantages`): the kept ones
+  never sum below zero.
+- **Anchored gate.** The bar above moves with the model it protects, and so does a sample's
+  score: a payload that sits just under the bar passes now and then, each pass makes it
+  likelier, and the next passes more often. Three model-less identities walked it that way
+  (docs/security.md, "drift"). So a sample must also reach a second bar under a reference the
+  peers cannot move (`trust.anchor`): the starting weights (a LoRA's frozen base, else a frozen
+  copy, swarmnode.model.policy). Its bar comes from our own samples scored by the reference,
+  as above, but it follows them slowly (ANCHOR_FOLLOW a round) and never falls more than
+  `anchor_slack` below where it started (AnchorBar): text the starting model found unlikely
+  stays out however our model drifts, and honest drift within the slack is followed.
 - **Weight budget.** An honest generator draws tokens from pi_gen, so a token's importance
   weight pi_theta / pi_gen has expectation sum_x pi_theta(x) <= 1. A peer that reports a low
   log pi_gen gets weight C on every token instead. Each peer's weights are scaled so their
@@ -43,6 +58,7 @@ from swarmnode.settings.config import LossSettings, TrustSettings
 from swarmnode.settings.registry import OBJECTIVES
 
 GATE_MIN_OWN = 8  # fewer own samples than this set no bar: the gate is off for that round
+ANCHOR_FOLLOW = 0.05  # how far one round's measured bar moves the anchored gate's bar
 
 
 def least_likely_window(logprobs: np.ndarray, window: int) -> float:
@@ -63,6 +79,42 @@ def gate_bar(own_logprobs: list[np.ndarray], settings: TrustSettings) -> float |
         return None
     scores = [least_likely_window(lp, settings.gate_window) for lp in own_logprobs]
     return float(np.quantile(scores, settings.gate_quantile)) - settings.gate_margin
+
+
+class AnchorBar:
+    """The anchored gate's bar over a run: where it started, and where it is now.
+
+    Each round's bar is measured like the model's own (gate_bar, on our samples scored by the
+    reference), then moves the bar ANCHOR_FOLLOW of the way, never below `start - slack`.
+    """
+
+    def __init__(self, slack: float, start: float | None = None) -> None:
+        self.slack = slack
+        self.start = start
+        self.value = start
+
+    def resume(self, start: float | None) -> None:
+        """Start again from a checkpoint's `start` (None: measured afresh), at that bar."""
+        self.start = self.value = start
+
+    def update(self, own_reference_logprobs: list[np.ndarray], settings: TrustSettings) -> float | None:
+        """The bar for this round, after our own samples' reference log-probs moved it."""
+        measured = gate_bar(own_reference_logprobs, settings)
+        if measured is None:
+            return self.value
+        if self.start is None or self.value is None:
+            self.start = self.value = measured
+        else:
+            self.value = max(self.start - self.slack, self.value + ANCHOR_FOLLOW * (measured - self.value))
+        return self.value
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """The reference's side of the gate for one batch of peers' samples."""
+
+    logprobs: list[np.ndarray]  # log pi_ref on each peer sample's tokens
+    bar: float
 
 
 def token_weights(logp_theta: np.ndarray, logp_gen: np.ndarray, loss: LossSettings, weighting: str) -> np.ndarray:
@@ -93,6 +145,7 @@ class Screening:
     keep: list[bool]
     below_bar_flags: list[bool]  # per sample: under the gate's bar (gated or kept)
     weight_scale: list[float]
+    advantages: list[float]  # per sample: the advantage it trains with (balanced_advantages)
     bar: float | None
     verdicts: dict[str, PeerVerdict]
 
@@ -103,6 +156,30 @@ class Screening:
     @property
     def below_bar(self) -> int:
         return sum(v.below_bar for v in self.verdicts.values())
+
+
+def balanced_advantages(peers: list[TrainSample], keep: list[bool]) -> list[float]:
+    """Each sample's advantage, the negative ones of a group shrunk so that its kept samples'
+    advantages do not sum below zero once the gate dropped some of its positive ones.
+
+    A group is a run of consecutive samples with one source and one prompt (as
+    swarmnode.loop.samples lays them out); its advantages summed to zero before screening."""
+    advantages = [s.advantage for s in peers]
+    start = 0
+    while start < len(peers):
+        end = start + 1
+        while end < len(peers) and peers[end].source == peers[start].source and peers[end].prompt_ids == peers[start].prompt_ids:
+            end += 1
+        members = range(start, end)
+        if not all(keep[i] for i in members):
+            kept_up = sum(advantages[i] for i in members if keep[i] and advantages[i] > 0)
+            kept_down = -sum(advantages[i] for i in members if keep[i] and advantages[i] < 0)
+            if kept_down > kept_up:
+                for i in members:
+                    if advantages[i] < 0:
+                        advantages[i] *= kept_up / kept_down
+        start = end
+    return advantages
 
 
 def gateable(advantage: float, trust: TrustSettings) -> bool:
@@ -116,12 +193,14 @@ def screen(
     own: list[TrainSample],
     trust: TrustSettings,
     loss: LossSettings,
+    anchor: Anchor | None = None,
 ) -> Screening:
     """Decide, per peer sample, whether it is trained on and how much its weights count.
 
     Each of `peers` names its sender (`source`), carries the group advantage we computed over
     its whole group and the log-probs its sender reported; `theta_logprobs[i]` is our model's
-    on the tokens of `peers[i]`; `own` are our own samples of the round (the gate's bar).
+    on the tokens of `peers[i]`; `own` are our own samples of the round (the gate's bar);
+    `anchor`, when given, the reference's log-probs and bar (a sample must reach both bars).
     """
     bar = gate_bar([s.gen_logprobs for s in own], trust) if trust.likelihood_gate else None
     keep = [True] * len(peers)
@@ -135,7 +214,10 @@ def screen(
         peer, advantage, gen = sample.source, sample.advantage, sample.gen_logprobs
         verdict = verdicts[peer]
         verdict.samples += 1
-        if bar is not None and least_likely_window(theta, trust.gate_window) < bar:
+        unlikely = bar is not None and least_likely_window(theta, trust.gate_window) < bar
+        if anchor is not None and least_likely_window(anchor.logprobs[i], trust.gate_window) < anchor.bar:
+            unlikely = True
+        if unlikely:
             verdict.below_bar += 1
             below[i] = True
             if gateable(advantage, trust):
@@ -157,5 +239,6 @@ def screen(
                 f"(an honest generator's is at most 1)"
             )
     scales = [verdicts[sample.source].weight_scale for sample in peers]
-    return Screening(keep=keep, below_bar_flags=below, weight_scale=scales, bar=bar, verdicts=dict(verdicts))
+    return Screening(keep=keep, below_bar_flags=below, weight_scale=scales, advantages=balanced_advantages(peers, keep),
+                     bar=bar, verdicts=dict(verdicts))
 

@@ -14,7 +14,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from swarmnode.learn.trust import Screening, screen
+from swarmnode.learn.trust import Anchor, AnchorBar, Screening, screen
 from swarmnode.loop.ledger import PeerLedger
 from swarmnode.loop.pool import PROBATION_EVERY, OfferedGroup, PeerPool, fair_queue
 from swarmnode.loop.samples import Sample, ScoredGroup, score_group, train_samples
@@ -73,6 +73,7 @@ class Intake:
         self.ledger = ledger
         self.pool = PeerPool()
         self.waits = WaitRule(config)
+        self.anchor_bar = AnchorBar(config.trust.anchor_slack)
 
     # -- collecting ----------------------------------------------------------------------------
 
@@ -103,7 +104,8 @@ class Intake:
         offers = self.pool.offers(round_)
         rng = random.Random(f"{node.seed}:{self.exchange.peer_id}:{round_}:intake")
         standing = {peer: self.ledger.standing(peer) for peer in offers}
-        return fair_queue(offers, standing, rng, probation=round_ % PROBATION_EVERY == 0)
+        return fair_queue(offers, standing, rng, probation=round_ % PROBATION_EVERY == 0,
+                          seniority=self.ledger.seniority(), round_=round_)
 
     def _accept(self, received: list[Received], our_round: int) -> set[str]:
         """Decode strictly, check each batch belongs to this run and its sender's round, and
@@ -141,7 +143,7 @@ class Intake:
 
     # -- taking --------------------------------------------------------------------------------
 
-    def take(self, offered: list[OfferedGroup], own: list[Sample], timings: dict[str, float]) -> Taken:
+    def take(self, round_: int, offered: list[OfferedGroup], own: list[Sample], timings: dict[str, float]) -> Taken:
         """Fill the peers' share of the batch from `offered`, in its order, with samples that
         pass screening: a gated sample takes no room, the next groups are screened in its place
         (at most SCREEN_PASSES times), and a group on probation comes on top. Every group
@@ -160,6 +162,7 @@ class Intake:
         struck: set[str] = set()
         queue = list(offered)
         timings["score_s"] = timings["screen_s"] = 0.0
+        anchor_bar = self._anchor_bar(own) if queue and budget > 0 else None
         for _ in range(SCREEN_PASSES):
             missing = wanted - len(taken.kept)
             if missing <= 0 or not queue:
@@ -175,13 +178,15 @@ class Intake:
             samples = train_samples([self._score(group) for group in chunk], self.config.loss.advantage_std)
             timings["score_s"] += time.perf_counter() - t
             t = time.perf_counter()
-            screening = self._screen(own, samples, struck)
+            screening = self._screen(own, samples, struck, anchor_bar)
             timings["screen_s"] += time.perf_counter() - t
             taken.kept += [
-                sample.weighted(scale) for sample, keep, scale in zip(samples, screening.keep, screening.weight_scale) if keep
+                sample.screened(scale, advantage)
+                for sample, keep, scale, advantage in zip(samples, screening.keep, screening.weight_scale, screening.advantages)
+                if keep
             ]
             taken.screenings.append(screening)
-            self._note_standing(samples, screening)
+            self._note_standing(round_, samples, screening)
         return taken
 
     def _score(self, group: OfferedGroup) -> ScoredGroup:
@@ -189,7 +194,18 @@ class Intake:
         prompt = build_prompt(self.task, problem, self.policy)
         return score_group(self.task, self.policy, group.peer_id, problem, prompt, group.completions)
 
-    def _screen(self, own: list[Sample], peers: list[Sample], struck: set[str]) -> Screening:
+    def _anchor_bar(self, own: list[Sample]) -> float | None:
+        """This round's bar of the anchored gate, moved by our own samples as the reference
+        scores them; None when the gate is not anchored (swarmnode.learn.trust)."""
+        trust = self.config.trust
+        if not (trust.likelihood_gate and trust.anchor and self.policy.has_reference):
+            return None
+        reference = self.policy.reference_logprobs(
+            [s.train.prompt_ids for s in own], [s.train.completion_ids for s in own], self.config.rollout.temperature
+        )
+        return self.anchor_bar.update(reference, trust)
+
+    def _screen(self, own: list[Sample], peers: list[Sample], struck: set[str], anchor_bar: float | None) -> Screening:
         """Judge peers' samples by our own model (swarmnode.learn.trust): which to keep (the gate
         drops only unlikely samples with a positive advantage), how much their weights count; a
         peer whose log-probs claim more weight than an honest generator's gets one strike a
@@ -197,26 +213,35 @@ class Intake:
         trust = self.config.trust
         if not peers or not (trust.likelihood_gate or trust.weight_budget):
             return Screening(keep=[True] * len(peers), below_bar_flags=[False] * len(peers),
-                             weight_scale=[1.0] * len(peers), bar=None, verdicts={})
+                             weight_scale=[1.0] * len(peers), advantages=[s.train.advantage for s in peers],
+                             bar=None, verdicts={})
         theta = self.policy.token_logprobs(
             [s.train.prompt_ids for s in peers], [s.train.completion_ids for s in peers],
             self.config.rollout.temperature,
         )
-        screening = screen([s.train for s in peers], theta, [s.train for s in own], trust, self.config.loss)
+        anchor = None
+        if anchor_bar is not None:
+            anchor = Anchor(self.policy.reference_logprobs(
+                [s.train.prompt_ids for s in peers], [s.train.completion_ids for s in peers],
+                self.config.rollout.temperature,
+            ), anchor_bar)
+        screening = screen([s.train for s in peers], theta, [s.train for s in own], trust, self.config.loss, anchor)
         for peer, verdict in screening.verdicts.items():
             if verdict.strikes and peer not in struck:  # one batch, one strike, however many passes
                 struck.add(peer)
                 self.reject(peer, verdict.strikes[0])
         return screening
 
-    def _note_standing(self, samples: list[Sample], screening: Screening) -> None:
+    def _note_standing(self, round_: int, samples: list[Sample], screening: Screening) -> None:
         """Tell the ledger how many of each peer's screened samples were useful: kept, not
-        under the gate's bar, and carrying a non-zero advantage (a group all right or all wrong
-        teaches nothing)."""
+        under a bar of the gate, and trained with a non-zero advantage (a group all right or
+        all wrong teaches nothing, nor do wrong answers whose right ones were gated)."""
         offered: Counter[str] = Counter()
         useful: Counter[str] = Counter()
-        for sample, kept, unlikely in zip(samples, screening.keep, screening.below_bar_flags):
+        for sample, kept, unlikely, advantage in zip(
+            samples, screening.keep, screening.below_bar_flags, screening.advantages
+        ):
             offered[sample.peer_id] += 1
-            useful[sample.peer_id] += int(kept and not unlikely and sample.train.advantage != 0)
+            useful[sample.peer_id] += int(kept and not unlikely and advantage != 0)
         for peer, count in offered.items():
-            self.ledger.screened(peer, count, useful[peer])
+            self.ledger.screened(peer, count, useful[peer], round_)

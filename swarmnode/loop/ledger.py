@@ -41,6 +41,7 @@ class PeerRecord:
     cut: bool = False  # closed a download mid-payload since its last verified batch
     screened: int = 0  # samples screened
     standing: float = 0.0  # recent share of its screened samples that were useful (kept, advantage != 0)
+    taught_since: int | None = None  # our round in which its samples were first useful
 
 
 class PeerLedger:
@@ -98,9 +99,10 @@ class PeerLedger:
             record.missed = max(record.missed, self.max_missed)
             record.cut = True
 
-    def screened(self, peer_id: str, offered: int, useful: int) -> None:
-        """`useful` of the peer's `offered` samples were kept by screening and carried a
-        non-zero advantage: its standing moves toward that share (STANDING_WEIGHT per batch)."""
+    def screened(self, peer_id: str, offered: int, useful: int, round_: int) -> None:
+        """In our round `round_`, `useful` of the peer's `offered` samples were kept by
+        screening and trained with a non-zero advantage: its standing moves toward that share
+        (STANDING_WEIGHT per batch), and the first useful one starts its seniority."""
         if offered <= 0:
             return
         with self._lock:
@@ -108,6 +110,14 @@ class PeerLedger:
             share = useful / offered
             record.standing = share if not record.screened else record.standing + STANDING_WEIGHT * (share - record.standing)
             record.screened += offered
+            if useful and record.taught_since is None:
+                record.taught_since = round_
+
+    def seniority(self) -> dict[str, int]:
+        """Per peer whose samples were ever useful, our round in which they first were: the
+        older, the larger its place in the peers' share (swarmnode.loop.pool.fair_queue)."""
+        with self._lock:
+            return {peer: r.taught_since for peer, r in self.peers.items() if r.taught_since is not None}
 
     def standing(self, peer_id: str) -> float | None:
         """How useful the peer's samples have been lately, None for a peer never screened: the

@@ -140,7 +140,7 @@ class Node:
         """Gather peers' groups, screen them, take one optimiser step on everything, log it."""
         offered = self.intake.collect(round_, state.timings["generate_s"], state.timings)
         own = train_samples(state.own_groups, self.config.loss.advantage_std)
-        taken = self.intake.take(offered, own, state.timings)
+        taken = self.intake.take(round_, offered, own, state.timings)
         t = time.perf_counter()
         result = self.policy.train_step(
             [sample.train for sample in own + taken.kept], self.config.loss, self.config.rollout.temperature
@@ -219,9 +219,11 @@ class Node:
     def save(self, last_round: int, wait: bool = True) -> None:
         """Checkpoint the state after `last_round`; with `wait` False the files are written
         while the next rounds run (a kill before they are renamed into place keeps the last)."""
-        self.checkpoints.save(
-            last_round, {"run_id": self.run_id, "peer_id": self.peer_id, "time": round(time.time(), 3)}, wait=wait
-        )
+        meta = {
+            "run_id": self.run_id, "peer_id": self.peer_id, "time": round(time.time(), 3),
+            "anchor_bar_start": self.intake.anchor_bar.start,  # a resumed gate keeps the bar it started from
+        }
+        self.checkpoints.save(last_round, meta, wait=wait)
         self.next_round = last_round + 1
         self._saved_at = time.monotonic()
 
@@ -246,6 +248,7 @@ class Node:
                 "the settings changed; use a new --run-dir or set node.resume=false"
             )
         self.next_round = int(meta["round"]) + 1
+        self.intake.anchor_bar.resume(meta.get("anchor_bar_start"))
         self.generator.sync_weights()
         earlier = read_evals(self.metrics.path)
         self.evals.extend(e.eval_acc for e in earlier if e.round < self.next_round)

@@ -2,7 +2,12 @@
 
 Identities are free, so nothing here counts them: the peers' share of a batch is handed out
 in turns, peers with a record of useful samples first, a fixed share of the turns kept for
-newcomers, and peers whose samples proved useless last. Groups are used once and only while
+newcomers, and peers whose samples proved useless last. Among the useful, seniority counts:
+the answers of a public task are public, so a crowd of identities with no model can look
+useful, and taking turns as equals they took an honest peer's place by numbers (3 of them,
+3/4 of it). So peers that first taught this node at about the same time form a cohort, and
+each cohort keeps 3 of every 4 turns over all younger ones together, until both are
+ESTABLISHED_ROUNDS old: a crowd arriving later shares one turn in four, however many it is. Groups are used once and only while
 fresh; a slower peer's batch is spread over the rounds until its next one is due.
 """
 
@@ -21,6 +26,9 @@ NEWCOMER_EVERY = 4  # every 4th turn of the peers' share goes to a peer without 
 PROBATION_EVERY = 4  # every 4th round, a newcomer turn no newcomer takes goes to one useless peer
 SPACING_WEIGHT = 0.5  # how far one longer gap between a peer's batches moves its measured spacing
 HOLD_ROUNDS = 16  # an unused batch younger than this (our rounds) stands in for its sender's next: holding()
+COHORT_ROUNDS = 16  # peers that first taught us within this many of our rounds of each other share a cohort
+YOUNGER_EVERY = 4  # every 4th turn of a cohort goes to all younger cohorts together
+ESTABLISHED_ROUNDS = 256  # a peer that first taught us this many rounds ago joins the oldest cohort
 
 T = TypeVar("T")
 
@@ -126,15 +134,34 @@ class PeerPool:
         return sum(len(groups) for groups in self._held.values())
 
 
+def cohorts(seniority: Mapping[str, int], peers: list[str], round_: int) -> list[list[str]]:
+    """`peers` (in their order) grouped by when they first taught us (`seniority`, our
+    rounds), oldest cohort first: a cohort spans COHORT_ROUNDS from its oldest member, and
+    every peer older than ESTABLISHED_ROUNDS is in the first. A peer without a record counts
+    as taught now."""
+    since = {p: min(seniority.get(p, round_), round_) for p in peers}
+    established = [p for p in peers if round_ - since[p] >= ESTABLISHED_ROUNDS]
+    rest = sorted((p for p in peers if p not in established), key=lambda p: since[p])  # stable: keeps order
+    groups: list[list[str]] = [established] if established else []
+    for peer in rest:
+        if groups and groups[-1] is not established and since[peer] - since[groups[-1][0]] < COHORT_ROUNDS:
+            groups[-1].append(peer)
+        else:
+            groups.append([peer])
+    return groups
+
+
 def fair_queue(
     offers: Mapping[str, list[T]], standing: Mapping[str, float | None], rng: random.Random,
     newcomer_every: int = NEWCOMER_EVERY, probation: bool = False,
+    seniority: Mapping[str, int] | None = None, round_: int = 0,
 ) -> list[T]:
     """The offered groups the peers' share of a batch may take, in the order it takes them.
 
     Peers take turns, one group a turn, so no peer takes the share by offering more, and no
     peer id by sorting first (ties are broken by `rng`). Peers whose samples have been useful
-    go first, the most useful first; every `newcomer_every`-th turn goes to a newcomer
+    go first, the most useful first, a cohort of older ones keeping 3 turns in 4 over younger
+    ones (`cohorts`, by `seniority` at our round `round_`); every `newcomer_every`-th turn goes to a newcomer
     (standing None: never screened) while one has groups left, so a new peer is heard at once.
     Peers found useless (`is_useless`) only fill what is left. With `probation` (the caller's
     every PROBATION_EVERY-th round), one group of one useless peer picked by `rng` comes first,
@@ -146,7 +173,8 @@ def fair_queue(
     proven = sorted((p for p in peers if is_proven(standing.get(p))), key=lambda p: -(standing[p] or 0.0))
     newcomers = [p for p in peers if standing.get(p) is None]
     useless = [p for p in peers if is_useless(standing.get(p))]
-    proven_turns, newcomer_turns = _turns(offers, proven), _turns(offers, newcomers)
+    proven_turns = _senior_first(offers, cohorts(seniority or {}, proven, round_))
+    newcomer_turns = _turns(offers, newcomers)
     useless_turns = _turns(offers, useless)
     on_probation, useless_turns = (useless_turns[:1], useless_turns[1:]) if probation else ([], useless_turns)
     queue: list[T] = []
@@ -155,6 +183,19 @@ def fair_queue(
         source = newcomer_turns if newcomer_slot and newcomer_turns else proven_turns or newcomer_turns
         queue.append(source.pop(0))
     return on_probation + queue + useless_turns
+
+
+def _senior_first(offers: Mapping[str, list[T]], groups: list[list[str]]) -> list[T]:
+    """Round robin within each cohort; every YOUNGER_EVERY-th turn of the oldest goes to the
+    younger cohorts together (in the same way among them), while they have groups."""
+    if not groups:
+        return []
+    oldest, younger = _turns(offers, groups[0]), _senior_first(offers, groups[1:])
+    queue: list[T] = []
+    while oldest or younger:
+        younger_slot = (len(queue) + 1) % YOUNGER_EVERY == 0
+        queue.append((younger if younger_slot and younger else oldest or younger).pop(0))
+    return queue
 
 
 def _turns(offers: Mapping[str, list[T]], peers: list[str]) -> list[T]:

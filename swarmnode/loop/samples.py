@@ -47,9 +47,10 @@ class Sample:
         """Who generated it: OWN for ours."""
         return self.train.source
 
-    def weighted(self, scale: float) -> Sample:
-        """This sample with its importance weights scaled by `scale` (a peer's weight budget)."""
-        return replace(self, train=replace(self.train, weight_scale=scale))
+    def screened(self, scale: float, advantage: float) -> Sample:
+        """This sample as screening lets it train: its importance weights scaled by `scale` (a
+        peer's weight budget), with `advantage` (its group's balanced after gating)."""
+        return replace(self, train=replace(self.train, weight_scale=scale, advantage=advantage))
 
 
 def score_group(

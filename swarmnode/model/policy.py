@@ -132,6 +132,7 @@ class Policy:
         if train.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.model = model
+        self.reference: torch.nn.Module | None = None  # full fine-tuning's frozen start: keep_reference()
         self.device = next(model.parameters()).device
         self.optimizer = torch.optim.AdamW(
             [p for p in model.parameters() if p.requires_grad],
@@ -216,12 +217,15 @@ class Policy:
         prompts: list[list[int]],
         completions: list[np.ndarray],
         temperature: float,
+        model: torch.nn.Module | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """log pi_theta of each completion token at `temperature`, shape [B, T], plus mask.
+        """log pi_theta of each completion token at `temperature`, shape [B, T], plus mask;
+        under `model` instead when given (the reference).
 
         The mask comes from lengths, never from token ids, so an EOS equal to the pad token
         keeps its log-prob.
         """
+        model = model or self.model
         lengths = [len(c) for c in completions]
         width = max(len(p) + n for p, n in zip(prompts, lengths))
         pad = self.tokenizer.pad_token_id
@@ -240,30 +244,57 @@ class Policy:
         chunk = self.train_settings.logprob_chunk_tokens
         with self.compute():
             if chunk:
-                body, head = decoder_and_head(self.model)
+                body, head = decoder_and_head(model)
                 hidden = body(input_ids=input_ids, attention_mask=attention).last_hidden_state
                 picked = hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1]))
                 logp = chunked_logprobs(picked, targets, head, temperature, chunk)
             else:  # whole sequences: [B, T, V] logits at once (faster for small vocabularies)
-                logits = self.model(input_ids=input_ids, attention_mask=attention).logits
+                logits = model(input_ids=input_ids, attention_mask=attention).logits
                 picked = logits.gather(1, positions[..., None].expand(-1, -1, logits.shape[-1]))
                 logp = logprobs_from_logits(picked, targets, temperature)
         mask = steps[None, :] < torch.tensor(lengths, device=self.device)[:, None]
         return logp * mask, mask
 
+    def keep_reference(self) -> None:
+        """Keep the weights as they are now as the reference that screening is anchored to
+        (swarmnode.learn.trust): nothing a peer sends can move it. A LoRA model's frozen base is
+        one already, at no cost; full fine-tuning keeps a frozen copy in the compute dtype
+        (the memory planner counts it). Called before a checkpoint is loaded, so a resumed
+        run keeps the weights it started from."""
+        if not self.lora_rank and self.reference is None:
+            self.reference = inference_copy(self.model, self.compute_dtype)
+
+    @property
+    def has_reference(self) -> bool:
+        return bool(self.lora_rank) or self.reference is not None
+
     @torch.no_grad()
-    def token_logprobs(
+    def reference_logprobs(
         self, prompts: list[list[int]], completions: list[np.ndarray], temperature: float
     ) -> list[np.ndarray]:
-        """log pi_theta of each completion's tokens, no gradient, micro-batched (for screening);
-        out of memory halves the micro-batch, as in the step."""
+        """log pi_ref of each completion's tokens: the LoRA base with its adapters off, or
+        the frozen copy kept by `keep_reference`."""
+        if self.lora_rank:
+            with self.model.disable_adapter():
+                return self.token_logprobs(prompts, completions, temperature)
+        if self.reference is None:
+            raise RuntimeError("no reference kept: call keep_reference() first")
+        return self.token_logprobs(prompts, completions, temperature, model=self.reference)
+
+    @torch.no_grad()
+    def token_logprobs(
+        self, prompts: list[list[int]], completions: list[np.ndarray], temperature: float,
+        model: torch.nn.Module | None = None,
+    ) -> list[np.ndarray]:
+        """log pi_theta (or `model`'s) of each completion's tokens, no gradient, micro-batched
+        (for screening); out of memory halves the micro-batch, as in the step."""
         out: list[np.ndarray] = []
         start = 0
         while start < len(completions):
             size = self.micro_batch.value
             chunk = completions[start : start + size]
             try:
-                logp, _ = self.completion_logprobs(prompts[start : start + size], chunk, temperature)
+                logp, _ = self.completion_logprobs(prompts[start : start + size], chunk, temperature, model)
             except torch.OutOfMemoryError:
                 self.micro_batch.halve_after_oom(
                     "scoring peers' samples: micro-batch",

@@ -253,6 +253,14 @@ class TrustSettings(_Section):
         0.05, ge=0, le=0.5, description="the bar is this quantile of own samples' least likely windows ..."
     )
     gate_margin: float = Field(1.0, ge=0, description="... minus this many nats per token")
+    anchor: bool = Field(
+        True,
+        description="judge peers' samples by the starting weights too (a LoRA's frozen base; full fine-tuning keeps a "
+        "frozen copy), which nothing a peer sends can move, so the gate cannot be walked",
+    )
+    anchor_slack: float = Field(
+        1.0, ge=0, description="how far (nats per token) the anchored gate's bar may ever fall below where it started"
+    )
     gate_scope: Literal["positive", "all"] = Field(
         "positive",
         description="which samples the gate may drop: those with a positive advantage (poison needs one to be "

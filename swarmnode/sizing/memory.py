@@ -97,6 +97,8 @@ def estimate(config: Config, shape: ModelShape, capacity: float, on_gpu: bool, b
             if backend == "hf" and config.rollout.hf_inference_copy:
                 est.parts["bf16 inference copy (hf)"] = compute * p
         trainable, state = p, master * p
+        if config.trust.likelihood_gate and config.trust.anchor:  # a LoRA's base is its reference already
+            est.parts["frozen reference (trust.anchor)"] = compute * p
     est.parts["gradients"] = state
     est.parts["AdamW state"] = 2 * state
     seq = TYPICAL_PROMPT_TOKENS + config.rollout.max_new_tokens

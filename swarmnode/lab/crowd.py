@@ -1,0 +1,116 @@
+"""Identities with no model of their own that look useful: the answers of a public task.
+
+A verifiable public task's answers are public, so a stranger needs no model to send groups
+that score well: half of each group the right answer in the model's own format, half a
+plausible wrong one, so every sample carries a non-zero advantage. With a `payload` (a few
+tokens the public starting model finds fairly likely, see `drift_payload`) before each right
+answer, the crowd tries to walk the likelihood gate: each payload sample that passes makes
+the next one likelier under the model it is judged by. Without one, it tries to take the
+peers' share of a batch by numbers. Log-probs are reported truthfully under the public
+starting model, the most weight an honest generator's could buy. bench/attacks.py `drift`
+and `useful-crowd` measure both.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from swarmnode.model.policy import Policy
+from swarmnode.protocol import wire
+from swarmnode.protocol.batches import assigned_prompt_ids
+from swarmnode.protocol.prompts import build_prompt
+from swarmnode.settings.config import Config
+from swarmnode.swarm.base import RolloutExchange
+from swarmnode.tasks.base import Task
+
+ANSWER_OPEN = "<answer>"
+
+
+def drift_payload(policy: Policy, task: Task, length: int, prompts: int = 32) -> list[int]:
+    """`length` tokens chosen greedily as the most likely visible tokens, at the start of a
+    completion, that are not the answer's own (its tags, digits, a sign), nor blank nor special:
+    under the public model, the text a patient attacker would try to teach first."""
+    if length <= 0:
+        return []
+    tokenizer = policy.tokenizer
+    banned = set(tokenizer.all_special_ids)
+    for token_id in range(len(tokenizer)):
+        text = tokenizer.decode([token_id])
+        if not text.strip() or any(c.isdigit() for c in text) or "answer>" in text or text.strip() == "-":
+            banned.add(token_id)
+    chosen: list[int] = []
+    bases = [build_prompt(task, task.train_problem(i), policy) for i in range(min(prompts, task.num_train))]
+    for _ in range(length):
+        rows = []
+        with torch.no_grad():
+            for prompt in bases:
+                ids = torch.tensor([prompt + chosen], device=policy.device)
+                rows.append(torch.log_softmax(policy.model(input_ids=ids).logits[0, -1].float(), -1))
+        mean = torch.stack(rows).mean(0)
+        mean[list(banned & set(range(mean.shape[0])))] = -float("inf")
+        chosen.append(int(mean.argmax()))
+    return chosen
+
+
+def off_by_one(answer: str) -> str:
+    """A plausible wrong answer: the number plus one, else a digit appended."""
+    try:
+        return str(int(answer) + 1)
+    except ValueError:
+        return answer + "1"
+
+
+class UsefulCrowd:
+    """`identities` in one process, each publishing a batch a call through its own exchange."""
+
+    def __init__(
+        self,
+        exchanges: list[RolloutExchange],
+        run_id: str,
+        config: Config,
+        task: Task,
+        public: Policy,
+        payload: list[int],
+        groups: int = 16,
+    ) -> None:
+        self.exchanges, self.run_id, self.config, self.task = exchanges, run_id, config, task
+        self.public, self.payload, self.groups = public, payload, groups
+        self._cache: dict[int, wire.CompletionGroup] = {}  # prompt id -> its group
+
+    def publish(self, round_: int) -> None:
+        for exchange in self.exchanges:
+            ids = assigned_prompt_ids(self.config.node.seed, exchange.peer_id, round_, self.groups, self.task.num_train)
+            batch = wire.RolloutBatch(
+                run_id=self.run_id, peer_id=exchange.peer_id, round=round_,
+                tokenizer_fingerprint=self.public.fingerprint, groups=[self._group(i) for i in ids],
+            )
+            exchange.publish(round_, wire.encode(batch), batch.num_tokens)
+
+    def carries_payload(self, tokens: np.ndarray) -> bool:
+        """Whether a completion starts with the payload (none: never)."""
+        n = len(self.payload)
+        return bool(n) and len(tokens) >= n and [int(t) for t in tokens[:n]] == self.payload
+
+    def _group(self, prompt_id: int) -> wire.CompletionGroup:
+        if prompt_id not in self._cache:
+            self._cache[prompt_id] = self._make_group(prompt_id)
+        return self._cache[prompt_id]
+
+    def _make_group(self, prompt_id: int) -> wire.CompletionGroup:
+        problem = self.task.train_problem(prompt_id)
+        tokenizer = self.public.tokenizer
+        limit = self.config.rollout.max_new_tokens
+        size = self.config.rollout.group_size
+
+        def completion(answer: str, prefix: list[int]) -> np.ndarray:
+            ids = prefix + tokenizer(f"{ANSWER_OPEN}{answer}</answer>", add_special_tokens=False)["input_ids"]
+            ids = (ids + [tokenizer.eos_token_id])[:limit]
+            return np.array(ids, dtype=np.int32)
+
+        right = [completion(problem.answer, self.payload) for _ in range(size - size // 2)]
+        wrong = [completion(off_by_one(problem.answer), []) for _ in range(size // 2)]
+        completions = right + wrong
+        prompt = build_prompt(self.task, problem, self.public)
+        logprobs = self.public.token_logprobs([prompt] * size, completions, self.config.rollout.temperature)
+        return wire.CompletionGroup.of(prompt_id, [wire.Completion(c, lp.astype(np.float32)) for c, lp in zip(completions, logprobs)])
