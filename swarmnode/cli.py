@@ -232,7 +232,7 @@ def status(
     from swarmnode.settings.config import SwarmSettings
     from swarmnode.swarm.hivemind.addresses import AddressError, check_multiaddr
     from swarmnode.swarm.hivemind.runtime import SwarmError
-    from swarmnode.swarm.hivemind.status import open_status_client, read_heartbeats
+    from swarmnode.swarm.hivemind.status import open_status_client, peer_rows
 
     logging.basicConfig(level=logging.WARNING, handlers=[RichHandler(console=console, show_path=False)])
     stale_after = SwarmSettings().stale_after_s if stale_after is None else stale_after
@@ -257,17 +257,17 @@ def status(
     try:
         if as_json:
             while True:
-                typer.echo(to_json(read_heartbeats(runtime, stale_after)))
+                typer.echo(to_json(peer_rows(runtime, stale_after)))
                 if not watch:
                     break
                 time.sleep(watch)
         elif watch:
-            with Live(render_table(read_heartbeats(runtime, stale_after), wide), console=Console()) as live:
+            with Live(render_table(peer_rows(runtime, stale_after), wide), console=Console()) as live:
                 while True:
                     time.sleep(watch)
-                    live.update(render_table(read_heartbeats(runtime, stale_after), wide))
+                    live.update(render_table(peer_rows(runtime, stale_after), wide))
         else:
-            rows = read_heartbeats(runtime, stale_after)
+            rows = peer_rows(runtime, stale_after)
             Console().print(render_table(rows, wide) if rows else "the swarm answered but no node has a heartbeat")
     except KeyboardInterrupt:
         pass

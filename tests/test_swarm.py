@@ -47,7 +47,7 @@ from swarmnode.swarm.hivemind.shards import (
     shard_key,
     shard_of,
 )
-from swarmnode.swarm.hivemind.status import read_heartbeats
+from swarmnode.swarm.hivemind.status import probe, read_heartbeats
 
 RUN = "testrun"
 EVERYONES = shard_key(HEARTBEAT_FAMILY, 0, 0)  # level 0 has one shard, which every peer's records may use
@@ -636,6 +636,35 @@ async def _open_streams(server) -> int:
     return sum(server._open.values())
 
 
+def test_streams_over_the_limit_are_held_not_closed_so_reopening_them_gains_nothing(start_runtime, monkeypatch):
+    """Closing a stream over a requester's limit at once let one identity re-open sixteen in a
+    loop, a stream a moment (4x the honest round): they are held unread for TARPIT_S instead,
+    and past MAX_HELD_PER_PEER the requester's connection is dropped."""
+    monkeypatch.setattr("swarmnode.swarm.hivemind.payloads.MAX_HELD_PER_PEER", 8)
+    a = start_runtime("a")
+    rogue = start_runtime("rogue", a.visible_maddrs())
+    ex_a = _link(a).exchange
+
+    async def open_and_watch(count: int, watch_s: float) -> int:
+        """Open `count` silent streams; how many the server closed within `watch_s`."""
+        streams = []  # the writers too: one collected closes its stream
+        for _ in range(count):
+            streams.append(await rogue.p2p.call_binary_stream_handler(PeerID.from_base58(a.peer_id), PAYLOAD_PROTOCOL))
+        await asyncio.sleep(watch_s)
+        return sum(reader.at_eof() or bool(reader.exception()) for _, reader, _ in streams)
+
+    closed = rogue.call(open_and_watch(MAX_STREAMS_PER_PEER + 8, 1.0), timeout=30)
+    assert closed == 0, "over the limit, held: nothing to re-open"
+    assert ex_a.server.tarpitted == 8
+    more = rogue.call(open_and_watch(4, 1.0), timeout=30)
+    assert more == 4, "past the held cap: closed at once"
+    assert a.call(_dropped(ex_a.server), timeout=5) == {rogue.peer_id}, "and its connection dropped"
+
+
+async def _dropped(server) -> set[str]:
+    return set(server._dropped_at)
+
+
 def test_a_stranger_seen_in_heartbeats_that_cuts_a_transfer_is_not_asked_again(start_runtime):
     """A peer known only from its heartbeat is asked directly in turn, until it cuts a
     transfer: then it is asked no more (its manifests still lead to it, within the strangers'
@@ -950,3 +979,57 @@ def test_a_ghost_is_gone_within_stale_after_by_our_own_clock(start_runtime):
         time.sleep(0.2)
     assert _read(watcher) == {ghost.peer_id, honest.peer_id}, "both count at first"
     assert _read(watcher, 4.0) == {honest.peer_id}, "the ghost's record did not move on: gone"
+
+
+def test_status_shows_who_answered_apart_from_what_they_claim(start_runtime):
+    """A throwaway identity stores one glowing heartbeat and exits: `status` still lists its
+    claims, but only the live peer answered a direct request."""
+    a = start_runtime("a")
+    honest = start_runtime("honest", a.visible_maddrs())
+    _link(honest).membership.announce(NodeStatus(round=3))
+    ghost = start_runtime("ghost", a.visible_maddrs())
+    _store_heartbeat(ghost, ahead_s=0.0)
+    ghost.shutdown()
+    reader = start_runtime("reader", a.visible_maddrs())
+    deadline = time.monotonic() + 15
+    rows: dict = {}
+    while set(rows) != {honest.peer_id, ghost.peer_id} and time.monotonic() < deadline:
+        rows = {row.heartbeat.peer: row for row in read_heartbeats(reader, stale_after_s=20.0)}
+        time.sleep(0.3)
+    checked = {row.heartbeat.peer: row for row in probe(reader, list(rows.values()))}
+    assert checked[ghost.peer_id].heartbeat.eval_acc == 0.991, "its claims are shown ..."
+    assert checked[ghost.peer_id].answered_ms is None, "... and that it did not answer"
+    assert checked[honest.peer_id].answered_ms is not None and checked[honest.peer_id].reached == "local"
+    assert checked[honest.peer_id].to_json()["checked"]["reached"] == "local"
+
+
+def test_peers_meet_through_each_other_when_every_dht_store_is_refused(start_runtime, monkeypatch):
+    """An eclipse of the DHT's shard keys (their nearest nodes refuse every store) left two
+    honest nodes, one joined through the other, strangers for good. Without the DHT: b pulls
+    from a, its initial peer, a from b that downloaded from it, and c, joined through b, meets
+    a because b, asked whom it knows, names it."""
+    a = start_runtime("a")
+    b = start_runtime("b", a.visible_maddrs())
+    c = start_runtime("c", b.visible_maddrs())
+
+    async def refused(*args, **kwargs) -> bool:
+        return False
+
+    links = {}
+    for name, runtime in (("a", a), ("b", b), ("c", c)):
+        monkeypatch.setattr(runtime, "store_owned_all", refused)
+        links[name] = _link(runtime, RUN, PeerLedger())
+    deadline = time.monotonic() + 30
+    met: dict[str, set[str]] = {name: set() for name in links}
+    ids = {"a": a.peer_id, "b": b.peer_id, "c": c.peer_id}
+    round_ = 0
+    while time.monotonic() < deadline and any(len(m) < 2 for m in met.values()):
+        round_ += 1
+        for name, link in links.items():
+            link.exchange.publish(round_, f"{name} round {round_}".encode(), 1)
+        for name, link in links.items():
+            for item in link.exchange.gather(GatherWait(timeout_s=0.2)):
+                link.exchange.ledger.delivered(item.peer_id)  # what the intake says of a checked batch
+                met[name].add(item.peer_id)
+    assert {name: met[name] for name in links} == {n: set(ids.values()) - {ids[n]} for n in links}
+    assert all(not link.membership.live_peers() for link in links.values()), "nobody was found through the DHT"

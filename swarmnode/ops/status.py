@@ -12,12 +12,15 @@ from rich.table import Table
 from swarmnode.protocol.records import EVAL_HISTORY, PeerRow
 
 COLUMNS = [  # (title, justify, in the narrow table); `filtered_frac` keeps the metric's one name
-    ("peer", "left", True), ("run", "left", True), ("state", "left", True), ("model", "left", True),
+    ("peer", "left", True), ("run", "left", True), ("answered", "left", True), ("state", "left", True),
+    ("model", "left", True),
     ("params", "right", False), ("train", "left", True), ("backend", "left", False), ("device", "left", False),
     ("round", "right", True), ("reward", "right", False), ("eval_acc", "right", True), ("tok/s", "right", False),
     ("published", "right", False), ("consumed", "right", False), ("filtered_frac", "right", False),
-    ("reach", "left", True), ("version", "left", False), ("uptime", "right", False),
+    ("reach", "left", False), ("version", "left", False), ("uptime", "right", False),
 ]
+CAPTION = "answered: checked by this status (a direct request, and its path); the rest is each peer's claim"
+
 STATE_COLOURS = {"training": "green", "stale": "yellow", "left": "dim"}
 
 
@@ -48,6 +51,7 @@ def _cells(row: PeerRow, wide: bool) -> dict[str, str]:
     return {
         "peer": f"…{h.peer[-8:]}",
         "run": h.run[:8],
+        "answered": _answered(row),
         "state": f"[{STATE_COLOURS.get(row.state, 'white')}]{row.state}[/] {row.age_s:.0f}s",
         # in 80 columns the hub's organisation can go: the model's own name says what it is
         "model": _fmt(h.model) if wide else _fmt(h.model).rsplit("/", 1)[-1],
@@ -70,19 +74,28 @@ def _cells(row: PeerRow, wide: bool) -> dict[str, str]:
     }
 
 
+def _answered(row: PeerRow) -> str:
+    """What this reader checked: the answer's time and path, 'no', or '-' (not asked)."""
+    if row.answered_ms is not None:
+        return f"{row.answered_ms:.0f}ms {row.reached or ''}".strip()
+    return "-" if row.state == "left" else "[red]no[/]"
+
+
 def render_table(rows: list[PeerRow], wide: bool = False) -> Table:
-    """The peers as a table: by default the columns that fit 80 characters (peer, state,
-    model, training, round, held-out accuracy with its last evaluations drawn, how it is
-    reached), `wide` for every column.
+    """The peers as a table: by default the columns that fit 80 characters (peer, whether
+    it answered us and by which path, then its claims: state, model, training, round,
+    held-out accuracy with its last evaluations drawn), `wide` for every column (with the
+    reach it claims).
     One run shows in the title instead of a column."""
     runs = sorted({row.heartbeat.run for row in rows})
     one_run = len(runs) == 1
     title = f"swarmnode: {len(rows)} peer(s)" + (f" in run {runs[0][:16]}" if one_run else "")
     shown = [(name, justify) for name, justify, narrow in COLUMNS
              if (wide or narrow) and not (name == "run" and one_run and not wide)]
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(title=title, title_justify="left", caption=CAPTION, caption_justify="left",
+                  box=box.SIMPLE_HEAD, pad_edge=False)
     for column, justify in shown:
-        table.add_column(column, justify=justify, no_wrap=column in ("peer", "run", "state", "eval_acc"),
+        table.add_column(column, justify=justify, no_wrap=column in ("peer", "run", "answered", "state", "eval_acc"),
                          overflow="fold" if column == "model" else "ellipsis")
     for row in rows:
         cells = _cells(row, wide)

@@ -23,7 +23,7 @@ from swarmnode.tasks.base import fingerprint_of
 WIRE_VERSION = 2  # the rollout message layout (swarmnode.protocol.wire; 2: no sender's model info)
 RUN_ID_SCHEME = "swarmnode-run-v2"  # what the run id hashes
 DHT_NAMESPACE = "swarmnode/v3"  # prefix of every DHT key (v3: heartbeats and manifests in shards)
-PAYLOAD_PROTOCOL = "/swarmnode/payload/3"  # libp2p stream protocol for payloads (3: newest-after requests)
+PAYLOAD_PROTOCOL = "/swarmnode/payload/4"  # libp2p stream protocol for payloads (3: newest-after requests; 4: whom-do-you-know)
 CHECKPOINT_FORMAT = 1  # checkpoint directory layout (local only, not in the run id)
 
 
@@ -115,12 +115,19 @@ class Heartbeat(NodeStatus):
 
 @dataclass(frozen=True)
 class PeerRow:
-    """A peer as `swarmnode status` shows it: its heartbeat, how old that is, and the state
-    shown (`stale` for a heartbeat older than the reader's limit)."""
+    """A peer as `swarmnode status` shows it: its heartbeat (everything in it is the peer's
+    claim, its time included), how old that claims to be, the state shown (`stale` for a
+    heartbeat older than the reader's limit), and what the reader checked itself: whether
+    the peer answered a direct request, in how many ms, and how it was reached."""
 
     heartbeat: Heartbeat
     age_s: float
     state: str
+    answered_ms: float | None = None  # None: did not answer (or was not asked)
+    reached: str | None = None  # direct, relayed or local: the path the answer came over
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.heartbeat.model_dump(), "age_s": self.age_s, "state": self.state}
+        return {
+            **self.heartbeat.model_dump(), "age_s": self.age_s, "state": self.state,
+            "checked": {"answered_ms": self.answered_ms, "reached": self.reached},
+        }

@@ -10,8 +10,10 @@ rounds, and gather() hands out what arrived, waiting until every peer the node w
 delivered or the deadline passes. Downloads run as tasks of their own: a download still running at the deadline
 goes on in the background (up to `swarm.fetch_timeout_s`) and is handed out by a later gather.
 One download per peer at a time; peers the ledger has seen deliver are fetched first, others
-within a bound on count and promised bytes (`choose_downloads`), so a thousand junk manifests
-cost a bounded number of doomed downloads and bounded memory, not a round.
+within a bound on count and promised bytes (`choose_downloads`), the smallest promise first, so
+a thousand junk manifests cost a bounded number of doomed downloads and bounded memory, not a
+round. A download must keep to a floor rate (swarm.hivemind.payloads), and a stranger whose
+download failed waits out a growing back-off (`Backoff`) before it is asked again.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from swarmnode.protocol.records import RecordError
 from swarmnode.settings.config import SwarmSettings
 from swarmnode.swarm.base import NO_WAIT, GatherWait, PeerStanding, Received, is_proven
 from swarmnode.swarm.hivemind.dht import Manifest, owner_or_none, owner_peer_id, payload_digest
+from swarmnode.swarm.hivemind.introductions import Introductions
 from swarmnode.swarm.hivemind.payloads import FetchError, PayloadServer, fetch_newest, fetch_payload
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 from swarmnode.swarm.hivemind.shards import ShardedFamily, manifest_family
@@ -47,8 +50,36 @@ DIRECT = -1  # the round of a direct pull's key while it runs (the answer names 
 UNPROVEN_PER_POLL = 2  # peers not proven useful asked directly each poll, in turn
 WAITING_POLL_S = 0.05  # while a round waits for known peers, they are asked this often
 STRANGER_PULL_TIMEOUT_S = 5.0  # a direct pull of a peer seen only in heartbeats (its batch is found through the DHT too)
+STRANGER_BACKOFF_S = 10.0  # a stranger whose download wasted its place waits this long before the next ...
+STRANGER_BACKOFF_MAX_S = 600.0  # ... doubled at each failure in a row, up to this
 
 Key = tuple[str, int]  # (peer, its round)
+
+
+class Backoff:
+    """Strangers whose last downloads wasted their place (silent, too slow, cut, unreachable),
+    and until when each waits before it is downloaded from again: STRANGER_BACKOFF_S, doubled
+    at each failure in a row. An identity that announces a new round every second cannot
+    re-arm a doomed download every second; a new identity costs a key and a DHT store."""
+
+    def __init__(self, base_s: float = STRANGER_BACKOFF_S, cap_s: float = STRANGER_BACKOFF_MAX_S) -> None:
+        self.base_s, self.cap_s = base_s, cap_s
+        self._failures: Counter[str] = Counter()
+        self._until: dict[str, float] = {}
+
+    def failed(self, peer: str, now: float) -> None:
+        self._failures[peer] += 1
+        self._until[peer] = now + min(self.cap_s, self.base_s * 2 ** (self._failures[peer] - 1))
+        for old in [p for p, until in self._until.items() if until < now - self.cap_s]:  # bounded memory
+            del self._until[old]
+            del self._failures[old]
+
+    def delivered(self, peer: str) -> None:
+        self._failures.pop(peer, None)
+        self._until.pop(peer, None)
+
+    def waiting(self, peer: str, now: float) -> bool:
+        return self._until.get(peer, 0.0) > now
 
 
 class HivemindExchange:
@@ -84,9 +115,13 @@ class HivemindExchange:
         self._announcer: asyncio.Task | None = None  # the background store of our manifests
         self._next_announce = 0.0  # time.monotonic() before which no manifest is stored
         self._lookup: asyncio.Task | None = None  # the running DHT lookup for new peers' manifests
+        self._introducer: asyncio.Task | None = None  # the running round of 'whom do you know?'
         self._polls = 0  # polls so far: whose turn it is among the peers not proven useful
         self._held: frozenset[str] = frozenset()  # peers whose groups the node holds unused (its last gather)
         self._rng = random.Random()  # breaks ties among equally useful peers for the pull set
+        self._backoff = Backoff()  # strangers whose downloads failed: on the swarm loop only
+        self.introductions = Introductions(runtime, run_id, ledger.known_peers)  # discovery without the DHT
+        server.introductions = self.introductions.ours
         self.manifests = ShardedFamily(manifest_family(run_id), self.peer_id, owner_or_none)
         runtime.shards.add(self.manifests.family)  # our DHT node checks the run's shards too
         runtime.call(self.server.register(runtime.p2p), timeout=10)
@@ -191,9 +226,11 @@ class HivemindExchange:
 
     def _start_fetches(self, manifests: list[Manifest]) -> None:
         """Start the downloads `choose_downloads` allows; the rest wait for a later poll."""
+        now = time.monotonic()
+        waiting = [m for m in manifests if not self.ledger.known(m.peer_id) and self._backoff.waiting(m.peer_id, now)]
         for manifest in choose_downloads(
-            manifests, self._inflight_bytes, self.ledger.known, self.settings.max_peers_per_round,
-            UNEARNED_PAYLOADS_IN_FLIGHT * self.max_payload_bytes,
+            [m for m in manifests if m not in waiting], self._inflight_bytes, self.ledger.known,
+            self.settings.max_peers_per_round, UNEARNED_PAYLOADS_IN_FLIGHT * self.max_payload_bytes,
         ):
             self._start_fetch(manifest)
 
@@ -223,7 +260,10 @@ class HivemindExchange:
                 key, result = (key[0], result[0]), result[1]
                 if key[1] <= self._newest.get(key[0], -1):
                     return
+        if isinstance(result, FetchError) and not (result.misbehaved or result.gone) and not self.ledger.known(key[0]):
+            self._backoff.failed(key[0], time.monotonic())
         if isinstance(result, bytes):
+            self._backoff.delivered(key[0])
             self._ready[key] = result
             self._arrival.set()
         elif isinstance(result, FetchError) and result.misbehaved:
@@ -252,6 +292,8 @@ class HivemindExchange:
         while True:
             try:
                 self._pull_known()
+                if self._introducer is None or self._introducer.done():
+                    self._introducer = asyncio.create_task(self.introductions.maybe_ask(self.ledger.ever_delivered()))
                 due = time.monotonic() >= next_lookup or not self.ledger.ever_delivered()
                 if due and (self._lookup is None or self._lookup.done()):
                     next_lookup = time.monotonic() + self.settings.discovery_interval_s
@@ -310,13 +352,19 @@ class HivemindExchange:
             task.add_done_callback(lambda done, key=key: self._settle(key, done))
 
     def _strangers(self) -> list[str]:
-        """Peers of the run seen live in heartbeats that never delivered to us (nor cut a
-        download, nor are banned): asked directly in turn, so a new peer is heard within a few
-        polls without waiting for its manifest to turn up in the shards we read."""
+        """Peers that never delivered to us (nor cut a download, nor are banned, nor wait out
+        a back-off), asked directly in turn, so a new peer is heard within a few polls without
+        waiting for its manifest to turn up in the shards we read: those a known peer
+        introduced and our initial peers first, then those that downloaded from us, then those
+        seen live in heartbeats (swarm.hivemind.introductions: none of them needs the DHT but
+        the last)."""
+        now = time.monotonic()
+        named = [*self.introductions.candidates(), *reversed(self.server.requesters), *self.live_peers()]
         return [
-            peer for peer in self.live_peers()
+            peer for peer in dict.fromkeys(named)
             if peer != self.peer_id and not self.ledger.is_banned(peer)
             and not self.ledger.has_delivered(peer) and not self.ledger.has_cut(peer)
+            and not self._backoff.waiting(peer, now)
         ]
 
     def _room_for_stranger(self) -> bool:
@@ -338,7 +386,7 @@ class HivemindExchange:
             manifest = self._parse(subkey, raw, pulled)
             if manifest is not None:
                 (known if self.ledger.known(manifest.peer_id) else others).append(manifest)
-        return known + others
+        return known + sorted(others, key=lambda m: m.size)  # strangers promising less first: less to lose
 
     def _parse(self, subkey: object, raw: object, pulled: set[str]) -> Manifest | None:
         try:
@@ -366,6 +414,8 @@ class HivemindExchange:
 
     async def _cancel_all(self) -> None:
         self._poller.cancel()
+        if self._introducer is not None:
+            self._introducer.cancel()
         if self._lookup is not None:
             self._lookup.cancel()
         if self._announcer is not None:

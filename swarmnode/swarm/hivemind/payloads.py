@@ -11,15 +11,24 @@ Protocol `/swarmnode/payload/3` on a libp2p stream, two requests (each at most 1
       The stream itself authenticates the sender (libp2p's secure channel binds it to the peer
       id); the receiver refuses a length above its limit before reading and a round not after
       the one it asked for.
-Either way a peer cannot push unbounded data.
+  {"run": str, "whom": true}  whom do you know? (peer exchange, swarm.hivemind.exchange):
+      response = 1 status byte (0 ok, 2 not now) + u32 length + a msgpack list of at most
+      MAX_INTRODUCTIONS [peer id, [multiaddr, ...]] of peers that delivered valid batches to the
+      answering node; at most MAX_INTRODUCTION_BYTES, answered once per WHOM_EVERY_S a requester.
+      A list is a claim: the asker dials each entry and counts it only once it delivers.
+Either way a peer cannot push unbounded data, nor hold a download open by sending slowly: after
+FLOOR_GRACE_S a payload must keep arriving at FLOOR_BYTES_PER_S or the download is cut.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import struct
+import time
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 
 import msgpack
 from hivemind.p2p import P2P, PeerID
@@ -33,19 +42,29 @@ PROTOCOL = PAYLOAD_PROTOCOL
 MAX_REQUEST_BYTES = 1024
 CHUNK_BYTES = 1 << 20
 OK, NOT_FOUND, NOTHING_NEWER = 0, 1, 2
-SERVE_TIMEOUT_S = 120.0  # one answer; a stalled reader loses its slot
 REQUEST_TIMEOUT_S = 2.0  # a request is a few dozen bytes: an opened stream that says nothing is closed
-MAX_STREAMS_PER_PEER = 2  # streams one requester may hold open at once; more are closed at once
+MAX_STREAMS_PER_PEER = 2  # streams one requester may have served at once; more are held unread ...
+TARPIT_S = 30.0  # ... this long, then closed: closing them at once let a requester re-open them in a loop
+MAX_HELD_PER_PEER = 32  # past this many held, a requester's streams are closed and its connection dropped
+MAX_INTRODUCTIONS = 16  # peers in one answer to 'whom do you know?'
+MAX_ADDRS_PER_PEER = 4
+MAX_INTRODUCTION_BYTES = 16 * 1024
+WHOM_EVERY_S = 5.0  # a requester gets at most one answer to 'whom do you know?' this often
+REMEMBERED_REQUESTERS = 64  # peers that downloaded from us, newest kept: we try them as strangers too
+FLOOR_GRACE_S = 5.0  # a download's first bytes may take this long (dialling, a busy server) ...
+FLOOR_BYTES_PER_S = 256 * 1024  # ... then the payload must keep coming at least this fast
 
 
 class FetchError(RuntimeError):
     """A payload could not be fetched. `misbehaved` is True when the peer sent bad data (as
     opposed to being unreachable or slow), which counts against it."""
 
-    def __init__(self, message: str, misbehaved: bool, cut: bool = False) -> None:
+    def __init__(self, message: str, misbehaved: bool, cut: bool = False, slow: bool = False, gone: bool = False) -> None:
         super().__init__(message)
         self.misbehaved = misbehaved
         self.cut = cut  # the peer closed mid-payload: not provably a lie (a crash looks alike), not retried
+        self.slow = slow  # sent below the floor rate: cut by us (a slow link looks alike)
+        self.gone = gone  # the round asked for is no longer served: the peer moved on, nothing wasted
 
 
 class PayloadServer:
@@ -57,6 +76,14 @@ class PayloadServer:
         self._payloads: OrderedDict[int, bytes] = OrderedDict()
         self._slots = asyncio.Semaphore(max_concurrent)
         self._open: Counter[str] = Counter()  # requester -> streams it holds open now
+        self._held: Counter[str] = Counter()  # requester -> streams over its limit, held unread
+        self._dropped_at: dict[str, float] = {}  # requester -> when its connection was last dropped
+        self._p2p: P2P | None = None
+        self.tarpitted = 0  # streams held unread so far
+        self.requesters: OrderedDict[str, None] = OrderedDict()  # who downloaded our batches lately, newest last
+        self._answered_whom: dict[str, float] = {}  # requester -> when it last got our introductions
+        # whom we introduce: [peer id, [multiaddr, ...]] of peers that delivered to us (the exchange sets it)
+        self.introductions: Callable[[], list[tuple[str, list[str]]]] = list
         self.served = 0
         self.served_to: dict[int, set[str]] = {}  # round -> peers that downloaded it
         self._pinned: set[int] = set()  # rounds whose manifest is (or is being put) in the DHT
@@ -83,21 +110,24 @@ class PayloadServer:
             self._pinned.discard(round_)
 
     async def register(self, p2p: P2P) -> None:
+        self._p2p = p2p
         await p2p.add_binary_stream_handler(PROTOCOL, self.handle)
 
     async def handle(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """One request. Free identities buy nothing here: each requester holds at most
-        MAX_STREAMS_PER_PEER streams, and a stream holds one of the few serving slots only once
-        its request has arrived (within REQUEST_TIMEOUT_S), so idle streams block nobody."""
+        """One request. Free identities buy nothing here: each requester has at most
+        MAX_STREAMS_PER_PEER streams served, and a stream holds one of the few serving slots only
+        once its request has arrived (within REQUEST_TIMEOUT_S), so idle streams block nobody.
+        A stream over the limit is held unread (`_tarpit`), not closed, so re-opening streams
+        in a loop gains a requester nothing."""
         requester = info.peer_id.to_base58() if getattr(info, "peer_id", None) is not None else "?"
         if self._open[requester] >= MAX_STREAMS_PER_PEER:
-            writer.close()
+            await self._tarpit(requester, writer)
             return
         self._open[requester] += 1
         try:
             request = await asyncio.wait_for(_read_request(reader), timeout=REQUEST_TIMEOUT_S)
-            async with self._slots:  # a requester that stops reading holds a slot SERVE_TIMEOUT_S at most
-                await asyncio.wait_for(self._answer(requester, request, writer), timeout=SERVE_TIMEOUT_S)
+            async with self._slots:  # a requester that stops reading holds a slot as long as the floor rate allows
+                await asyncio.wait_for(self._answer(requester, request, writer), timeout=self._serve_timeout_s())
         except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ValueError) as err:
             log.debug("payload request from %s failed: %s", requester, err)
         finally:
@@ -106,8 +136,40 @@ class PayloadServer:
                 del self._open[requester]
             writer.close()
 
+    async def _tarpit(self, requester: str, writer: asyncio.StreamWriter) -> None:
+        """Hold a stream over the requester's limit for TARPIT_S, unread, then close it; past
+        MAX_HELD_PER_PEER held, close at once and drop the requester's connection (at most
+        once a TARPIT_S): it must dial again, a handshake on its side too."""
+        if self._held[requester] >= MAX_HELD_PER_PEER:
+            writer.close()
+            now = time.monotonic()
+            if self._p2p is not None and now - self._dropped_at.get(requester, -TARPIT_S) >= TARPIT_S:
+                self._dropped_at[requester] = now
+                log.info("dropping the connection of %s: it keeps opening payload streams", requester)
+                with contextlib.suppress(Exception):  # gone already, or a daemon without the call
+                    await self._p2p._client.disconnect(PeerID.from_base58(requester))
+            return
+        self._held[requester] += 1
+        self.tarpitted += 1
+        try:
+            await asyncio.sleep(TARPIT_S)
+        finally:
+            self._held[requester] -= 1
+            if not self._held[requester]:
+                del self._held[requester]
+            writer.close()
+
+    def _serve_timeout_s(self) -> float:
+        """How long one answer may take: our largest payload at the floor rate a receiver
+        holds us to, after the grace."""
+        largest = max((len(p) for p in self._payloads.values()), default=0)
+        return FLOOR_GRACE_S + largest / FLOOR_BYTES_PER_S
+
     async def _answer(self, requester: str, request: dict, writer: asyncio.StreamWriter) -> None:
         ours = request.get("run") == self.run_id
+        if request.get("whom") is True:
+            await self._introduce(requester, ours, writer)
+            return
         if isinstance(request.get("after"), int):
             newer = [r for r in self._payloads if ours and r > request["after"]]
             if not newer:
@@ -129,6 +191,37 @@ class PayloadServer:
             await writer.drain()
         self.served += 1
         self.served_to.setdefault(round_, set()).add(requester)
+        self._remember(requester)
+        await writer.drain()
+
+    def _remember(self, requester: str) -> None:
+        """A peer of our run that talks to us: the exchange may ask it for batches in turn,
+        so two nodes that never find each other in the DHT still meet once one reached the other."""
+        self.requesters.pop(requester, None)
+        self.requesters[requester] = None
+        while len(self.requesters) > REMEMBERED_REQUESTERS:
+            self.requesters.popitem(last=False)
+
+    async def _introduce(self, requester: str, ours: bool, writer: asyncio.StreamWriter) -> None:
+        now = time.monotonic()
+        if not ours or now - self._answered_whom.get(requester, -WHOM_EVERY_S) < WHOM_EVERY_S:
+            writer.write(struct.pack(">BI", NOTHING_NEWER, 0))
+            await writer.drain()
+            return
+        self._answered_whom[requester] = now
+        if len(self._answered_whom) > 4 * REMEMBERED_REQUESTERS:  # bounded: forget the oldest answers
+            for peer in sorted(self._answered_whom, key=self._answered_whom.get)[: REMEMBERED_REQUESTERS]:
+                del self._answered_whom[peer]
+        self._remember(requester)
+        entries = [
+            [peer, [a for a in addrs if len(a) <= 256][:MAX_ADDRS_PER_PEER]]
+            for peer, addrs in self.introductions() if peer != requester
+        ][:MAX_INTRODUCTIONS]
+        packed = msgpack.packb(entries)
+        while len(packed) > MAX_INTRODUCTION_BYTES:
+            entries = entries[:-1]
+            packed = msgpack.packb(entries)
+        writer.write(struct.pack(">BI", OK, len(packed)) + packed)
         await writer.drain()
 
 
@@ -157,12 +250,52 @@ async def fetch_newest(
     return await _bounded(_fetch_newest(p2p, peer_id, run_id, after, max_bytes), peer_id, timeout_s)
 
 
+async def ask_whom(p2p: P2P, peer_id: str, run_id: str, timeout_s: float) -> list[tuple[str, list[str]]]:
+    """Ask a peer whom it knows: up to MAX_INTRODUCTIONS (peer id, multiaddrs), unchecked
+    claims; an empty list when it has no answer for us now. FetchError on a malformed answer."""
+    return await _bounded(_ask_whom(p2p, peer_id, run_id), peer_id, timeout_s)
+
+
+async def _ask_whom(p2p: P2P, peer_id: str, run_id: str) -> list[tuple[str, list[str]]]:
+    reader, writer = await _ask(p2p, peer_id, {"run": run_id, "whom": True})
+    try:
+        status, length = struct.unpack(">BI", await _read_header(reader, peer_id, 5))
+        if status == NOTHING_NEWER:
+            return []
+        if status != OK or length > MAX_INTRODUCTION_BYTES:
+            raise FetchError(f"{peer_id} answered 'whom' with status {status}, {length} bytes", misbehaved=True)
+        raw = msgpack.unpackb(await _read_payload(reader, peer_id, length), raw=False, max_str_len=256)
+    finally:
+        writer.close()
+    return _introductions(raw, peer_id)
+
+
+def _introductions(raw: object, peer_id: str) -> list[tuple[str, list[str]]]:
+    """The entries of a 'whom' answer, checked for shape and size (their truth is not)."""
+    if not isinstance(raw, list) or len(raw) > MAX_INTRODUCTIONS:
+        raise FetchError(f"{peer_id} sent a malformed list of peers", misbehaved=True)
+    entries = []
+    for entry in raw:
+        valid = (
+            isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str) and isinstance(entry[1], list)
+            and len(entry[1]) <= MAX_ADDRS_PER_PEER and all(isinstance(a, str) for a in entry[1])
+        )
+        if not valid:
+            raise FetchError(f"{peer_id} sent a malformed list of peers", misbehaved=True)
+        try:
+            PeerID.from_base58(entry[0])
+        except Exception:  # base58 or multihash errors of a made-up id
+            raise FetchError(f"{peer_id} introduced {entry[0][:60]!r}, not a peer id", misbehaved=True) from None
+        entries.append((entry[0], list(entry[1])))
+    return entries
+
+
 async def _bounded(download, peer_id: str, timeout_s: float):  # noqa: ANN001, ANN202
     """One download under a deadline, every failure a FetchError that says whose fault it is."""
     try:
         return await asyncio.wait_for(download, timeout_s)
     except TimeoutError:
-        raise FetchError(f"no payload from {peer_id} within {timeout_s:.0f} s", misbehaved=False) from None
+        raise FetchError(f"no payload from {peer_id} within {timeout_s:.0f} s", misbehaved=False, slow=True) from None
     except (ConnectionError, asyncio.IncompleteReadError, OSError) as err:
         raise FetchError(f"connection to {peer_id} failed: {err}", misbehaved=False) from None
     except Exception as err:  # the daemon client reports an unreachable peer as ControlFailure
@@ -179,19 +312,43 @@ async def _ask(p2p: P2P, peer_id: str, request: dict) -> tuple[asyncio.StreamRea
     return reader, writer
 
 
-async def _read_payload(reader: asyncio.StreamReader, peer_id: str, length: int) -> bytes:
+async def _read_header(reader: asyncio.StreamReader, peer_id: str, size: int) -> bytes:
+    """An answer's fixed header, within FLOOR_GRACE_S of asking."""
     try:
-        return await reader.readexactly(length)
-    except asyncio.IncompleteReadError as err:
-        raise FetchError(
-            f"{peer_id} closed after {len(err.partial)} of the {length} bytes it promised", misbehaved=False, cut=True
-        ) from None
+        return await asyncio.wait_for(reader.readexactly(size), FLOOR_GRACE_S)
+    except TimeoutError:
+        raise FetchError(f"{peer_id} did not answer within {FLOOR_GRACE_S:.0f} s", misbehaved=False, slow=True) from None
+
+
+async def _read_payload(
+    reader: asyncio.StreamReader, peer_id: str, length: int, floor_bytes_per_s: float = FLOOR_BYTES_PER_S
+) -> bytes:
+    """`length` bytes, arriving at `floor_bytes_per_s` at least once FLOOR_GRACE_S passed: a
+    peer that promised a large payload cannot hold the download (and the budget it takes,
+    swarm.hivemind.exchange.choose_downloads) by sending nothing, or a few bytes a second."""
+    started = time.monotonic()
+    parts: list[bytes] = []
+    received = 0
+    while received < length:
+        due = started + FLOOR_GRACE_S + received / floor_bytes_per_s  # when more than `received` must be here
+        try:
+            chunk = await asyncio.wait_for(reader.read(min(CHUNK_BYTES, length - received)), max(0.0, due - time.monotonic()))
+        except TimeoutError:
+            raise FetchError(
+                f"{peer_id} sent {received} of the {length} bytes it promised in {time.monotonic() - started:.1f} s, "
+                f"below {floor_bytes_per_s / 1024:.0f} KiB/s", misbehaved=False, slow=True,
+            ) from None
+        if not chunk:
+            raise FetchError(f"{peer_id} closed after {received} of the {length} bytes it promised", misbehaved=False, cut=True)
+        parts.append(chunk)
+        received += len(chunk)
+    return b"".join(parts)
 
 
 async def _fetch_newest(p2p: P2P, peer_id: str, run_id: str, after: int, max_bytes: int) -> tuple[int, bytes] | None:
     reader, writer = await _ask(p2p, peer_id, {"run": run_id, "after": after})
     try:
-        status, round_, length = struct.unpack(">BQQ", await reader.readexactly(17))
+        status, round_, length = struct.unpack(">BQQ", await _read_header(reader, peer_id, 17))
         if status == NOTHING_NEWER:
             return None
         if status != OK or round_ <= after or not 0 < length <= max_bytes:
@@ -207,9 +364,9 @@ async def _fetch_newest(p2p: P2P, peer_id: str, run_id: str, after: int, max_byt
 async def _fetch(p2p: P2P, peer_id: str, run_id: str, round_: int, size: int, digest: bytes) -> bytes:
     reader, writer = await _ask(p2p, peer_id, {"run": run_id, "round": round_})
     try:
-        status, length = struct.unpack(">BQ", await reader.readexactly(9))
+        status, length = struct.unpack(">BQ", await _read_header(reader, peer_id, 9))
         if status == NOT_FOUND:
-            raise FetchError(f"{peer_id} no longer holds round {round_}", misbehaved=False)
+            raise FetchError(f"{peer_id} no longer holds round {round_}", misbehaved=False, gone=True)
         if status != OK or length != size:
             raise FetchError(
                 f"{peer_id} sent status {status} and {length} bytes; its manifest promised {size}",

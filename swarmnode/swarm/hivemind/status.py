@@ -4,22 +4,37 @@ Heartbeats of all runs live in shards (swarm.hivemind.shards); status finds the 
 writers use and reads every shard of it, up to STATUS_SHARDS (about 500 peers; of a larger
 swarm, a random sample). Each row says which run the peer is in. A heartbeat older than `stale_after_s` is shown as stale; one
 the peer marked 'left' as left. Records expire from the DHT a minute after the last beat.
+
+Everything in a heartbeat is its peer's claim, its time included: a throwaway identity can
+store one that says `training`, a famous model and a high accuracy, and exit. So status also
+asks each peer (up to PROBED_ROWS) a question only a live one answers, over the payload
+protocol ("anything after round 2^62?"), and shows what it checked apart from what was
+claimed: whether it answered, how fast, and over which path (`probe`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
+import time
 
 from hivemind.utils.timed_storage import get_dht_time
 
 from swarmnode.protocol.records import PeerRow, RecordError
 from swarmnode.settings.config import SwarmSettings
 from swarmnode.swarm.hivemind.dht import heartbeat_from_record, owner_or_none
+from swarmnode.swarm.hivemind.payloads import FetchError, fetch_newest
+from swarmnode.swarm.hivemind.reach import classify
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 from swarmnode.swarm.hivemind.shards import HEARTBEAT_FAMILY, ShardedFamily, ShardReads
 
 LOOPBACK = ["/ip4/127.0.0.1/tcp/0"]
 STATUS_SHARDS = 64  # heartbeat shards one status read covers at most
+PROBED_ROWS = 64  # peers asked directly by one status read, the first rows (training ones first)
+PROBES_AT_ONCE = 32
+PROBE_TIMEOUT_S = 3.0
+NOTHING_AFTER = 2**62  # a round no peer has: a live one answers 'nothing newer' at once
 
 
 def open_status_client(initial_peers: list[str], timeout_s: float) -> SwarmRuntime:
@@ -55,3 +70,45 @@ async def _read_shards(runtime: SwarmRuntime) -> ShardReads:
     family = ShardedFamily(HEARTBEAT_FAMILY, runtime.peer_id, owner_or_none)
     await family.read(runtime.read_owned_many, shards=1)  # the first read probes every level
     return await family.read_level(runtime.read_owned_many, family.estimate.level, STATUS_SHARDS)
+
+
+def probe(runtime: SwarmRuntime, rows: list[PeerRow]) -> list[PeerRow]:
+    """`rows` with what this reader checked itself: whether each peer (the first PROBED_ROWS
+    not marked left) answered a direct request within PROBE_TIMEOUT_S, and by which path."""
+    budget = PROBE_TIMEOUT_S * (PROBED_ROWS // PROBES_AT_ONCE + 1) + 10
+    return runtime.call(_probe_rows(runtime, rows), timeout=budget)
+
+
+async def _probe_rows(runtime: SwarmRuntime, rows: list[PeerRow]) -> list[PeerRow]:
+    slots = asyncio.Semaphore(PROBES_AT_ONCE)
+    asked = [row for row in rows if row.state != "left"][:PROBED_ROWS]
+
+    async def ask(row: PeerRow) -> float | None:
+        async with slots:
+            started = time.monotonic()
+            try:
+                await fetch_newest(runtime.p2p, row.heartbeat.peer, row.heartbeat.run, NOTHING_AFTER, 1, PROBE_TIMEOUT_S)
+            except FetchError:
+                return None
+            return round((time.monotonic() - started) * 1000, 1)
+
+    answers = dict(zip((row.heartbeat.peer for row in asked), await asyncio.gather(*(ask(row) for row in asked))))
+    paths = {info.peer_id.to_base58(): [str(a) for a in info.addrs] for info in await runtime.p2p.list_peers()}
+    checked = []
+    for row in rows:
+        answered = answers.get(row.heartbeat.peer)
+        reached = _path(paths.get(row.heartbeat.peer, [])) if answered is not None else None
+        checked.append(dataclasses.replace(row, answered_ms=answered, reached=reached))
+    return checked
+
+
+def _path(addresses: list[str]) -> str:
+    """How we reached a peer, from the addresses of our connection to it."""
+    reach = classify(addresses, [])
+    return "direct" if reach == "private" else reach  # a private address we reached: a direct path here
+
+
+
+def peer_rows(runtime: SwarmRuntime, stale_after_s: float) -> list[PeerRow]:
+    """What `swarmnode status` shows: every heartbeat's row, with what was checked of it."""
+    return probe(runtime, read_heartbeats(runtime, stale_after_s))
