@@ -1,20 +1,24 @@
 """Attacks on honest nodes, and what they achieve against swarmnode's defences.
 
-    python bench/attacks.py liveness [--rounds 60] [--deadline 8] [--attacks far silent mute drip cut idle late crowd]
+    python bench/attacks.py liveness [--rounds 60] [--deadline 8] [--attacks far silent mute starve drip cut idle churn late crowd]
                                      [--crowd 4 16 64] [--pin | --split] [--heartbeat 1] [--keep DIR]
     python bench/attacks.py sybil [--identities 1000] [--key-bits 1024] [--rounds 8]
     python bench/attacks.py flood [--records 50000] [--rounds 8]
     python bench/attacks.py slow [--rounds 120] [--own-share 1.0 0.5]
     python bench/attacks.py content [--rounds 40] [--attacks before after low-lp high-lp wrong long]
     python bench/attacks.py honest [--rounds 40] [--seeds 5] [--models tiny tiny-large tiny]
+    python bench/attacks.py drift [--identities 3 16] [--payload 1 4] [--rounds 300] [--arrive 20]
+    python bench/attacks.py useful-crowd [--identities 3 16 64] [--rounds 80] [--arrive 20]
 
 Liveness: lying identities (see swarmnode/lab/adversary.py) start a swarm, and two honest
 `swarmnode join` processes (the tiny default, on 127.0.0.1) join it through the first identity
 at the same moment and train `--rounds` rounds together (the baseline: b joins a, nobody
 else): `far` claims round 1,000,000 from two identities, `silent` heartbeats and never publishes, `mute` announces batches and never answers a
-download, `drip` serves its batch a few bytes a second, `cut` announces 32 MiB payloads and
+download, `starve` is `--crowd` such identities (one scenario each) whose manifests promise
+32 MiB, `drip` serves its batch a few bytes a second, `cut` announces 32 MiB payloads and
 closes after all but the last byte, `idle` holds 16 silent payload streams to each honest node,
-re-opened every 10 s, `late` delivers a valid batch every second, each 0.25 s later than the
+re-opened every 10 s, `churn` keeps 16 silent streams to each and re-opens each the moment it
+is closed, `late` delivers a valid batch every second, each 0.25 s later than the
 one before, and `crowd` is `--crowd` identities (4, 16 and 64: one scenario each) delivering
 16 valid, useless groups each every second. Printed per attack, next to the same run without an attacker: the rounds
 each honest node trained against the rounds configured, its median round time, the CPU
@@ -59,6 +63,17 @@ injected text after the last round (sampled: 8 per prompt on 32 held-out prompts
 `--eval-size` held-out prompts), their greedy accuracy (always scored with the strict format), how many of the attacker's samples
 they trained on, and the round at which they stopped listening to it.
 
+Drift and useful-crowd: two honest tiny nodes stepped round by round in one process (the
+in-memory exchange) and, from round `--arrive` on, `--identities` identities with no model of
+their own (swarmnode/lab/crowd.py), each publishing 16 groups a round: half the right answer
+in the model's own format, half a wrong one off by one. In `drift` each right answer follows a
+payload of `--payload` tokens (the public starting model's likeliest visible tokens that are
+not the answer's: "=" for one); `useful-crowd` has none. Printed beside the same run without
+them: the share of payload samples in what each node trained on, by thirds of the run; the
+share of the nodes' sampled completions (8 for each of 32 held-out prompts) that carry the
+payload or any text outside the answer; greedy accuracy before and after; the other honest
+node's samples each trained on a round (mean from 20 rounds after the crowd arrived).
+
 Honest: the same three honest nodes with no attacker, defences off and on, over `--seeds`
 seeds: held-out accuracy after `--rounds` rounds and the paired difference (on - off) with its
 standard error over seeds.
@@ -95,6 +110,7 @@ from hivemind.utils.timed_storage import get_dht_time
 
 from swarmnode.assemble import assemble
 from swarmnode.lab.adversary import ATTACKS, CHEAP_KEY_BITS, LivenessAttacker, ManyKeySigner, cheap_signer
+from swarmnode.lab.crowd import UsefulCrowd, drift_payload
 from swarmnode.lab.poison import CONTENT_ATTACKS, DEFENCES_OFF, carries_injection, poisoning_link
 from swarmnode.loop.ledger import PeerLedger
 from swarmnode.model.policy import Policy
@@ -211,8 +227,11 @@ class DhtTraffic:
                 setattr(DHTProtocol, name, original)
 
 
+CROWDS = ("crowd", "starve")  # attacks run once for each --crowd size
+
+
 def attacker_count(attack: str | None, crowd: int) -> int:
-    return 0 if attack is None else 2 if attack == "far" else crowd if attack == "crowd" else 1
+    return 0 if attack is None else 2 if attack == "far" else crowd if attack in CROWDS else 1
 
 
 def run_scenario(
@@ -369,9 +388,9 @@ def liveness(args: argparse.Namespace) -> None:
         root = args.keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="swarmnode-attacks-")))
         baseline = run_scenario(None, args.rounds, args.deadline, root, honest_core=honest_core,
                                 network_cores=network_cores, heartbeat_s=args.heartbeat)
-        scenarios = [(a, n) for a in args.attacks for n in (args.crowd if a == "crowd" else [1])]
+        scenarios = [(a, n) for a in args.attacks for n in (args.crowd if a in CROWDS else [1])]
         rows = [("none", baseline)] + [
-            (f"crowd{n}" if a == "crowd" else a,
+            (f"{a}{n}" if a in CROWDS else a,
              run_scenario(a, args.rounds, args.deadline, root, crowd=n, honest_core=honest_core,
                           network_cores=network_cores, heartbeat_s=args.heartbeat))
             for a, n in scenarios
@@ -790,6 +809,96 @@ def honest(args: argparse.Namespace) -> None:
               f"on - off {statistics.mean(node_diffs):+.3f} (SE {node_se:.3f})")
 
 
+CROWD_HONEST = ("a", "b")
+
+
+def crowd_config(directory: Path, name: str, seed: int, eval_size: int, extra: list[str]):
+    return load_config(None, [
+        f"node.run_dir={directory / name}", f"node.seed={seed}", "rollout.backend=hf", f"node.eval_size={eval_size}",
+        "node.checkpoint_every=0", "node.gather_timeout_s=2", "swarm.enabled=false", *extra,
+    ])
+
+
+def run_crowd(identities: int, payload_len: int, args: argparse.Namespace, seed: int = 0) -> dict:
+    """Two honest tiny nodes stepped round by round, and from round `args.arrive` on
+    `identities` model-less identities publishing a batch each a round (swarmnode/lab/crowd.py)."""
+    hub = InMemoryHub()
+    with tempfile.TemporaryDirectory(prefix="swarmnode-crowd-") as scratch, contextlib.ExitStack() as stack:
+        directory = Path(scratch)
+        nodes = []
+        for name in CROWD_HONEST:
+            config = crowd_config(directory, name, seed, args.eval_size, args.overrides)
+            nodes.append(stack.enter_context(assemble(config, join=lambda run, standing, n=name: hub.join(n, run, standing))))
+        public = Policy.load(nodes[0].config.model, nodes[0].config.train, seed=seed)  # the starting weights
+        payload = drift_payload(public, nodes[0].task, payload_len)
+        names = [f"crowd{i}" for i in range(identities)]
+        crowd = UsefulCrowd([hub.exchange(n, nodes[0].run_id, PeerLedger()) for n in names], nodes[0].run_id,
+                            nodes[0].config, nodes[0].task, public, payload)
+        trained = [[] for _ in nodes]  # per node, per round: (samples, payload samples, other honest's samples)
+        for node, log in zip(nodes, trained):
+            node.intake.take = _counting_take(node.intake.take, log, crowd, names)
+        before = [strict_accuracy(node, args.eval_size)[0] for node in nodes]
+        round_s: list[float] = []
+        for round_ in range(args.rounds):
+            started = time.perf_counter()
+            states = [node.produce(round_) for node in nodes]
+            if identities and round_ >= args.arrive:
+                crowd.publish(round_)
+            for node, state in zip(nodes, states):
+                node.consume(round_, state)
+            round_s.append(time.perf_counter() - started)
+        sampled, accuracy, greedy = [], [], []
+        for node in nodes:
+            problems = node.task.eval_problems(args.eval_size)
+            prompts = [build_prompt(node.task, p, node.policy) for p in problems]
+            groups = node.generator.generate(prompts[:32], 8)
+            sampled.append(float(np.mean([crowd.carries_payload(c.tokens) or carries_injection(node.policy.decode(c.tokens))
+                                          for group in groups for c in group])))
+            score, texts = strict_accuracy(node, args.eval_size)
+            accuracy.append(score)
+            greedy.append(float(np.mean([carries_injection(t) for t in texts])))
+    thirds = [range(k * args.rounds // 3, (k + 1) * args.rounds // 3) for k in range(3)]
+    late = range(args.arrive + 20, args.rounds)  # the crowd proven useful: its place taken
+    return {
+        "payload_share": [[sum(log[r][1] for r in t) / max(1, sum(log[r][0] for r in t)) for t in thirds] for log in trained],
+        "honest_samples": [statistics.mean(log[r][2] for r in late) if len(late) else float("nan") for log in trained],
+        "sampled": sampled, "greedy": greedy, "before": before, "accuracy": accuracy,
+        "round_s": statistics.median(round_s[args.arrive:] or round_s),
+    }
+
+
+def _counting_take(take, log: list, crowd: UsefulCrowd, crowd_names: list[str]):
+    """`Intake.take`, also noting per round what it trained on: samples (own ones included by
+    the caller, so peers' here), payload samples, and the other honest node's samples."""
+    def counted(round_, offered, own, timings):
+        taken = take(round_, offered, own, timings)
+        payload = sum(1 for s in taken.kept if s.peer_id in crowd_names and crowd.carries_payload(s.train.completion_ids))
+        honest = sum(1 for s in taken.kept if s.peer_id not in crowd_names)
+        log.append((len(own) + len(taken.kept), payload, honest))
+        return taken
+    return counted
+
+
+def crowd_scenario(args: argparse.Namespace, payload_lengths: list[int]) -> None:
+    baseline = run_crowd(0, 0, args)
+    rows = [(0, 0, baseline)]
+    for identities in args.identities:
+        for length in payload_lengths:
+            started = time.perf_counter()
+            rows.append((identities, length, run_crowd(identities, length, args)))
+            print(f"  {identities} identities, payload {length}: {time.perf_counter() - started:.0f} s", flush=True)
+    print(f"{args.kind}: 2 honest tiny nodes a, b in step, {args.rounds} rounds; from round {args.arrive} on, "
+          f"each identity publishes 16 groups a round (half the right answer after the payload, half off by one)")
+    print(f"{'identities':>10} {'payload':>7} {'payload share of trained, by thirds (a | b)':>44} "
+          f"{'payload sampled':>15} {'accuracy a, b':>22} {'peer samples a, b':>18} {'round s':>8}")
+    for identities, length, r in rows:
+        shares = " | ".join("/".join(f"{x:.1%}" for x in node) for node in r["payload_share"])
+        acc = ", ".join(f"{b:.3f}->{a:.3f}" for b, a in zip(r["before"], r["accuracy"]))
+        peers = ", ".join(f"{x:.1f}" for x in r["honest_samples"])
+        print(f"{identities:>10} {length:>7} {shares:>44} {max(r['sampled']):>15.1%} {acc:>22} {peers:>18} "
+              f"{r['round_s']:>8.2f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="kind", required=True)
@@ -826,8 +935,18 @@ def main() -> None:
         sub_parser.add_argument("--set", dest="overrides", action="append", default=[], help="config override")
         sub_parser.add_argument("--models", nargs=3, default=["tiny"] * 3, metavar="MODEL",
                                 help="the three honest nodes' models, e.g. tiny tiny-large tiny")
+    drift = sub.add_parser("drift", help="in-process: model-less identities walk the likelihood gate with a payload")
+    drift.add_argument("--payload", nargs="+", type=int, default=[1, 4], help="payload lengths in tokens")
+    useful = sub.add_parser("useful-crowd", help="in-process: model-less identities that look useful take the share")
+    for sub_parser, identities, rounds in ((drift, [3, 16], 300), (useful, [3, 16, 64], 80)):
+        sub_parser.add_argument("--identities", nargs="+", type=int, default=identities)
+        sub_parser.add_argument("--rounds", type=int, default=rounds)
+        sub_parser.add_argument("--arrive", type=int, default=20, help="the round the identities start publishing")
+        sub_parser.add_argument("--eval-size", type=int, default=200)
+        sub_parser.add_argument("--set", dest="overrides", action="append", default=[], help="config override")
     args = parser.parse_args()
-    kinds = {"liveness": liveness, "slow": slow_peer, "sybil": sybil, "flood": flood, "content": content, "honest": honest}
+    kinds = {"liveness": liveness, "slow": slow_peer, "sybil": sybil, "flood": flood, "content": content, "honest": honest,
+             "drift": lambda a: crowd_scenario(a, a.payload), "useful-crowd": lambda a: crowd_scenario(a, [0])}
     kinds[args.kind](args)
 
 

@@ -6,8 +6,12 @@ identity that heartbeats under an honest run id and misbehaves in one way.
 - `mute`: publishes manifests, then accepts the download and never answers;
 - `drip`: publishes manifests and serves its payload a few bytes a second;
 - `cut`: publishes manifests of a large payload (32 MiB) and closes after all but its last byte;
+- `starve`: like `mute`, each manifest promising 32 MiB (tries to hold the strangers' download
+  budget; bench/attacks.py runs it as a crowd of identities);
 - `idle`: opens IDLE_STREAMS payload streams to every honest node and says nothing, again
   every IDLE_REOPEN_S (tries to take every serving slot);
+- `churn`: keeps IDLE_STREAMS payload streams open to every honest node, each re-opened the
+  moment it is closed (tries to cost the honest node a stream a moment);
 - `late`: publishes a valid batch every beat and serves each one LATE_STEP_S later than the
   one before (tries to make nodes wait for a peer with a delivery record);
 - `crowd`: publishes a valid batch of CROWD_GROUPS useless groups every beat (one honest
@@ -48,11 +52,11 @@ from swarmnode.swarm.hivemind.shards import HEARTBEAT_FAMILY, ShardedFamily, man
 
 log = logging.getLogger(__name__)
 
-ATTACKS = ("far", "silent", "mute", "drip", "cut", "idle", "late", "crowd")
+ATTACKS = ("far", "silent", "mute", "starve", "drip", "cut", "idle", "churn", "late", "crowd")
 LOOPBACK = ["/ip4/127.0.0.1/tcp/0"]
 FAKE_PAYLOAD_BYTES = 4096
 CUT_PAYLOAD_BYTES = 32 * 1024 * 1024
-SERVES = ("mute", "drip", "cut")  # attacks that announce batches and answer downloads badly
+SERVES = ("mute", "starve", "drip", "cut")  # attacks that announce batches and answer downloads badly
 IDLE_STREAMS = 16
 IDLE_REOPEN_S = 10.0
 VALID = ("late", "crowd")  # attacks that publish batches an honest node accepts
@@ -83,6 +87,8 @@ class LivenessAttacker:
         self._task: asyncio.Task | None = None
         self._announced = 0  # the last round it announced a batch of
         self._idle: list[asyncio.StreamWriter] = []  # streams it holds open and says nothing on
+        self._churning: set[str] = set()  # honest peers its churning streams run against
+        self.reopened = 0  # streams `churn` opened again after the honest node closed them
         self._reopen_at = 0.0
         self._heartbeats: ShardedFamily | None = None  # made once the daemon gave it a peer id
         self._manifests: ShardedFamily | None = None
@@ -129,12 +135,30 @@ class LivenessAttacker:
                 writer for beat in honest for _ in range(IDLE_STREAMS)
                 for _, _, writer in [await self.runtime.p2p.call_binary_stream_handler(PeerID.from_base58(beat.peer), PROTOCOL)]
             ]
+        if self.attack == "churn":
+            for beat in honest:
+                if beat.peer not in self._churning:
+                    self._churning.add(beat.peer)
+                    for _ in range(IDLE_STREAMS):
+                        asyncio.create_task(self._churn(beat.peer))
         if self.attack in SERVES:  # announce a new batch of its own every beat
             self._announced += 1
             manifest = Manifest(self.runtime.peer_id, self._announced, self._payload_bytes, os.urandom(32), 100)
             await self._announce(manifest)
         if self.attack in VALID:
             await self._publish_valid(honest)
+
+    async def _churn(self, peer: str) -> None:
+        """One stream to `peer`, silent, opened again as soon as the peer closes it."""
+        while True:
+            try:
+                _, reader, writer = await self.runtime.p2p.call_binary_stream_handler(PeerID.from_base58(peer), PROTOCOL)
+                await reader.read(1)  # returns when the honest node closes the stream
+                writer.close()
+                self.reopened += 1
+            except Exception as err:  # refused or dropped: try again at once, as an attacker would
+                log.debug("churn to %s: %s", peer, err)
+                await asyncio.sleep(0.01)
 
     async def _announce(self, manifest: Manifest) -> None:
         await self.runtime.store_owned_all(self._manifests.write_keys(), manifest.to_value(), get_dht_time() + 120)
@@ -195,12 +219,12 @@ class LivenessAttacker:
 
     @property
     def _payload_bytes(self) -> int:
-        return CUT_PAYLOAD_BYTES if self.attack == "cut" else FAKE_PAYLOAD_BYTES
+        return CUT_PAYLOAD_BYTES if self.attack in ("cut", "starve") else FAKE_PAYLOAD_BYTES
 
     async def _serve_badly(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             await reader.read(1024)
-            if self.attack == "mute":
+            if self.attack in ("mute", "starve"):
                 await asyncio.sleep(3600)
             writer.write(struct.pack(">BQ", OK, self._payload_bytes))
             if self.attack == "cut":
