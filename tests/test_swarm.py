@@ -395,8 +395,9 @@ def test_a_peer_seen_in_heartbeats_is_pulled_directly_while_its_manifests_stay_h
     """A new peer is found from the run's heartbeats as well as from manifests: with every DHT
     lookup of node a hanging (its manifests never found), b's batch still arrives once a
     has seen b's heartbeat, and not before."""
-    a = start_runtime("a")
-    b = start_runtime("b", a.visible_maddrs())
+    hub = start_runtime("hub")  # both join through a third node: neither talks to the other first
+    a = start_runtime("a", hub.visible_maddrs())
+    b = start_runtime("b", hub.visible_maddrs())
     ex_a, ex_b = _link(a).exchange, _link(b).exchange
     seen: list[str] = []
     ex_a.live_peers = lambda: seen

@@ -18,11 +18,15 @@ from swarmnode import __version__
 from swarmnode.protocol.records import MAX_CLOCK_SKEW_S, Heartbeat, NodeStatus, RecordError
 from swarmnode.settings.config import SwarmSettings
 from swarmnode.swarm.hivemind.dht import heartbeat_from_record, owner_or_none, owner_peer_id, pack
+from swarmnode.swarm.hivemind.payloads import answers
 from swarmnode.swarm.hivemind.reach import classify
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 from swarmnode.swarm.hivemind.shards import HEARTBEAT_FAMILY, ShardedFamily
 
 log = logging.getLogger(__name__)
+
+ANSWER_TIMEOUT_S = 3.0  # a live peer answers a direct request within this
+ANSWERS_AT_ONCE = 16  # peers asked at once while waiting for swarm.min_peers
 
 
 class HivemindMembership:
@@ -49,6 +53,7 @@ class HivemindMembership:
         self.heartbeats = ShardedFamily(HEARTBEAT_FAMILY, self.peer_id, owner_or_none)
         self.read_at = 0.0  # monotonic time of the last read
         self._status = NodeStatus()
+        self._answering: set[str] = set()  # peers that answered a direct request (wait_for_peers)
         self._state = "training"
         self._other_runs: set[str] = set()
         self._bad_heartbeats: set[str] = set()
@@ -80,13 +85,23 @@ class HivemindMembership:
         }
 
     def wait_for_peers(self, count: int, timeout_s: float) -> int:
+        """Wait until `count` peers are live and answered a direct request, or `timeout_s`;
+        how many did. A heartbeat alone is a claim any throwaway identity can store and leave."""
         deadline = time.monotonic() + timeout_s
         while True:
             self.runtime.call(self.read(), timeout=30)
-            live = len(self.live_peers())
-            if live >= count or time.monotonic() >= deadline:
-                return live
+            answered = self.runtime.call(self._answered(set(self.live_peers())), timeout=ANSWER_TIMEOUT_S + 10)
+            if answered >= count or time.monotonic() >= deadline:
+                return answered
             time.sleep(min(1.0, self.settings.heartbeat_interval_s))
+
+    async def _answered(self, live: set[str]) -> int:
+        """How many of `live` answered a direct request, asking (ANSWERS_AT_ONCE at most)
+        those that have not yet."""
+        asked = sorted(live - self._answering)[:ANSWERS_AT_ONCE]
+        results = await asyncio.gather(*(answers(self.runtime.p2p, peer, self.run_id, ANSWER_TIMEOUT_S) for peer in asked))
+        self._answering.update(peer for peer, seconds in zip(asked, results) if seconds is not None)
+        return len(self._answering & live)
 
     def close(self) -> None:
         """Say goodbye in the heartbeat, so peers stop waiting for us."""

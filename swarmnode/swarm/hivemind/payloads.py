@@ -1,6 +1,6 @@
 """Rollout payloads peer to peer: the receiver pulls a batch straight from its producer.
 
-Protocol `/swarmnode/payload/3` on a libp2p stream, two requests (each at most 1 KiB):
+Protocol `/swarmnode/payload/4` on a libp2p stream, three requests (each at most 1 KiB):
   {"run": str, "round": int}  that round's payload, as a DHT manifest announced it:
       response = 1 status byte (0 ok, 1 not found) + u64 length + the payload, in chunks
       The receiver knows size and digest from the producer's signed manifest, refuses anything
@@ -248,6 +248,20 @@ async def fetch_newest(
     """Ask a peer directly for its newest payload of a round after `after`: (round, payload),
     or None when it has nothing newer."""
     return await _bounded(_fetch_newest(p2p, peer_id, run_id, after, max_bytes), peer_id, timeout_s)
+
+
+NOTHING_AFTER = 2**62  # a round no peer has: a live one answers 'nothing newer' at once
+
+
+async def answers(p2p: P2P, peer_id: str, run_id: str, timeout_s: float) -> float | None:
+    """Seconds a peer took to answer a question only a live one answers ('anything after
+    round 2^62?'), None when it did not: what a heartbeat claims, checked."""
+    started = time.monotonic()
+    try:
+        await fetch_newest(p2p, peer_id, run_id, NOTHING_AFTER, 1, timeout_s)
+    except FetchError:
+        return None
+    return time.monotonic() - started
 
 
 async def ask_whom(p2p: P2P, peer_id: str, run_id: str, timeout_s: float) -> list[tuple[str, list[str]]]:

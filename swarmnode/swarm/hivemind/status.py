@@ -9,7 +9,7 @@ Everything in a heartbeat is its peer's claim, its time included: a throwaway id
 store one that says `training`, a famous model and a high accuracy, and exit. So status also
 asks each peer (up to PROBED_ROWS) a question only a live one answers, over the payload
 protocol ("anything after round 2^62?"), and shows what it checked apart from what was
-claimed: whether it answered, how fast, and over which path (`probe`).
+claimed: whether it answered, how fast, and over which path (`probe`; payloads.answers).
 """
 
 from __future__ import annotations
@@ -17,14 +17,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import time
 
 from hivemind.utils.timed_storage import get_dht_time
 
 from swarmnode.protocol.records import PeerRow, RecordError
 from swarmnode.settings.config import SwarmSettings
 from swarmnode.swarm.hivemind.dht import heartbeat_from_record, owner_or_none
-from swarmnode.swarm.hivemind.payloads import FetchError, fetch_newest
+from swarmnode.swarm.hivemind.payloads import answers
 from swarmnode.swarm.hivemind.reach import classify
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 from swarmnode.swarm.hivemind.shards import HEARTBEAT_FAMILY, ShardedFamily, ShardReads
@@ -34,7 +33,6 @@ STATUS_SHARDS = 64  # heartbeat shards one status read covers at most
 PROBED_ROWS = 64  # peers asked directly by one status read, the first rows (training ones first)
 PROBES_AT_ONCE = 32
 PROBE_TIMEOUT_S = 3.0
-NOTHING_AFTER = 2**62  # a round no peer has: a live one answers 'nothing newer' at once
 
 
 def open_status_client(initial_peers: list[str], timeout_s: float) -> SwarmRuntime:
@@ -85,18 +83,14 @@ async def _probe_rows(runtime: SwarmRuntime, rows: list[PeerRow]) -> list[PeerRo
 
     async def ask(row: PeerRow) -> float | None:
         async with slots:
-            started = time.monotonic()
-            try:
-                await fetch_newest(runtime.p2p, row.heartbeat.peer, row.heartbeat.run, NOTHING_AFTER, 1, PROBE_TIMEOUT_S)
-            except FetchError:
-                return None
-            return round((time.monotonic() - started) * 1000, 1)
+            seconds = await answers(runtime.p2p, row.heartbeat.peer, row.heartbeat.run, PROBE_TIMEOUT_S)
+            return None if seconds is None else round(seconds * 1000, 1)
 
-    answers = dict(zip((row.heartbeat.peer for row in asked), await asyncio.gather(*(ask(row) for row in asked))))
+    answered_ms = dict(zip((row.heartbeat.peer for row in asked), await asyncio.gather(*(ask(row) for row in asked))))
     paths = {info.peer_id.to_base58(): [str(a) for a in info.addrs] for info in await runtime.p2p.list_peers()}
     checked = []
     for row in rows:
-        answered = answers.get(row.heartbeat.peer)
+        answered = answered_ms.get(row.heartbeat.peer)
         reached = _path(paths.get(row.heartbeat.peer, [])) if answered is not None else None
         checked.append(dataclasses.replace(row, answered_ms=answered, reached=reached))
     return checked
