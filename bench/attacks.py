@@ -72,7 +72,9 @@ not the answer's: "=" for one); `useful-crowd` has none. Printed beside the same
 them: the share of payload samples in what each node trained on, by thirds of the run; the
 share of the nodes' sampled completions (8 for each of 32 held-out prompts) that carry the
 payload or any text outside the answer; greedy accuracy before and after; the other honest
-node's samples each trained on a round (mean from 20 rounds after the crowd arrived).
+node's samples each trained on a round (mean from 20 rounds after the crowd arrived); an
+honest node's round (its produce and consume, median from round `--arrive` on: the crowd's
+own publishing, in the same process, is not counted).
 
 Honest: the same three honest nodes with no attacker, defences off and on, over `--seeds`
 seeds: held-out accuracy after `--rounds` rounds and the paired difference (on - off) with its
@@ -838,15 +840,21 @@ def run_crowd(identities: int, payload_len: int, args: argparse.Namespace, seed:
         for node, log in zip(nodes, trained):
             node.intake.take = _counting_take(node.intake.take, log, crowd, names)
         before = [strict_accuracy(node, args.eval_size)[0] for node in nodes]
-        round_s: list[float] = []
+        round_s: list[float] = []  # the honest nodes' own work a round (the crowd's publishing not counted)
         for round_ in range(args.rounds):
-            started = time.perf_counter()
-            states = [node.produce(round_) for node in nodes]
+            spent = 0.0
+            states = []
+            for node in nodes:
+                started = time.perf_counter()
+                states.append(node.produce(round_))
+                spent += time.perf_counter() - started
             if identities and round_ >= args.arrive:
                 crowd.publish(round_)
             for node, state in zip(nodes, states):
+                started = time.perf_counter()
                 node.consume(round_, state)
-            round_s.append(time.perf_counter() - started)
+                spent += time.perf_counter() - started
+            round_s.append(spent / len(nodes))
         sampled, accuracy, greedy = [], [], []
         for node in nodes:
             problems = node.task.eval_problems(args.eval_size)

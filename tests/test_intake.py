@@ -12,7 +12,15 @@ from swarmnode.assemble import assemble
 from swarmnode.lab.poison import poisoning_link
 from swarmnode.loop.intake import Intake
 from swarmnode.loop.ledger import PeerLedger
-from swarmnode.loop.pool import ESTABLISHED_ROUNDS, HOLD_ROUNDS, PROBATION_EVERY, OfferedGroup, PeerPool, cohorts, fair_queue
+from swarmnode.loop.pool import (
+    ESTABLISHED_ROUNDS,
+    HOLD_ROUNDS,
+    PROBATION_EVERY,
+    OfferedGroup,
+    PeerPool,
+    cohorts,
+    fair_queue,
+)
 from swarmnode.model.policy import Policy
 from swarmnode.settings.config import load_config
 from swarmnode.swarm.base import GatherWait
@@ -285,3 +293,15 @@ def test_crowding_identities_with_many_useless_groups_lose_the_batch_to_the_hone
     assert ledger.standing("honest-b") > 0
     assert all(ledger.standing(f"0000-crowd-{i}") in (None, 0.0) for i in range(4))
     assert ledger.total == 0, "wrong answers are no lie"
+
+
+def test_seniority_survives_a_restart_through_the_checkpoint_s_record():
+    ledger = PeerLedger()
+    ledger.screened("honest", 8, 4, 3)
+    ledger.screened("honest", 8, 8, 9)  # first useful in round 3: that stays
+    ledger.screened("later", 8, 0, 5)  # nothing useful yet: no seniority
+    assert ledger.seniority() == {"honest": 3}
+    restored = PeerLedger()
+    restored.restore_seniority({**ledger.seniority(), "bad": "x", 7: 1})  # a damaged record is skipped
+    assert restored.seniority() == {"honest": 3}
+    assert restored.standing("honest") is None and not restored.known("honest"), "only its seniority comes back"

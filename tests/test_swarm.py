@@ -452,8 +452,12 @@ def test_a_useless_peer_is_asked_for_more_only_once_its_groups_are_used(start_ru
 
     async def nothing_newer(info, reader, writer):
         (length,) = struct.unpack(">I", await reader.readexactly(4))
-        asked.append(msgpack.unpackb(await reader.readexactly(length)))
-        writer.write(struct.pack(">BQQ", payloads.NOTHING_NEWER, 0, 0))
+        request = msgpack.unpackb(await reader.readexactly(length))
+        if "whom" in request:  # asked whom it knows (peer exchange, its own pace): nobody
+            writer.write(struct.pack(">BI", payloads.NOTHING_NEWER, 0))
+        else:
+            asked.append(request)
+            writer.write(struct.pack(">BQQ", payloads.NOTHING_NEWER, 0, 0))
         await writer.drain()
         writer.close()
 
@@ -642,23 +646,26 @@ def test_streams_over_the_limit_are_held_not_closed_so_reopening_them_gains_noth
     loop, a stream a moment (4x the honest round): they are held unread for TARPIT_S instead,
     and past MAX_HELD_PER_PEER the requester's connection is dropped."""
     monkeypatch.setattr("swarmnode.swarm.hivemind.payloads.MAX_HELD_PER_PEER", 8)
+    monkeypatch.setattr("swarmnode.swarm.hivemind.payloads.REQUEST_TIMEOUT_S", 30.0)  # served ones stay open meanwhile
     a = start_runtime("a")
     rogue = start_runtime("rogue", a.visible_maddrs())
     ex_a = _link(a).exchange
 
-    async def open_and_watch(count: int, watch_s: float) -> int:
-        """Open `count` silent streams; how many the server closed within `watch_s`."""
-        streams = []  # the writers too: one collected closes its stream
+    async def open_and_watch(count: int, watch_s: float) -> tuple[int, list]:
+        """Open `count` silent streams; how many the server closed within `watch_s`, and the
+        streams (kept by the caller: a collected writer closes its stream)."""
+        streams = []
         for _ in range(count):
             streams.append(await rogue.p2p.call_binary_stream_handler(PeerID.from_base58(a.peer_id), PAYLOAD_PROTOCOL))
         await asyncio.sleep(watch_s)
-        return sum(reader.at_eof() or bool(reader.exception()) for _, reader, _ in streams)
+        return sum(reader.at_eof() or bool(reader.exception()) for _, reader, _ in streams), streams
 
-    closed = rogue.call(open_and_watch(MAX_STREAMS_PER_PEER + 8, 1.0), timeout=30)
+    closed, first = rogue.call(open_and_watch(MAX_STREAMS_PER_PEER + 8, 1.0), timeout=30)
     assert closed == 0, "over the limit, held: nothing to re-open"
     assert ex_a.server.tarpitted == 8
-    more = rogue.call(open_and_watch(4, 1.0), timeout=30)
+    more, _ = rogue.call(open_and_watch(4, 1.0), timeout=30)
     assert more == 4, "past the held cap: closed at once"
+    assert len(first) == MAX_STREAMS_PER_PEER + 8
     assert a.call(_dropped(ex_a.server), timeout=5) == {rogue.peer_id}, "and its connection dropped"
 
 

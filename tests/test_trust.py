@@ -9,7 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from swarmnode.learn.loss import TrainSample, group_advantages, objective_terms
-from swarmnode.learn.trust import ANCHOR_FOLLOW, GATE_MIN_OWN, Anchor, AnchorBar, gate_bar, least_likely_window, screen
+from swarmnode.learn.trust import (
+    ANCHOR_FOLLOW,
+    GATE_MIN_OWN,
+    Anchor,
+    AnchorBar,
+    gate_bar,
+    least_likely_window,
+    screen,
+)
 from swarmnode.protocol.wire import Completion
 from swarmnode.settings.config import LossSettings, TrustSettings
 
@@ -80,12 +88,17 @@ def test_only_samples_with_a_positive_advantage_are_gated():
     """Poison is learned only through a positive advantage; an unlikely sample that scores at
     or below its group's mean stays (it pushes its text down, or moves nothing)."""
     own = _own()
-    unlikely = [np.full(12, -8.0)] * 3
-    result = _screen(["p"] * 3, [0.75, 0.0, -0.25], unlikely, unlikely, own, TRUST, LOSS)
-    assert result.keep == [False, True, True]
-    assert (result.gated, result.below_bar) == (1, 3)
-    everything = _screen(["p"] * 3, [0.75, 0.0, -0.25], unlikely, unlikely, own, TrustSettings(gate_scope="all"), LOSS)
-    assert everything.keep == [False, False, False]
+    likely, unlikely = _own(1, seed=5)[0], np.full(12, -8.0)
+    theta = [likely, unlikely, unlikely]  # the right answer likely, the others not
+    result = _screen(["p"] * 3, [0.75, 0.0, -0.25], theta, theta, own, TRUST, LOSS)
+    assert result.keep == [True, True, True]
+    assert (result.gated, result.below_bar) == (0, 2)
+    everything = _screen(["p"] * 3, [0.75, 0.0, -0.25], theta, theta, own, TrustSettings(gate_scope="all"), LOSS)
+    assert everything.keep == [True, False, False]
+    # its right answer unlikely too: gated, and the wrong one, balanced to nothing, goes with it
+    unlikely_all = [unlikely] * 3
+    result = _screen(["p"] * 3, [0.75, 0.0, -0.25], unlikely_all, unlikely_all, own, TRUST, LOSS)
+    assert result.keep == [False, True, False] and result.gated == 1
 
 
 def test_a_group_whose_unlikely_samples_are_negative_keeps_zero_mean_advantages():
@@ -173,6 +186,8 @@ def test_wrong_answers_whose_right_ones_were_gated_push_nothing_down():
     assert sum(kept) == pytest.approx(0.0, abs=1e-6), "the kept advantages of the group balance"
     assert kept[0] == pytest.approx(advantages[2]), "the kept right answer keeps its advantage"
     assert all(a < 0 for a in kept[1:]), "wrong answers still count against, in proportion"
+    all_gated = screen(samples, [unlikely] * 3 + [likely] * 5, [_sample("", o) for o in own], TRUST, LOSS)
+    assert all_gated.keep == [False] * 8, "no right answer left: its wrong ones teach nothing and take no room"
     # a second group of another prompt, with nothing gated, is left as it was
     other = [TrainSample([8], Completion(np.zeros(12, np.int32), likely.astype(np.float32)), a, "p") for a in advantages]
     result = screen(samples + other, theta + [likely] * 8, [_sample("", o) for o in own], TRUST, LOSS)
@@ -203,6 +218,6 @@ def test_the_anchored_bar_follows_our_samples_slowly_and_never_falls_past_its_sl
     higher = bar.update(_own(level=-0.1), trust)
     assert higher > moved, "it follows back up"
     resumed = AnchorBar(trust.anchor_slack)
-    resumed.resume(start)
+    resumed.resume(start, None)
     assert resumed.update(lower, trust) == pytest.approx(moved_once := start + ANCHOR_FOLLOW * (gate_bar(lower, trust) - start))
     assert moved_once < start

@@ -22,7 +22,7 @@ is under *our* model. So:
   identities sending such groups took a tiny node's accuracy from 0.59 to 0.02 in 25 rounds
   (bench/attacks.py drift). So when the gate drops part of a group's positive advantage, the
   group's negative advantages shrink in proportion (`Screening.advantages`): the kept ones
-  never sum below zero.
+  never sum below zero, and those shrunk to nothing leave the batch as gated ones do.
 - **Anchored gate.** The bar above moves with the model it protects, and so does a sample's
   score: a payload that sits just under the bar passes now and then, each pass makes it
   likelier, and the next passes more often. Three model-less identities walked it that way
@@ -93,9 +93,10 @@ class AnchorBar:
         self.start = start
         self.value = start
 
-    def resume(self, start: float | None) -> None:
-        """Start again from a checkpoint's `start` (None: measured afresh), at that bar."""
-        self.start = self.value = start
+    def resume(self, start: float | None, value: float | None) -> None:
+        """Go on from a checkpoint's bar (None: measured afresh)."""
+        self.start = start
+        self.value = start if value is None else value
 
     def update(self, own_reference_logprobs: list[np.ndarray], settings: TrustSettings) -> float | None:
         """The bar for this round, after our own samples' reference log-probs moved it."""
@@ -239,6 +240,9 @@ def screen(
                 f"(an honest generator's is at most 1)"
             )
     scales = [verdicts[sample.source].weight_scale for sample in peers]
-    return Screening(keep=keep, below_bar_flags=below, weight_scale=scales, advantages=balanced_advantages(peers, keep),
+    advantages = balanced_advantages(peers, keep)
+    # a wrong answer whose group's right ones were all gated teaches nothing: it takes no room either
+    keep = [k and not (a == 0 and s.advantage != 0) for k, a, s in zip(keep, advantages, peers)]
+    return Screening(keep=keep, below_bar_flags=below, weight_scale=scales, advantages=advantages,
                      bar=bar, verdicts=dict(verdicts))
 

@@ -162,7 +162,9 @@ class Intake:
         struck: set[str] = set()
         queue = list(offered)
         timings["score_s"] = timings["screen_s"] = 0.0
-        anchor_bar = self._anchor_bar(own) if queue and budget > 0 else None
+        # measured in the first round, peers or not (its start is the run's start), then in rounds with peers
+        measure = self.anchor_bar.start is None or (queue and budget > 0)
+        anchor_bar = self._anchor_bar(own) if measure else None
         for _ in range(SCREEN_PASSES):
             missing = wanted - len(taken.kept)
             if missing <= 0 or not queue:

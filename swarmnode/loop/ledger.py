@@ -113,6 +113,14 @@ class PeerLedger:
             if useful and record.taught_since is None:
                 record.taught_since = round_
 
+    def restore_seniority(self, seniority: dict[str, int]) -> None:
+        """Seniority kept in a checkpoint (`seniority()`): a restart does not make a crowd the
+        equal of a peer that taught us first."""
+        with self._lock:
+            for peer, since in seniority.items():
+                if isinstance(peer, str) and isinstance(since, int):
+                    self.peers.setdefault(peer, PeerRecord()).taught_since = since
+
     def seniority(self) -> dict[str, int]:
         """Per peer whose samples were ever useful, our round in which they first were: the
         older, the larger its place in the peers' share (swarmnode.loop.pool.fair_queue)."""

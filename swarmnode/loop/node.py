@@ -221,7 +221,9 @@ class Node:
         while the next rounds run (a kill before they are renamed into place keeps the last)."""
         meta = {
             "run_id": self.run_id, "peer_id": self.peer_id, "time": round(time.time(), 3),
-            "anchor_bar_start": self.intake.anchor_bar.start,  # a resumed gate keeps the bar it started from
+            # a resumed node keeps the anchored gate's bar and the order its peers earned
+            "anchor_bar": {"start": self.intake.anchor_bar.start, "value": self.intake.anchor_bar.value},
+            "seniority": self.ledger.seniority(),
         }
         self.checkpoints.save(last_round, meta, wait=wait)
         self.next_round = last_round + 1
@@ -248,7 +250,9 @@ class Node:
                 "the settings changed; use a new --run-dir or set node.resume=false"
             )
         self.next_round = int(meta["round"]) + 1
-        self.intake.anchor_bar.resume(meta.get("anchor_bar_start"))
+        bar = meta.get("anchor_bar") or {}
+        self.intake.anchor_bar.resume(bar.get("start"), bar.get("value"))
+        self.ledger.restore_seniority(meta.get("seniority") or {})
         self.generator.sync_weights()
         earlier = read_evals(self.metrics.path)
         self.evals.extend(e.eval_acc for e in earlier if e.round < self.next_round)

@@ -148,7 +148,8 @@ def cohorts(seniority: Mapping[str, int], peers: list[str], round_: int) -> list
             groups[-1].append(peer)
         else:
             groups.append([peer])
-    return groups
+    order = {peer: i for i, peer in enumerate(peers)}
+    return [sorted(group, key=order.__getitem__) for group in groups]  # within a cohort, as given
 
 
 def fair_queue(

@@ -225,7 +225,7 @@ class Policy:
         The mask comes from lengths, never from token ids, so an EOS equal to the pad token
         keeps its log-prob.
         """
-        model = model or self.model
+        model = self.model if model is None else model
         lengths = [len(c) for c in completions]
         width = max(len(p) + n for p, n in zip(prompts, lengths))
         pad = self.tokenizer.pad_token_id
@@ -266,6 +266,7 @@ class Policy:
 
     @property
     def has_reference(self) -> bool:
+        """Whether `reference_logprobs` can answer: a LoRA model, or a reference kept."""
         return bool(self.lora_rank) or self.reference is not None
 
     @torch.no_grad()

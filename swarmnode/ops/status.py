@@ -78,7 +78,7 @@ def _answered(row: PeerRow) -> str:
     """What this reader checked: the answer's time and path, 'no', or '-' (not asked)."""
     if row.answered_ms is not None:
         return f"{row.answered_ms:.0f}ms {row.reached or ''}".strip()
-    return "-" if row.state == "left" else "[red]no[/]"
+    return "[red]no[/]" if row.asked else "-"
 
 
 def render_table(rows: list[PeerRow], wide: bool = False) -> Table:

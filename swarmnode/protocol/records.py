@@ -123,11 +123,12 @@ class PeerRow:
     heartbeat: Heartbeat
     age_s: float
     state: str
+    asked: bool = False  # the reader asked it a question only a live peer answers
     answered_ms: float | None = None  # None: did not answer (or was not asked)
     reached: str | None = None  # direct, relayed or local: the path the answer came over
 
     def to_json(self) -> dict[str, Any]:
         return {
             **self.heartbeat.model_dump(), "age_s": self.age_s, "state": self.state,
-            "checked": {"answered_ms": self.answered_ms, "reached": self.reached},
+            "checked": {"asked": self.asked, "answered_ms": self.answered_ms, "reached": self.reached},
         }

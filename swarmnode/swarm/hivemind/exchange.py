@@ -69,7 +69,7 @@ class Backoff:
 
     def failed(self, peer: str, now: float) -> None:
         self._failures[peer] += 1
-        self._until[peer] = now + min(self.cap_s, self.base_s * 2 ** (self._failures[peer] - 1))
+        self._until[peer] = now + min(self.cap_s, self.base_s * 2 ** min(self._failures[peer] - 1, 30))
         for old in [p for p, until in self._until.items() if until < now - self.cap_s]:  # bounded memory
             del self._until[old]
             del self._failures[old]
@@ -122,6 +122,7 @@ class HivemindExchange:
         self._backoff = Backoff()  # strangers whose downloads failed: on the swarm loop only
         self.introductions = Introductions(runtime, run_id, ledger.known_peers)  # discovery without the DHT
         server.introductions = self.introductions.ours
+        server.is_known = ledger.known
         self.manifests = ShardedFamily(manifest_family(run_id), self.peer_id, owner_or_none)
         runtime.shards.add(self.manifests.family)  # our DHT node checks the run's shards too
         runtime.call(self.server.register(runtime.p2p), timeout=10)

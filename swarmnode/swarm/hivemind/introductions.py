@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import time
 from collections import OrderedDict
@@ -26,7 +27,7 @@ from collections.abc import Callable
 from hivemind.p2p import PeerID
 from hivemind.utils.multiaddr import Multiaddr
 
-from swarmnode.swarm.hivemind.payloads import MAX_INTRODUCTIONS, FetchError, ask_whom
+from swarmnode.swarm.hivemind.payloads import MAX_INTRODUCTIONS, WHOM_EVERY_S, FetchError, ask_whom
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,36 @@ ASKED_PER_TURN = 4  # peers asked 'whom do you know?' at one turn
 KEPT_INTRODUCTIONS = 64  # names kept to try, newest kept
 INTRODUCTION_TTL_S = 600.0
 DIAL_TIMEOUT_S = 3.0
+DIALS_PER_NAME = 2  # addresses dialled for one introduced peer
+SCOPES = ("loopback", "private", "global")  # an address of a wider scope than the introducer's is not dialled
+
+
+def scope_of(maddr: str) -> str | None:
+    """loopback, private or global for an /ip4 or /ip6 address; None for anything else (a DNS
+    name, a link-local or multicast address, a relay circuit): never dialled on a peer's word."""
+    parts = str(maddr).split("/")
+    if "p2p-circuit" in parts or len(parts) < 3 or parts[1] not in ("ip4", "ip6"):
+        return None
+    try:
+        ip = ipaddress.ip_address(parts[2])
+    except ValueError:
+        return None
+    if ip.is_link_local or ip.is_multicast or ip.is_unspecified or ip.is_reserved:
+        return None
+    return "loopback" if ip.is_loopback else "private" if ip.is_private else "global"
+
+
+def widest_scope(addrs: list[str]) -> str:
+    """The widest scope of the addresses we reach a peer at (global when none is known)."""
+    scopes = [scope for scope in map(scope_of, addrs) if scope]
+    return max(scopes, key=SCOPES.index) if scopes else "global"
+
+
+def within(maddr: str, scope: str) -> bool:
+    """An address a peer reached over `scope` may make us dial: one of that scope, or wider;
+    so a peer on the internet cannot make us probe our own network or machine."""
+    mine = scope_of(maddr)
+    return mine is not None and SCOPES.index(mine) >= SCOPES.index(scope)
 
 
 def peer_of(maddr: str) -> str | None:
@@ -78,15 +109,15 @@ class Introductions:
         turn; dial whom they name."""
         known = self.known_peers()
         first_time = [peer for peer in known if peer not in self._asked][:ASKED_PER_TURN]
-        due = not anyone_delivered or time.monotonic() >= self._next_at
+        due = time.monotonic() >= self._next_at
         if not (first_time or due):
             return
         with contextlib.suppress(Exception):  # the addresses are a courtesy to those we introduce
             self._addrs = {i.peer_id.to_base58(): [str(a) for a in i.addrs] for i in await self.runtime.p2p.list_peers()}
         asked = first_time
         askable = list(dict.fromkeys([*known, *self.bootstrap]))
-        if due and askable:
-            self._next_at = time.monotonic() + WHOM_INTERVAL_S
+        if due and askable:  # before anyone delivered, as often as a peer answers us (WHOM_EVERY_S)
+            self._next_at = time.monotonic() + (WHOM_INTERVAL_S if anyone_delivered else WHOM_EVERY_S)
             start = (self._turn * ASKED_PER_TURN) % len(askable)
             self._turn += 1
             turn = [askable[(start + i) % len(askable)] for i in range(min(ASKED_PER_TURN, len(askable)))]
@@ -94,14 +125,17 @@ class Introductions:
         self._asked.update(asked)
         answers = await asyncio.gather(*(self._ask(peer) for peer in asked))
         known = set(self.known_peers())
-        for entries in answers:
+        named: dict[str, list[str]] = {}
+        for introducer, entries in zip(asked, answers):
+            scope = widest_scope(self._addrs.get(introducer, []))
             for peer, addrs in entries:
-                if peer == self.runtime.peer_id or peer in known or peer in self.introduced:
-                    continue
-                await self._dial(peer, addrs)
-                self.introduced[peer] = time.monotonic()
-                while len(self.introduced) > KEPT_INTRODUCTIONS:
-                    self.introduced.popitem(last=False)
+                if peer != self.runtime.peer_id and peer not in known and peer not in self.introduced:
+                    named[peer] = [a for a in addrs if within(a, scope)][:DIALS_PER_NAME]
+        await asyncio.gather(*(self._dial(peer, addrs) for peer, addrs in named.items()))  # one deadline for all
+        for peer in named:
+            self.introduced[peer] = time.monotonic()
+            while len(self.introduced) > KEPT_INTRODUCTIONS:
+                self.introduced.popitem(last=False)
 
     async def _ask(self, peer: str) -> list[tuple[str, list[str]]]:
         try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import random
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,14 +19,13 @@ from swarmnode import __version__
 from swarmnode.protocol.records import MAX_CLOCK_SKEW_S, Heartbeat, NodeStatus, RecordError
 from swarmnode.settings.config import SwarmSettings
 from swarmnode.swarm.hivemind.dht import heartbeat_from_record, owner_or_none, owner_peer_id, pack
-from swarmnode.swarm.hivemind.payloads import answers
+from swarmnode.swarm.hivemind.payloads import ANSWER_TIMEOUT_S, answers
 from swarmnode.swarm.hivemind.reach import classify
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 from swarmnode.swarm.hivemind.shards import HEARTBEAT_FAMILY, ShardedFamily
 
 log = logging.getLogger(__name__)
 
-ANSWER_TIMEOUT_S = 3.0  # a live peer answers a direct request within this
 ANSWERS_AT_ONCE = 16  # peers asked at once while waiting for swarm.min_peers
 
 
@@ -98,7 +98,8 @@ class HivemindMembership:
     async def _answered(self, live: set[str]) -> int:
         """How many of `live` answered a direct request, asking (ANSWERS_AT_ONCE at most)
         those that have not yet."""
-        asked = sorted(live - self._answering)[:ANSWERS_AT_ONCE]
+        unasked = list(live - self._answering)
+        asked = random.sample(unasked, min(ANSWERS_AT_ONCE, len(unasked)))  # not by id: ids are chosen freely
         results = await asyncio.gather(*(answers(self.runtime.p2p, peer, self.run_id, ANSWER_TIMEOUT_S) for peer in asked))
         self._answering.update(peer for peer, seconds in zip(asked, results) if seconds is not None)
         return len(self._answering & live)

@@ -14,7 +14,8 @@ Protocol `/swarmnode/payload/4` on a libp2p stream, three requests (each at most
   {"run": str, "whom": true}  whom do you know? (peer exchange, swarm.hivemind.exchange):
       response = 1 status byte (0 ok, 2 not now) + u32 length + a msgpack list of at most
       MAX_INTRODUCTIONS [peer id, [multiaddr, ...]] of peers that delivered valid batches to the
-      answering node; at most MAX_INTRODUCTION_BYTES, answered once per WHOM_EVERY_S a requester.
+      answering node; at most MAX_INTRODUCTION_BYTES, answered once per WHOM_EVERY_S a requester,
+      and only to a peer that downloaded from it or delivered to it.
       A list is a claim: the asker dials each entry and counts it only once it delivers.
 Either way a peer cannot push unbounded data, nor hold a download open by sending slowly: after
 FLOOR_GRACE_S a payload must keep arriving at FLOOR_BYTES_PER_S or the download is cut.
@@ -43,12 +44,16 @@ MAX_REQUEST_BYTES = 1024
 CHUNK_BYTES = 1 << 20
 OK, NOT_FOUND, NOTHING_NEWER = 0, 1, 2
 REQUEST_TIMEOUT_S = 2.0  # a request is a few dozen bytes: an opened stream that says nothing is closed
-MAX_STREAMS_PER_PEER = 2  # streams one requester may have served at once; more are held unread ...
+MAX_STREAMS_PER_PEER = 4  # streams one requester may have served at once (an honest one: a download, a direct
+# pull, 'whom do you know?', a liveness question); more are held unread ...
 TARPIT_S = 30.0  # ... this long, then closed: closing them at once let a requester re-open them in a loop
 MAX_HELD_PER_PEER = 32  # past this many held, a requester's streams are closed and its connection dropped
+MAX_HELD = 128  # streams held unread from all requesters together (each is a socket): past it, closed at once
+ANSWER_TIMEOUT_S = 3.0  # a live peer answers a direct question within this (`answers`)
 MAX_INTRODUCTIONS = 16  # peers in one answer to 'whom do you know?'
 MAX_ADDRS_PER_PEER = 4
 MAX_INTRODUCTION_BYTES = 16 * 1024
+NOTHING_AFTER = 2**62  # a round no peer has: a live one answers 'nothing newer' at once (`answers`)
 WHOM_EVERY_S = 5.0  # a requester gets at most one answer to 'whom do you know?' this often
 REMEMBERED_REQUESTERS = 64  # peers that downloaded from us, newest kept: we try them as strangers too
 FLOOR_GRACE_S = 5.0  # a download's first bytes may take this long (dialling, a busy server) ...
@@ -82,8 +87,10 @@ class PayloadServer:
         self.tarpitted = 0  # streams held unread so far
         self.requesters: OrderedDict[str, None] = OrderedDict()  # who downloaded our batches lately, newest last
         self._answered_whom: dict[str, float] = {}  # requester -> when it last got our introductions
-        # whom we introduce: [peer id, [multiaddr, ...]] of peers that delivered to us (the exchange sets it)
+        # whom we introduce: [peer id, [multiaddr, ...]] of peers that delivered to us (the exchange sets it),
+        # and to whom: those that downloaded from us, or delivered to us (`is_known`, the exchange's ledger)
         self.introductions: Callable[[], list[tuple[str, list[str]]]] = list
+        self.is_known: Callable[[str], bool] = lambda peer: False
         self.served = 0
         self.served_to: dict[int, set[str]] = {}  # round -> peers that downloaded it
         self._pinned: set[int] = set()  # rounds whose manifest is (or is being put) in the DHT
@@ -140,9 +147,14 @@ class PayloadServer:
         """Hold a stream over the requester's limit for TARPIT_S, unread, then close it; past
         MAX_HELD_PER_PEER held, close at once and drop the requester's connection (at most
         once a TARPIT_S): it must dial again, a handshake on its side too."""
+        if sum(self._held.values()) >= MAX_HELD:  # identities are free: the tarpit is bounded as a whole
+            writer.close()
+            return
         if self._held[requester] >= MAX_HELD_PER_PEER:
             writer.close()
             now = time.monotonic()
+            for peer in [p for p, at in self._dropped_at.items() if now - at >= TARPIT_S]:
+                del self._dropped_at[peer]
             if self._p2p is not None and now - self._dropped_at.get(requester, -TARPIT_S) >= TARPIT_S:
                 self._dropped_at[requester] = now
                 log.info("dropping the connection of %s: it keeps opening payload streams", requester)
@@ -152,7 +164,8 @@ class PayloadServer:
         self._held[requester] += 1
         self.tarpitted += 1
         try:
-            await asyncio.sleep(TARPIT_S)
+            with contextlib.suppress(asyncio.CancelledError):  # shutting down: hivemind would print the cancellation
+                await asyncio.sleep(TARPIT_S)
         finally:
             self._held[requester] -= 1
             if not self._held[requester]:
@@ -208,11 +221,14 @@ class PayloadServer:
             writer.write(struct.pack(">BI", NOTHING_NEWER, 0))
             await writer.drain()
             return
+        if requester not in self.requesters and not self.is_known(requester):
+            writer.write(struct.pack(">BI", NOTHING_NEWER, 0))  # a crawler learns nothing: download first
+            await writer.drain()
+            return
         self._answered_whom[requester] = now
         if len(self._answered_whom) > 4 * REMEMBERED_REQUESTERS:  # bounded: forget the oldest answers
             for peer in sorted(self._answered_whom, key=self._answered_whom.get)[: REMEMBERED_REQUESTERS]:
                 del self._answered_whom[peer]
-        self._remember(requester)
         entries = [
             [peer, [a for a in addrs if len(a) <= 256][:MAX_ADDRS_PER_PEER]]
             for peer, addrs in self.introductions() if peer != requester
@@ -248,9 +264,6 @@ async def fetch_newest(
     """Ask a peer directly for its newest payload of a round after `after`: (round, payload),
     or None when it has nothing newer."""
     return await _bounded(_fetch_newest(p2p, peer_id, run_id, after, max_bytes), peer_id, timeout_s)
-
-
-NOTHING_AFTER = 2**62  # a round no peer has: a live one answers 'nothing newer' at once
 
 
 async def answers(p2p: P2P, peer_id: str, run_id: str, timeout_s: float) -> float | None:
@@ -346,7 +359,8 @@ async def _read_payload(
     while received < length:
         due = started + FLOOR_GRACE_S + received / floor_bytes_per_s  # when more than `received` must be here
         try:
-            chunk = await asyncio.wait_for(reader.read(min(CHUNK_BYTES, length - received)), max(0.0, due - time.monotonic()))
+            # never a zero timeout: bytes already buffered must not be refused for a late wake-up
+            chunk = await asyncio.wait_for(reader.read(min(CHUNK_BYTES, length - received)), max(0.05, due - time.monotonic()))
         except TimeoutError:
             raise FetchError(
                 f"{peer_id} sent {received} of the {length} bytes it promised in {time.monotonic() - started:.1f} s, "

@@ -23,7 +23,7 @@ from hivemind.utils.timed_storage import get_dht_time
 from swarmnode.protocol.records import PeerRow, RecordError
 from swarmnode.settings.config import SwarmSettings
 from swarmnode.swarm.hivemind.dht import heartbeat_from_record, owner_or_none
-from swarmnode.swarm.hivemind.payloads import answers
+from swarmnode.swarm.hivemind.payloads import ANSWER_TIMEOUT_S, answers
 from swarmnode.swarm.hivemind.reach import classify
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 from swarmnode.swarm.hivemind.shards import HEARTBEAT_FAMILY, ShardedFamily, ShardReads
@@ -32,7 +32,6 @@ LOOPBACK = ["/ip4/127.0.0.1/tcp/0"]
 STATUS_SHARDS = 64  # heartbeat shards one status read covers at most
 PROBED_ROWS = 64  # peers asked directly by one status read, the first rows (training ones first)
 PROBES_AT_ONCE = 32
-PROBE_TIMEOUT_S = 3.0
 
 
 def open_status_client(initial_peers: list[str], timeout_s: float) -> SwarmRuntime:
@@ -72,18 +71,18 @@ async def _read_shards(runtime: SwarmRuntime) -> ShardReads:
 
 def probe(runtime: SwarmRuntime, rows: list[PeerRow]) -> list[PeerRow]:
     """`rows` with what this reader checked itself: whether each peer (the first PROBED_ROWS
-    not marked left) answered a direct request within PROBE_TIMEOUT_S, and by which path."""
-    budget = PROBE_TIMEOUT_S * (PROBED_ROWS // PROBES_AT_ONCE + 1) + 10
+    not marked left) answered a direct request within ANSWER_TIMEOUT_S, and by which path."""
+    budget = ANSWER_TIMEOUT_S * (PROBED_ROWS // PROBES_AT_ONCE + 1) + 10
     return runtime.call(_probe_rows(runtime, rows), timeout=budget)
 
 
 async def _probe_rows(runtime: SwarmRuntime, rows: list[PeerRow]) -> list[PeerRow]:
     slots = asyncio.Semaphore(PROBES_AT_ONCE)
-    asked = [row for row in rows if row.state != "left"][:PROBED_ROWS]
+    asked = sorted((row for row in rows if row.state != "left"), key=lambda row: row.state != "training")[:PROBED_ROWS]
 
     async def ask(row: PeerRow) -> float | None:
         async with slots:
-            seconds = await answers(runtime.p2p, row.heartbeat.peer, row.heartbeat.run, PROBE_TIMEOUT_S)
+            seconds = await answers(runtime.p2p, row.heartbeat.peer, row.heartbeat.run, ANSWER_TIMEOUT_S)
             return None if seconds is None else round(seconds * 1000, 1)
 
     answered_ms = dict(zip((row.heartbeat.peer for row in asked), await asyncio.gather(*(ask(row) for row in asked))))
@@ -92,7 +91,8 @@ async def _probe_rows(runtime: SwarmRuntime, rows: list[PeerRow]) -> list[PeerRo
     for row in rows:
         answered = answered_ms.get(row.heartbeat.peer)
         reached = _path(paths.get(row.heartbeat.peer, [])) if answered is not None else None
-        checked.append(dataclasses.replace(row, answered_ms=answered, reached=reached))
+        was_asked = row.heartbeat.peer in answered_ms
+        checked.append(dataclasses.replace(row, asked=was_asked, answered_ms=answered, reached=reached))
     return checked
 
 
@@ -100,7 +100,6 @@ def _path(addresses: list[str]) -> str:
     """How we reached a peer, from the addresses of our connection to it."""
     reach = classify(addresses, [])
     return "direct" if reach == "private" else reach  # a private address we reached: a direct path here
-
 
 
 def peer_rows(runtime: SwarmRuntime, stale_after_s: float) -> list[PeerRow]:

@@ -1,0 +1,43 @@
+"""Peer exchange takes names, never orders: what an introduction may make us dial, and how an
+answer to 'whom do you know?' is checked."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+from swarmnode.swarm.hivemind.introductions import peer_of, scope_of, widest_scope, within
+from swarmnode.swarm.hivemind.payloads import MAX_INTRODUCTIONS, FetchError, _introductions
+
+PEER = "QmS3Wxqi78B4RQ5dJDt1UraQK87qXSJn2fuE4BtZS9gqCV"
+
+
+def test_a_peer_on_the_internet_cannot_make_us_probe_our_own_network():
+    assert [scope_of(a) for a in ("/ip4/127.0.0.1/tcp/1", "/ip4/192.168.1.5/tcp/1", "/ip4/8.8.8.8/tcp/1")] == [
+        "loopback", "private", "global"]
+    never = ["/ip4/169.254.169.254/tcp/80", "/dns4/example.org/tcp/1", "/ip4/224.0.0.1/tcp/1",
+             f"/ip4/8.8.8.8/tcp/1/p2p/{PEER}/p2p-circuit", "/ip4/0.0.0.0/tcp/1", "/unix/tmp/x"]
+    assert all(scope_of(a) is None for a in never)
+    assert within("/ip4/8.8.8.8/tcp/1", "global") and not within("/ip4/192.168.1.5/tcp/1", "global")
+    assert not within("/ip4/127.0.0.1/tcp/1", "private")
+    assert within("/ip4/127.0.0.1/tcp/1", "loopback") and within("/ip4/10.0.0.1/tcp/1", "loopback")
+    assert widest_scope(["/ip4/127.0.0.1/tcp/1", "/ip4/10.0.0.2/tcp/5"]) == "private"
+    assert widest_scope([]) == "global", "an introducer we cannot place gets the narrowest trust"
+    assert peer_of(f"/ip4/1.2.3.4/tcp/5/p2p/{PEER}") == PEER and peer_of("/ip4/1.2.3.4/tcp/5") is None
+
+
+def test_an_answer_is_checked_for_shape_and_size_not_for_truth():
+    raw = msgpack.unpackb(msgpack.packb([[PEER, ["/ip4/127.0.0.1/tcp/5"]]]), raw=False)
+    assert _introductions(raw, "p") == [(PEER, ["/ip4/127.0.0.1/tcp/5"])]
+    bad = [
+        [[PEER, ["/ip4/1.2.3.4/tcp/1"] * 5]],  # too many addresses for one name
+        [[PEER]],
+        [["not a peer id", []]],
+        [[PEER, [1]]],
+        {"peers": []},
+        [[PEER, []]] * (MAX_INTRODUCTIONS + 1),
+    ]
+    for answer in bad:
+        with pytest.raises(FetchError) as err:
+            _introductions(answer, "p")
+        assert err.value.misbehaved, answer
