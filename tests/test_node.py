@@ -396,11 +396,11 @@ def test_an_out_of_memory_halving_is_written_as_a_line_and_leaves_the_config_alo
     node = _node(tmp_path, make_policy, "halving", micro_batch=8)
     real, calls = node.policy.completion_logprobs, []
 
-    def flaky(prompts, completions, temperature):
+    def flaky(prompts, completions, temperature, model=None):
         calls.append(len(prompts))
         if len(prompts) > 4 and len(calls) < 20:
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
-        return real(prompts, completions, temperature)
+        return real(prompts, completions, temperature, model)
 
     monkeypatch.setattr(node.policy, "completion_logprobs", flaky)
     node.run(rounds=2)

@@ -94,7 +94,8 @@ def test_injected_text_is_never_trained_on_with_a_positive_advantage(tmp_path, a
             injected = [s for s in samples if s.source and carries_injection(node.policy.decode(s.completion_ids))]
             assert all(s.advantage <= 0 for s in injected), [s.advantage for s in injected]
             assert all(r.peer_samples + r.gated == 64 for r in records), "both peers' batches arrive"
-            assert all(r.gated <= r.below_bar for r in records)
+            # gated: under a bar with a positive advantage, or a wrong answer of a group whose right ones were
+            assert all(r.gated <= r.below_bar + 32 for r in records)
             assert node.ledger.counts["evil"] == 0, "failing the gate is no strike"
             if attack == "after":  # reward 0: kept, with a negative advantage, in some group
                 assert any(s.advantage < 0 for s in injected)

@@ -132,11 +132,11 @@ def test_out_of_memory_in_the_step_halves_the_micro_batch_and_retries(make_polic
     real = policy.completion_logprobs
     calls = []
 
-    def flaky(prompts, completions, temperature):
+    def flaky(prompts, completions, temperature, model=None):
         calls.append(len(prompts))
         if len(prompts) > 2:
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
-        return real(prompts, completions, temperature)
+        return real(prompts, completions, temperature, model)
 
     monkeypatch.setattr(policy, "completion_logprobs", flaky)
     result = policy.train_step(_samples(policy), LossSettings(), 1.0)
@@ -211,10 +211,10 @@ def test_out_of_memory_while_scoring_peers_halves_the_micro_batch(make_policy, m
     policy = make_policy(micro_batch=8)
     real = policy.completion_logprobs
 
-    def flaky(prompts, completions, temperature):
+    def flaky(prompts, completions, temperature, model=None):
         if len(prompts) > 3:
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
-        return real(prompts, completions, temperature)
+        return real(prompts, completions, temperature, model)
 
     samples = _samples(policy)
     expected = policy.token_logprobs([s.prompt_ids for s in samples], [s.completion_ids for s in samples], 1.0)

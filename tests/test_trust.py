@@ -98,7 +98,7 @@ def test_only_samples_with_a_positive_advantage_are_gated():
     # its right answer unlikely too: gated, and the wrong one, balanced to nothing, goes with it
     unlikely_all = [unlikely] * 3
     result = _screen(["p"] * 3, [0.75, 0.0, -0.25], unlikely_all, unlikely_all, own, TRUST, LOSS)
-    assert result.keep == [False, True, False] and result.gated == 1
+    assert result.keep == [False, True, False] and result.gated == 2, "the wrong one left because of the gate"
 
 
 def test_a_group_whose_unlikely_samples_are_negative_keeps_zero_mean_advantages():

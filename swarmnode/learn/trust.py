@@ -241,8 +241,12 @@ def screen(
             )
     scales = [verdicts[sample.source].weight_scale for sample in peers]
     advantages = balanced_advantages(peers, keep)
-    # a wrong answer whose group's right ones were all gated teaches nothing: it takes no room either
-    keep = [k and not (a == 0 and s.advantage != 0) for k, a, s in zip(keep, advantages, peers)]
+    # a wrong answer whose group's right ones were all gated teaches nothing: it takes no room
+    # either, and counts as gated (it left because of the gate)
+    for i, (sample, advantage) in enumerate(zip(peers, advantages)):
+        if keep[i] and advantage == 0 and sample.advantage != 0:
+            keep[i] = False
+            verdicts[sample.source].gated += 1
     return Screening(keep=keep, below_bar_flags=below, weight_scale=scales, advantages=advantages,
                      bar=bar, verdicts=dict(verdicts))
 

@@ -200,8 +200,8 @@ class Intake:
         """This round's bar of the anchored gate, moved by our own samples as the reference
         scores them; None when the gate is not anchored (swarmnode.learn.trust)."""
         trust = self.config.trust
-        if not (trust.likelihood_gate and trust.anchor and self.policy.has_reference):
-            return None
+        if not (own and trust.likelihood_gate and trust.anchor and self.policy.has_reference):
+            return None  # without own samples there is no bar this round, anchored or not
         reference = self.policy.reference_logprobs(
             [s.train.prompt_ids for s in own], [s.train.completion_ids for s in own], self.config.rollout.temperature
         )

@@ -31,8 +31,11 @@ class RoundRecord:
     own_samples: int = metric("own samples trained on in the last round", gauge=True)
     peer_samples: int = metric("peers' samples trained on in the last round", gauge=True)
     peers: int = metric("peers whose samples were trained on in the last round", gauge=True)
-    gated: int = metric("peers' samples dropped by the likelihood gate in the last round", gauge=True)
-    below_bar: int  # peers' samples under the gate's bar, gated or kept for a non-positive advantage
+    gated: int = metric(
+        "peers' samples dropped by the likelihood gate in the last round (wrong answers whose group lost "
+        "all its right ones to it included)", gauge=True,
+    )
+    below_bar: int  # peers' samples under a bar of the gate, gated or kept for a non-positive advantage
     peer_weight_scale: float | None  # smallest weight-budget factor given to a peer this round
     filtered: int
     filtered_frac: float = metric("share of samples F-TIS filtered in the last round", gauge=True)
