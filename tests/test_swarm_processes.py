@@ -167,7 +167,7 @@ def test_status_lists_the_three_peers_with_their_models(swarm):
     table = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "80"})
     assert table.returncode == 0 and "3 peer(s)" in table.stdout, table.stderr
     assert all(len(line) <= 80 for line in table.stdout.splitlines()), table.stdout
-    for shown in ("tiny-large", "LoRA r=8", "eval_acc", "reach", "local", "training"):
+    for shown in ("tiny-large", "LoRA r=8", "eval_acc", "answered", "local", "training"):
         assert shown in table.stdout, (shown, table.stdout)
     assert "Checking that identity" not in table.stderr, "no daemon chatter"
     from_file = [sys.executable, "-m", "swarmnode", "status", "--json",

@@ -96,6 +96,7 @@ def render_table(rows: list[PeerRow], wide: bool = False) -> Table:
                   box=box.SIMPLE_HEAD, pad_edge=False)
     for column, justify in shown:
         table.add_column(column, justify=justify, no_wrap=column in ("peer", "run", "answered", "state", "eval_acc"),
+                         min_width=10 if column == "model" else None,
                          overflow="fold" if column == "model" else "ellipsis")
     for row in rows:
         cells = _cells(row, wide)
