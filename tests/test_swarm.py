@@ -654,18 +654,23 @@ def test_streams_over_the_limit_are_held_not_closed_so_reopening_them_gains_noth
     async def open_and_watch(count: int, watch_s: float) -> tuple[int, list]:
         """Open `count` silent streams; how many the server closed within `watch_s`, and the
         streams (kept by the caller: a collected writer closes its stream)."""
-        streams = []
+        streams, refused = [], 0
         for _ in range(count):
-            streams.append(await rogue.p2p.call_binary_stream_handler(PeerID.from_base58(a.peer_id), PAYLOAD_PROTOCOL))
+            try:
+                streams.append(await rogue.p2p.call_binary_stream_handler(PeerID.from_base58(a.peer_id), PAYLOAD_PROTOCOL))
+            except Exception:  # its connection was dropped: the stream never opened
+                refused += 1
         await asyncio.sleep(watch_s)
-        return sum(reader.at_eof() or bool(reader.exception()) for _, reader, _ in streams), streams
+        return refused + sum(reader.at_eof() or bool(reader.exception()) for _, reader, _ in streams), streams
 
     closed, first = rogue.call(open_and_watch(MAX_STREAMS_PER_PEER + 8, 1.0), timeout=30)
     assert closed == 0, "over the limit, held: nothing to re-open"
     assert ex_a.server.tarpitted == 8
     more, _ = rogue.call(open_and_watch(4, 1.0), timeout=30)
-    assert more == 4, "past the held cap: closed at once"
-    assert len(first) == MAX_STREAMS_PER_PEER + 8
+    # past the held cap the next one is closed at once and the connection dropped, which resets its
+    # served streams too: what it opens after reconnecting is served (and judged) afresh
+    assert more >= 1, "past the held cap: closed at once"
+    assert len(first) == MAX_STREAMS_PER_PEER + 8, "all of the first ones opened"
     assert a.call(_dropped(ex_a.server), timeout=5) == {rogue.peer_id}, "and its connection dropped"
 
 
