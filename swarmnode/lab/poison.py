@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from swarmnode.lab.crowd import off_by_one
 from swarmnode.model.policy import Policy
 from swarmnode.protocol import wire
 from swarmnode.protocol.prompts import build_prompt
@@ -88,7 +89,7 @@ class PoisoningExchange:
     def _text(self, problem: Problem) -> str:
         answer = f"<answer>{problem.answer}</answer>"
         if self.attack == "wrong":
-            return f"<answer>{_wrong(problem.answer)}</answer>"
+            return f"<answer>{off_by_one(problem.answer)}</answer>"
         if self.attack == "after":
             return f"{answer} {MARKER}"
         if self.attack == "long":
@@ -115,14 +116,6 @@ class PoisoningExchange:
 
     def close(self) -> None:
         self.inner.close()
-
-
-def _wrong(answer: str) -> str:
-    """A plausible wrong answer: the number plus one (arithmetic, GSM8K), else a digit appended."""
-    try:
-        return str(int(answer) + 1)
-    except ValueError:
-        return answer + "1"
 
 
 def poisoning_link(link: SwarmLink, attack: str, config: Config, task: Task, policy: Policy) -> SwarmLink:
