@@ -298,7 +298,8 @@ def test_lying_peers_are_counted_and_unreachable_ones_are_not(start_runtime):
     rogue = start_runtime("rogue", honest.visible_maddrs())
     ledger = PeerLedger(SwarmSettings(max_rejects=10))
     ex = _link(honest, ledger=ledger).exchange
-    ex.live_peers = tuple  # the rogue is found through its manifests only, not its heartbeat
+    ex.live_peers = tuple  # the rogue is found through its manifests only, not its heartbeat,
+    ex.met_directly = list  # nor because it asked us for batches
     rogue_ex = _link(rogue).exchange
     # 1: content that does not match the signed digest
     rogue_ex.server.put(0, b"A" * 1000)
@@ -324,7 +325,8 @@ def test_a_dht_lookup_that_never_answers_costs_a_gather_its_deadline_only(start_
     a = start_runtime("a")
     b = start_runtime("b", a.visible_maddrs())
     ex_a, ex_b = _link(a).exchange, _link(b).exchange
-    ex_a.live_peers = tuple  # b is found through its manifest only, not through its heartbeat
+    ex_a.live_peers = tuple  # b is found through its manifest only, not through its heartbeat ...
+    ex_a.met_directly = list  # ... nor because it asked a, its initial peer, for batches
     real_get = a.dht.get_many
 
     async def hangs(*args, **kwargs):
@@ -401,6 +403,7 @@ def test_a_peer_seen_in_heartbeats_is_pulled_directly_while_its_manifests_stay_h
     ex_a, ex_b = _link(a).exchange, _link(b).exchange
     seen: list[str] = []
     ex_a.live_peers = lambda: seen
+    ex_a.met_directly = list  # b, which sees a's heartbeat, asks a for batches: not this path
 
     async def hangs(*args, **kwargs):
         await asyncio.sleep(3600)
@@ -526,7 +529,8 @@ def test_publishing_never_waits_on_a_dht_store_and_the_newest_manifest_wins(star
     a = start_runtime("a")
     b = start_runtime("b", a.visible_maddrs())
     ex_a, ex_b = _link(a).exchange, _link(b).exchange
-    ex_a.live_peers = tuple  # b is found through its manifest only, not through its heartbeat
+    ex_a.live_peers = tuple  # b is found through its manifest only, not through its heartbeat,
+    ex_a.met_directly = list  # nor because it asked a, its initial peer, for batches
     real_store = b.dht.store_many
     release = asyncio.Event()
 
@@ -577,6 +581,7 @@ def test_manifests_are_stored_once_a_discovery_interval_and_a_stranger_still_fet
     # the manifest path alone: a direct pull of b, once a sees its heartbeat, would fetch the
     # newest round, and whether it comes first is a race the machine's load decides
     ex_a.live_peers = tuple
+    ex_a.met_directly = list  # nor a pull of b because b asked a for batches
     stored = _store_times(b, manifest_family(RUN), monkeypatch)  # heartbeats are stored too
     started = time.monotonic()
     for round_ in range(12):
@@ -1046,3 +1051,27 @@ def test_peers_meet_through_each_other_when_every_dht_store_is_refused(start_run
                 met[name].add(item.peer_id)
     assert {name: met[name] for name in links} == {n: set(ids.values()) - {ids[n]} for n in links}
     assert all(not link.membership.live_peers() for link in links.values()), "nobody was found through the DHT"
+
+
+def test_min_peers_counts_peers_met_without_the_dht(start_runtime, monkeypatch):
+    """With every DHT store refused nobody is live in heartbeats, and a node waited out
+    swarm.wait_for_peers_s though it had joined through a live peer. b counts a, its initial
+    peer, once a answered; a counts b, which asked it for a batch."""
+    a = start_runtime("a")
+    b = start_runtime("b", a.visible_maddrs())
+
+    async def refused(*args, **kwargs) -> bool:
+        return False
+
+    links = {}
+    for name, runtime in (("a", a), ("b", b)):
+        monkeypatch.setattr(runtime, "store_owned_all", refused)
+        links[name] = _link(runtime, RUN, PeerLedger())
+    started = time.monotonic()
+    assert links["b"].membership.wait_for_peers(1, timeout_s=20) == 1
+    assert links["a"].membership.wait_for_peers(1, timeout_s=20) == 1, "b asked a for its batches"
+    assert time.monotonic() - started < 20
+    assert not links["a"].membership.live_peers() and not links["b"].membership.live_peers()
+    lone = start_runtime("lone")
+    monkeypatch.setattr(lone, "store_owned_all", refused)
+    assert _link(lone, RUN, PeerLedger()).membership.wait_for_peers(1, timeout_s=2) == 0, "nobody met: nobody counted"

@@ -142,8 +142,9 @@ class Membership(Protocol):
         ...
 
     def wait_for_peers(self, count: int, timeout_s: float) -> int:
-        """Block until `count` peers of this run are live (over hivemind: and answered a direct
-        request, a heartbeat alone being a claim) or the timeout; return how many are."""
+        """Block until `count` peers of this run are live (over hivemind: seen in heartbeats or
+        met without the DHT, and answered a direct request, a heartbeat alone being a claim)
+        or the timeout; return how many are."""
         ...
 
     def close(self) -> None:

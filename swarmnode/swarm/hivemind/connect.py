@@ -68,4 +68,5 @@ def attach(runtime: SwarmRuntime, run_id: str, config: Config, ledger: PeerStand
     except BaseException:
         membership.close()
         raise
+    membership.met_directly = exchange.met_directly
     return SwarmLink(exchange, membership)

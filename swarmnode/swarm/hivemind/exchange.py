@@ -352,6 +352,11 @@ class HivemindExchange:
             self._inflight[key] = task
             task.add_done_callback(lambda done, key=key: self._settle(key, done))
 
+    def met_directly(self) -> list[str]:
+        """Peers met without the DHT: those a known peer introduced, our initial peers, and
+        those that asked us for batches. Claims, as heartbeats are: a caller checks them."""
+        return list(dict.fromkeys([*self.introductions.candidates(), *reversed(self.server.requesters)]))
+
     def _strangers(self) -> list[str]:
         """Peers that never delivered to us (nor cut a download, nor are banned, nor wait out
         a back-off), asked directly in turn, so a new peer is heard within a few polls without
@@ -360,7 +365,7 @@ class HivemindExchange:
         seen live in heartbeats (swarm.hivemind.introductions: none of them needs the DHT but
         the last)."""
         now = time.monotonic()
-        named = [*self.introductions.candidates(), *reversed(self.server.requesters), *self.live_peers()]
+        named = [*self.met_directly(), *self.live_peers()]
         return [
             peer for peer in dict.fromkeys(named)
             if peer != self.peer_id and not self.ledger.is_banned(peer)

@@ -6,7 +6,7 @@ two honest nodes from ever meeting, though one had joined through the other. So 
 three more paths, none of which goes through the DHT:
 
 - the peers this node was told to join through (its initial peers) are tried as strangers;
-- a peer that downloaded our batches (`PayloadServer.requesters`) is tried as a stranger;
+- a peer of our run that asked us for batches (`PayloadServer.requesters`) is tried as a stranger;
 - every few seconds the node asks peers it knows "whom do you know?" and tries whom they name.
 
 Everything learnt here is a claim: a name is only a candidate for a stranger's download, within

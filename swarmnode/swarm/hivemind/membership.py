@@ -54,6 +54,9 @@ class HivemindMembership:
         self.read_at = 0.0  # monotonic time of the last read
         self._status = NodeStatus()
         self._answering: set[str] = set()  # peers that answered a direct request (wait_for_peers)
+        # peers met without the DHT (the exchange's: initial, introduced, asking), also asked by
+        # wait_for_peers: a node whose DHT keys are eclipsed still counts the peer it joined through
+        self.met_directly: Callable[[], list[str]] = list
         self._state = "training"
         self._other_runs: set[str] = set()
         self._bad_heartbeats: set[str] = set()
@@ -85,12 +88,14 @@ class HivemindMembership:
         }
 
     def wait_for_peers(self, count: int, timeout_s: float) -> int:
-        """Wait until `count` peers are live and answered a direct request, or `timeout_s`;
-        how many did. A heartbeat alone is a claim any throwaway identity can store and leave."""
+        """Wait until `count` peers answered a direct request, or `timeout_s`; how many did.
+        Asked: the peers live in heartbeats and those met without the DHT. A heartbeat alone
+        is a claim any throwaway identity can store and leave."""
         deadline = time.monotonic() + timeout_s
         while True:
             self.runtime.call(self.read(), timeout=30)
-            answered = self.runtime.call(self._answered(set(self.live_peers())), timeout=ANSWER_TIMEOUT_S + 10)
+            candidates = (set(self.live_peers()) | set(self.met_directly())) - {self.peer_id}
+            answered = self.runtime.call(self._answered(candidates), timeout=ANSWER_TIMEOUT_S + 10)
             if answered >= count or time.monotonic() >= deadline:
                 return answered
             time.sleep(min(1.0, self.settings.heartbeat_interval_s))

@@ -85,7 +85,8 @@ class PayloadServer:
         self._dropped_at: dict[str, float] = {}  # requester -> when its connection was last dropped
         self._p2p: P2P | None = None
         self.tarpitted = 0  # streams held unread so far
-        self.requesters: OrderedDict[str, None] = OrderedDict()  # who downloaded our batches lately, newest last
+        self.requesters: OrderedDict[str, None] = OrderedDict()  # peers of our run that asked us for batches lately, newest last
+        self.downloaders: OrderedDict[str, None] = OrderedDict()  # ... and those of them we served a batch
         self._answered_whom: dict[str, float] = {}  # requester -> when it last got our introductions
         # whom we introduce: [peer id, [multiaddr, ...]] of peers that delivered to us (the exchange sets it),
         # and to whom: those that downloaded from us, or delivered to us (`is_known`, the exchange's ledger)
@@ -188,6 +189,8 @@ class PayloadServer:
             if not newer:
                 writer.write(struct.pack(">BQQ", NOTHING_NEWER, 0, 0))
                 await writer.drain()
+                if ours and request["after"] < NOTHING_AFTER:  # a peer waiting for our first batch, not a probe
+                    _remember(self.requesters, requester)
                 return
             round_ = max(newer)
             writer.write(struct.pack(">BQQ", OK, round_, len(self._payloads[round_])))
@@ -204,16 +207,9 @@ class PayloadServer:
             await writer.drain()
         self.served += 1
         self.served_to.setdefault(round_, set()).add(requester)
-        self._remember(requester)
+        _remember(self.requesters, requester)
+        _remember(self.downloaders, requester)
         await writer.drain()
-
-    def _remember(self, requester: str) -> None:
-        """A peer of our run that talks to us: the exchange may ask it for batches in turn,
-        so two nodes that never find each other in the DHT still meet once one reached the other."""
-        self.requesters.pop(requester, None)
-        self.requesters[requester] = None
-        while len(self.requesters) > REMEMBERED_REQUESTERS:
-            self.requesters.popitem(last=False)
 
     async def _introduce(self, requester: str, ours: bool, writer: asyncio.StreamWriter) -> None:
         now = time.monotonic()
@@ -221,7 +217,7 @@ class PayloadServer:
             writer.write(struct.pack(">BI", NOTHING_NEWER, 0))
             await writer.drain()
             return
-        if requester not in self.requesters and not self.is_known(requester):
+        if requester not in self.downloaders and not self.is_known(requester):
             writer.write(struct.pack(">BI", NOTHING_NEWER, 0))  # a crawler learns nothing: download first
             await writer.drain()
             return
@@ -264,6 +260,16 @@ async def fetch_newest(
     """Ask a peer directly for its newest payload of a round after `after`: (round, payload),
     or None when it has nothing newer."""
     return await _bounded(_fetch_newest(p2p, peer_id, run_id, after, max_bytes), peer_id, timeout_s)
+
+
+def _remember(peers: OrderedDict[str, None], requester: str) -> None:
+    """A peer of our run that talks to us, newest last (REMEMBERED_REQUESTERS kept): the
+    exchange may ask it for batches in turn, so two nodes that never find each other in the
+    DHT still meet once one reached the other."""
+    peers.pop(requester, None)
+    peers[requester] = None
+    while len(peers) > REMEMBERED_REQUESTERS:
+        peers.popitem(last=False)
 
 
 async def answers(p2p: P2P, peer_id: str, run_id: str, timeout_s: float) -> float | None:
