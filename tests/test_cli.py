@@ -41,6 +41,8 @@ def test_help_lists_the_settings():
         (["--set", "trust.gate_quantile=0.9"], "trust.gate_quantile"),
         (["--set", "trust.max_weight_mean=1.0"], "trust.max_weight_mean"),
         (["--set", "trust.likelihood_gate=maybe"], "trust.likelihood_gate"),
+        (["--set", "trust.anchor=perhaps"], "trust.anchor"),
+        (["--set", "trust.anchor_slack=-0.5"], "trust.anchor_slack"),
         (["--set", "node.own_share=0"], "node.own_share"),
         (["--set", "node.own_share=1.5"], "node.own_share"),
         (["--set", "loss.vis_clip=sometimes"], "loss.vis_clip"),
