@@ -2,6 +2,8 @@
 
     python bench/attacks.py liveness [--rounds 60] [--deadline 8] [--attacks far silent mute starve drip cut idle churn late crowd]
                                      [--crowd 4 16 64] [--pin | --split] [--heartbeat 1] [--keep DIR]
+    python bench/attacks.py eclipse [--rounds 150] [--c-rounds 40] [--per-key 8] [--fakes 0 2] [--c-after 10]
+    python bench/attacks.py ghost [--stale 6]
     python bench/attacks.py sybil [--identities 1000] [--key-bits 1024] [--rounds 8]
     python bench/attacks.py flood [--records 50000] [--rounds 8]
     python bench/attacks.py slow [--rounds 120] [--own-share 1.0 0.5]
@@ -33,6 +35,24 @@ baseline too); `--split` also moves the honest nodes' other threads and p2p daem
 attackers' cores, as a node with a core for its network work beside training would run. The
 honest nodes heartbeat every `--heartbeat` seconds (1 by default here, so short runs find
 their peers quickly; a node's own default is 5), each a store and a read of the DHT.
+
+Eclipse: `--per-key` DHT nodes (this process, a p2p daemon each; swarmnode/lab/eclipse.py)
+whose ids are placed next to each of the 6 shard keys a small swarm of the run uses (heartbeats
+and the run's manifests, levels 0 and 1), refusing every store; `--fakes` identities' fake
+heartbeats are the only records they keep. Honest `swarmnode join` tiny nodes: a joins through
+the eclipse, b through a, and c through b once a finished `--c-after` rounds (a and b train
+`--rounds`, c `--c-rounds`). The baseline is the same without the eclipse (a founds the swarm).
+Printed per node: its median round, the CPU seconds a round of its process and p2p daemon, the
+other honest nodes' samples it trained on a round (mean while both trained, rounds 3 on) and
+their ratio to the baseline, the first of its rounds that trained on each other node's samples, its rounds that waited half `--deadline` or more for a
+batch, and how many honest heartbeats a reader joined through a finds in the DHT as c starts
+(-1: a had finished).
+
+Ghost: in this process, an honest node's membership and a `status` reader, next to three
+throwaway identities that each store one heartbeat and leave: one dated now, one a year ahead,
+one just inside the allowed clock skew. Printed: how long each stayed in the node's live peers
+(and so its exchange's turns), in `status`'s rows, and among the peers counted for `min_peers`,
+against `--stale` (the node's `swarm.stale_after_s`).
 
 Sybil: one process makes `--identities` identities (`--key-bits` RSA keys: hivemind's
 check takes any size, and 1024 bits is what a flood would use) and writes, from each, a junk
@@ -110,31 +130,34 @@ from hivemind.dht.validation import CompositeValidator
 from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.timed_storage import get_dht_time
 
-from swarmnode.assemble import assemble
+from swarmnode.assemble import assemble, run_id_for
 from swarmnode.lab.adversary import ATTACKS, CHEAP_KEY_BITS, LivenessAttacker, ManyKeySigner, cheap_signer
 from swarmnode.lab.crowd import UsefulCrowd, drift_payload
+from swarmnode.lab.eclipse import Eclipse, small_swarm_keys
 from swarmnode.lab.poison import CONTENT_ATTACKS, DEFENCES_OFF, carries_injection, poisoning_link
 from swarmnode.loop.ledger import PeerLedger
 from swarmnode.model.policy import Policy
 from swarmnode.model.tiny import TINY_PRESETS, ensure_tiny
 from swarmnode.ops.metrics import read_metrics, round_lines
 from swarmnode.protocol.prompts import build_prompt
-from swarmnode.protocol.records import Heartbeat
+from swarmnode.protocol.records import MAX_CLOCK_SKEW_S, Heartbeat, NodeStatus
 from swarmnode.settings.config import TaskSettings, load_config
 from swarmnode.settings.presets import tiny_cpu
 from swarmnode.swarm.base import GatherWait
 from swarmnode.swarm.hivemind.connect import attach
-from swarmnode.swarm.hivemind.dht import Manifest, SwarmRecordValidator, owner_peer_id, pack
+from swarmnode.swarm.hivemind.dht import Manifest, SwarmRecordValidator, owner_or_none, owner_peer_id, pack
 from swarmnode.swarm.hivemind.runtime import SwarmError, SwarmRuntime
 from swarmnode.swarm.hivemind.shards import (
     HEARTBEAT_FAMILY,
     MAX_LEVEL,
+    ShardedFamily,
     ShardIndex,
     level_for,
     manifest_family,
     shard_key,
     shard_of,
 )
+from swarmnode.swarm.hivemind.status import open_status_client, read_heartbeats
 from swarmnode.swarm.local import InMemoryHub
 from swarmnode.tasks import make_task
 from swarmnode.tasks.answers import numeric_reward
@@ -435,6 +458,186 @@ def liveness(args: argparse.Namespace) -> None:
             honest_rounds = sum(result[name]["rounds"] for name in HONEST)
             print(f"{attack}: the honest nodes downloaded {result['downloaded']} of the identities' batches "
                   f"({result['downloaded'] / max(honest_rounds, 1):.2f} an honest round)")
+
+
+def eclipse(args: argparse.Namespace) -> None:
+    """Three honest nodes meeting with and without an eclipse of the DHT's shard keys."""
+    for spec in TINY_PRESETS.values():
+        ensure_tiny(spec)
+    with contextlib.ExitStack() as stack:
+        root = args.keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="swarmnode-eclipse-")))
+        rows = [("none", run_eclipse(root / "none", None, args))]
+        rows += [(f"eclipse+{fakes}", run_eclipse(root / f"eclipse-{fakes}", fakes, args)) for fakes in args.fakes]
+    base = rows[0][1]
+    print(f"eclipse: {args.per_key} refusing DHT nodes next to each of the run's 6 shard keys; a joins through them "
+          f"(none: founds the swarm), b through a, c through b once a finished {args.c_after} rounds; "
+          f"{args.rounds} rounds each (c: {args.c_rounds}), gather_timeout_s {args.deadline:.0f}; "
+          "+N: N fake heartbeats kept by the eclipse; means of rounds 3 on")
+    print(f"{'scenario':<11} {'node':<4} {'rounds':>7} {'median round s':>15} {'vs none':>8} {'CPU s/round':>12} "
+          f"{'vs none':>8} {'from a':>7} {'from b':>7} {'from c':>7} {'vs none':>8} {'first round with':>17} "
+          f"{'long waits':>11} {'honest heartbeats in DHT':>25}")
+    for scenario, result in rows:
+        for name in ("a", "b", "c"):
+            r, b0 = result[name], base[name]
+            samples = [r["from"].get(other) for other in ("a", "b", "c")]
+            honest = [x for x in samples if x is not None]
+            honest_base = [x for x in (b0["from"].get(o) for o in ("a", "b", "c")) if x is not None]
+            ratio = sum(honest) / max(sum(honest_base), 1e-9)
+            met = ", ".join(f"{other} {'-' if m is None else m}" for other, m in r["met_at"].items())
+            print(f"{scenario:<11} {name:<4} {r['rounds']:>7} {r['round_s']:>15.2f} {r['round_s'] / b0['round_s']:>7.2f}x "
+                  f"{r['cpu_s']:>12.3f} {r['cpu_s'] / b0['cpu_s']:>7.2f}x "
+                  + " ".join(f"{'' if x is None else f'{x:.1f}':>7}" for x in samples)
+                  + f" {ratio:>7.2f}x {met:>17} {r['long_waits']:>11} {result['dht_heartbeats']:>25}", flush=True)
+
+
+def run_eclipse(directory: Path, fakes: int | None, args: argparse.Namespace) -> dict:
+    """a, b and c as the `eclipse` docstring says; `fakes` None: no eclipse (the baseline)."""
+    configs = {name: honest_config(directory / name, args.rounds if name != "c" else args.c_rounds, args.deadline)
+               for name in ("a", "b", "c")}
+    for cfg in configs.values():
+        cfg["swarm"]["wait_for_peers_s"] = 60.0
+    attack: Eclipse | None = None
+    liars: list[LivenessAttacker] = []
+    processes: dict[str, subprocess.Popen] = {}
+    try:
+        bootstrap: list[str] = []
+        if fakes is not None:
+            run = public_run_id(configs["a"])  # what any observer of the swarm can compute
+            attack = Eclipse(small_swarm_keys(run), args.per_key)
+            attack.start()
+            bootstrap = attack.maddrs()[:1]
+            for _ in range(fakes):  # identities whose heartbeats the eclipse keeps, and never deliver
+                liar = LivenessAttacker("silent", bootstrap, run_id=run)
+                liar.start()
+                attack.accept.add(liar.runtime.signer.local_public_key)
+                liars.append(liar)
+        processes["a"] = start_node(directory / "a", configs["a"], bootstrap)
+        wait_for_file(directory / "a" / "run" / "swarm.json", processes["a"], 120)
+        a_maddrs = json.loads((directory / "a" / "run" / "swarm.json").read_text())["maddrs"][:1]
+        processes["b"] = start_node(directory / "b", configs["b"], a_maddrs)
+        wait_for_file(directory / "b" / "run" / "swarm.json", processes["b"], 120)
+        b_maddrs = json.loads((directory / "b" / "run" / "swarm.json").read_text())["maddrs"][:1]
+        metrics_a = directory / "a" / "run" / "metrics.jsonl"
+        deadline = time.monotonic() + 1800
+        while len(round_lines(read_metrics(metrics_a))) < args.c_after and time.monotonic() < deadline:
+            if processes["a"].poll() is not None:
+                raise RuntimeError(f"a stopped; see {directory / 'a' / 'node.log'}")
+            time.sleep(0.5)
+        with ThreadPoolExecutor(max_workers=1) as reading:  # while a and b train, beside c's start
+            dht_heartbeats = reading.submit(honest_heartbeats_in_dht, a_maddrs, configs["a"]["swarm"]["stale_after_s"])
+            processes["c"] = start_node(directory / "c", configs["c"], b_maddrs)
+            cpu_s: list[tuple[float, float, float]] = []
+            watch_rss(list(processes.values()), timeout_s=1800, cpu_s=cpu_s)
+            dht_heartbeats = dht_heartbeats.result()
+    finally:
+        for liar in liars:
+            liar.stop()
+        for process in processes.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        if attack is not None:
+            attack.stop()
+    metrics = {name: directory / name / "run" / "metrics.jsonl" for name in ("a", "b", "c")}
+    lines = {name: round_lines(read_metrics(path)) if path.exists() else [] for name, path in metrics.items()}
+    ids = {name: rounds[0]["peer_id"] if rounds else "" for name, rounds in lines.items()}
+    result: dict = {"dht_heartbeats": dht_heartbeats}
+    for (name, rounds), cpu in zip(lines.items(), cpu_s):
+        late = rounds[2:] or [{}]
+        during = {other: [m for m in rounds_while_training(late, lines[other])] for other in ids if other != name}
+        result[name] = {
+            "rounds": len(rounds),
+            "cpu_s": sum(cpu) / max(len(rounds), 1),  # its process and p2p daemon, a round
+            "round_s": statistics.median(m.get("round_s", math.nan) for m in late),
+            # the other honest nodes' samples trained on a round, while both trained (mean)
+            "from": {other: statistics.mean(m.get("samples_by_peer", {}).get(ids[other], 0) for m in ms) if ms else 0.0
+                     for other, ms in during.items()},
+            # the first of its rounds (its own count, from 1) that trained on each other node's samples
+            "met_at": {other: next((i + 1 for i, m in enumerate(rounds) if ids[other] in m.get("samples_by_peer", {})), None)
+                       for other in ids if other != name},
+            "long_waits": sum(m.get("gather_s", 0.0) >= args.deadline / 2 for m in rounds),
+        }
+    return result
+
+
+def public_run_id(tree: dict) -> str:
+    """The run id of nodes with this config: a hash of public settings and the public model's
+    tokenizer, so an attacker computes it as well as a peer does."""
+    with tempfile.TemporaryDirectory(prefix="swarmnode-run-id-") as scratch:
+        path = Path(scratch) / "config.yaml"
+        path.write_text(yaml.safe_dump(tree))
+        config = load_config(path)
+    policy = Policy.load(config.model, config.train, seed=config.node.seed)
+    return run_id_for(config, make_task(config.task), policy)
+
+
+def honest_heartbeats_in_dht(maddrs: list[str], stale_after_s: float) -> int:
+    """Honest nodes' heartbeats a reader joined through `maddrs` finds in the DHT now (as
+    `swarmnode status` reads them)."""
+    try:
+        reader = open_status_client(maddrs, timeout_s=30)
+    except SwarmError:
+        return -1  # a had finished already: shown as such
+    try:
+        return sum(row.heartbeat.model != "evil" for row in read_heartbeats(reader, stale_after_s))
+    finally:
+        reader.shutdown()
+
+
+GHOSTS = {"dated now": 0.0, "a year ahead": 365 * 86400.0, "just inside the skew": MAX_CLOCK_SKEW_S - 5.0}
+
+
+def ghost(args: argparse.Namespace) -> None:
+    """Three identities store one heartbeat each and leave; how long an honest node and
+    `status` keep them."""
+    config = load_config(None, ["swarm.host_maddrs=[/ip4/127.0.0.1/tcp/0]", "swarm.heartbeat_interval_s=1.0",
+                                f"swarm.stale_after_s={args.stale}"])
+    run = "bench-ghost"
+    honest = SwarmRuntime(config.swarm)
+    honest.start()
+    link = attach(honest, run, config, PeerLedger())
+    link.membership.announce(NodeStatus(round=1))
+    reader = open_status_client(honest.visible_maddrs(), timeout_s=30)
+    try:
+        ghosts = {}
+        for kind, ahead_s in GHOSTS.items():
+            identity = SwarmRuntime(config.swarm, initial_peers=honest.visible_maddrs())
+            identity.start()
+            beat = Heartbeat(peer=identity.peer_id, run=run, time=get_dht_time() + ahead_s, round=99_999,
+                             model="Qwen2.5-72B-Instruct", eval_acc=0.991, reach="direct")
+            keys = ShardedFamily(HEARTBEAT_FAMILY, identity.peer_id, owner_or_none).write_keys()
+            stored = identity.call(identity.store_owned_all(keys, pack(beat.model_dump()), get_dht_time() + 600), 10)
+            ghosts[identity.peer_id] = (kind, stored)
+            identity.shutdown()  # gone: its record stays in the DHT for 600 s
+        left_at = time.monotonic()
+        seen: dict[str, dict[str, float]] = {peer: {} for peer in ghosts}  # view -> last seconds seen there
+        until = left_at + max(3 * args.stale, args.stale + MAX_CLOCK_SKEW_S + 10)
+        counted = 0  # the honest node is alone: every peer counted for min_peers is a ghost
+        while time.monotonic() < until:
+            counted = max(counted, link.membership.wait_for_peers(1_000, timeout_s=0))
+            views = {
+                "live peers": set(link.membership.live_peers()),
+                "status: training": {r.heartbeat.peer for r in read_heartbeats(reader, args.stale) if r.state == "training"},
+                "status: listed": {r.heartbeat.peer for r in read_heartbeats(reader, args.stale)},
+            }
+            for view, peers in views.items():
+                for peer in peers & ghosts.keys():
+                    seen[peer][view] = time.monotonic() - left_at
+            time.sleep(0.5)
+    finally:
+        reader.shutdown()
+        link.exchange.close()
+        link.membership.close()
+        honest.shutdown()
+    views = ("live peers", "status: training", "status: listed")
+    print(f"ghost: 3 identities stored one heartbeat each (round 99,999, accuracy 0.991, record TTL 600 s) and left; "
+          f"the honest node's swarm.stale_after_s {args.stale:g}; watched for {until - left_at:.0f} s. "
+          "Seconds after they left that each was last seen (-: never)")
+    print(f"{'heartbeat':<22} {'stored':>7} " + " ".join(f"{view:>22}" for view in views))
+    for peer, (kind, stored) in ghosts.items():
+        print(f"{kind:<22} {str(stored):>7} " + " ".join(
+            f"{'-' if view not in seen[peer] else f'{seen[peer][view]:.1f}':>22}" for view in views))
+    print(f"peers counted for swarm.min_peers (those that answered a direct request): at most {counted}")
 
 
 def slow_peer(args: argparse.Namespace) -> None:
@@ -923,6 +1126,17 @@ def main() -> None:
                       help="as --pin, with the honest nodes' swarm threads and p2p daemons moved to the attackers' "
                            "cores: the first core runs only their generation and training")
     live.add_argument("--keep", type=Path, default=None, help="keep the nodes' run dirs here (default: a temp dir)")
+    ecl = sub.add_parser("eclipse", help="real processes: refusing DHT nodes next to the shard keys; peers meet anyway")
+    ecl.add_argument("--rounds", type=int, default=150, help="a's and b's rounds")
+    ecl.add_argument("--c-rounds", type=int, default=40, help="c's rounds")
+    ecl.add_argument("--deadline", type=float, default=8.0, help="honest nodes' node.gather_timeout_s")
+    ecl.add_argument("--per-key", type=int, default=8, help="refusing DHT nodes next to each shard key")
+    ecl.add_argument("--fakes", nargs="+", type=int, default=[0, 2],
+                     help="fake heartbeats the eclipse keeps, one scenario each")
+    ecl.add_argument("--c-after", type=int, default=10, help="c joins (through b) once a finished this many rounds")
+    ecl.add_argument("--keep", type=Path, default=None, help="keep the nodes' run dirs here (default: a temp dir)")
+    gho = sub.add_parser("ghost", help="in-process: heartbeats stored once by identities that left")
+    gho.add_argument("--stale", type=float, default=6.0, help="the honest node's swarm.stale_after_s")
     syb = sub.add_parser("sybil", help="junk heartbeats and manifests from many identities")
     syb.add_argument("--identities", type=int, default=1000)
     syb.add_argument("--key-bits", type=int, default=CHEAP_KEY_BITS, help="the identities' RSA key size")
@@ -953,7 +1167,7 @@ def main() -> None:
         sub_parser.add_argument("--eval-size", type=int, default=200)
         sub_parser.add_argument("--set", dest="overrides", action="append", default=[], help="config override")
     args = parser.parse_args()
-    kinds = {"liveness": liveness, "slow": slow_peer, "sybil": sybil, "flood": flood, "content": content, "honest": honest,
+    kinds = {"liveness": liveness, "eclipse": eclipse, "ghost": ghost, "slow": slow_peer, "sybil": sybil, "flood": flood, "content": content, "honest": honest,
              "drift": lambda a: crowd_scenario(a, a.payload), "useful-crowd": lambda a: crowd_scenario(a, [0])}
     kinds[args.kind](args)
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 
+from hivemind.dht.routing import DHTID
 from hypothesis import given
 from hypothesis import strategies as st
 
+from swarmnode.lab.eclipse import placed_ids, small_swarm_keys
 from swarmnode.lab.shard_sim import ShardedSwarm, run
 from swarmnode.swarm.hivemind.shards import (
+    HEARTBEAT_FAMILY,
     MAX_LEVEL,
     PROBE_EVERY_READS,
     READ_SHARDS,
@@ -17,6 +20,7 @@ from swarmnode.swarm.hivemind.shards import (
     ShardedFamily,
     SizeEstimate,
     level_for,
+    manifest_family,
     shard_key,
     shard_of,
 )
@@ -111,3 +115,18 @@ def test_a_flood_of_identities_costs_readers_nothing_more_and_honest_peers_are_s
     flooded = run(20, steps=60, junk=2000)
     assert flooded["records_p99"] <= 8 * RECORDS_PER_SHARD, "reads stay bounded under 2,000 junk identities"
     assert flooded["unfound"] == 0, "every honest peer is read by another within 60 steps"
+
+
+def test_the_eclipse_bench_covers_every_key_a_small_swarm_writes():
+    """bench/attacks.py eclipse places its refusing nodes next to `small_swarm_keys`: if the
+    sharding changed and a small swarm wrote elsewhere, the bench would measure no eclipse."""
+    written = set()
+    for i in range(64):
+        for family in (HEARTBEAT_FAMILY, manifest_family("run")):
+            written.update(ShardedFamily(family, f"peer-{i}", lambda subkey: None).write_keys())
+    assert written == set(small_swarm_keys("run"))
+    key = small_swarm_keys("run")[0]
+    target = DHTID.generate(source=key)
+    placed = placed_ids(key, 8)
+    nearest_random = min(target.xor_distance(DHTID.generate()) for _ in range(1000))
+    assert len(set(placed)) == 8 and max(target.xor_distance(placed)) < nearest_random
