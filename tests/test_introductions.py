@@ -3,10 +3,13 @@ answer to 'whom do you know?' is checked."""
 
 from __future__ import annotations
 
+import asyncio
+from types import SimpleNamespace
+
 import msgpack
 import pytest
 
-from swarmnode.swarm.hivemind.introductions import peer_of, scope_of, widest_scope, within
+from swarmnode.swarm.hivemind.introductions import Introductions, peer_of, scope_of, widest_scope, within
 from swarmnode.swarm.hivemind.payloads import MAX_INTRODUCTIONS, FetchError, _introductions
 
 PEER = "QmS3Wxqi78B4RQ5dJDt1UraQK87qXSJn2fuE4BtZS9gqCV"
@@ -41,3 +44,29 @@ def test_an_answer_is_checked_for_shape_and_size_not_for_truth():
         with pytest.raises(FetchError) as err:
             _introductions(answer, "p")
         assert err.value.misbehaved, answer
+
+
+def test_an_initial_peer_asked_before_it_delivered_is_asked_again_at_once_when_it_does():
+    """Asked as an initial peer before we downloaded from it, a peer introduces nobody (a
+    crawler learns nothing); once it delivered, it is asked again at once, not a turn later."""
+    runtime = SimpleNamespace(initial_peers=["/ip4/127.0.0.1/tcp/1/p2p/QmB"], peer_id="QmC", p2p=None)
+    known: list[str] = []
+    introductions = Introductions(runtime, "run", lambda: known)
+    asked: list[str] = []
+
+    async def ask(peer: str) -> list[tuple[str, list[str]]]:
+        asked.append(peer)
+        return [("QmA", [])] if peer in known else []
+
+    async def dial(peer: str, addrs: list[str]) -> None:
+        pass
+
+    introductions._ask, introductions._dial = ask, dial
+    asyncio.run(introductions.maybe_ask(anyone_delivered=False))
+    asyncio.run(introductions.maybe_ask(anyone_delivered=False))  # not due again yet
+    assert asked == ["QmB"] and introductions.candidates() == ["QmB"]
+    known.append("QmB")  # it delivered a checked batch
+    asyncio.run(introductions.maybe_ask(anyone_delivered=True))
+    assert asked == ["QmB", "QmB"] and introductions.candidates() == ["QmA", "QmB"]
+    asyncio.run(introductions.maybe_ask(anyone_delivered=True))
+    assert len(asked) == 2, "then in turn, every WHOM_INTERVAL_S"

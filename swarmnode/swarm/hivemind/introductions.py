@@ -88,7 +88,9 @@ class Introductions:
         self._addrs: dict[str, list[str]] = {}  # peer -> addresses of our connection to it (for introducing)
         self._turn = 0
         self._next_at = 0.0
-        self._asked: set[str] = set()  # peers asked at least once
+        # known peers asked since they first delivered: asked before (as an initial peer), a peer
+        # had nothing for us, since it introduces only to those that downloaded from it
+        self._asked_since_known: set[str] = set()
 
     def ours(self) -> list[tuple[str, list[str]]]:
         """What we answer 'whom do you know?': peers that delivered to us, with the addresses
@@ -108,7 +110,7 @@ class Introductions:
         WHOM_INTERVAL_S (every call until anyone delivered) a few known and initial peers in
         turn; dial whom they name."""
         known = self.known_peers()
-        first_time = [peer for peer in known if peer not in self._asked][:ASKED_PER_TURN]
+        first_time = [peer for peer in known if peer not in self._asked_since_known][:ASKED_PER_TURN]
         due = time.monotonic() >= self._next_at
         if not (first_time or due):
             return
@@ -122,7 +124,7 @@ class Introductions:
             self._turn += 1
             turn = [askable[(start + i) % len(askable)] for i in range(min(ASKED_PER_TURN, len(askable)))]
             asked = list(dict.fromkeys([*first_time, *turn]))
-        self._asked.update(asked)
+        self._asked_since_known = (self._asked_since_known | set(asked)) & set(known)  # bounded by the known
         answers = await asyncio.gather(*(self._ask(peer) for peer in asked))
         known = set(self.known_peers())
         named: dict[str, list[str]] = {}
