@@ -4,6 +4,7 @@
     python bench/ablation.py --setting expertise --objectives nois f-nois vis f-vis tis f-tis
     python bench/ablation.py --setting swarm4 --objectives f-tis --accounting shared
     python bench/ablation.py --setting size --accounting on-top
+    python bench/ablation.py --setting size --match time --gen-share 0.94   # the same modelled GPU time as alone
     python bench/ablation.py --member small model.name=Qwen/Qwen2.5-1.5B --member large model.name=Qwen/Qwen2.5-3B \\
         --set task.name=gsm8k --set task.data=../shared/data/gsm8k --set model.device=cuda --set rollout.max_new_tokens=512
 
@@ -12,6 +13,14 @@ expertise (tiny + tiny-add, warmed up on addition only), lora (tiny full + tiny 
 swarm4 (all four kinds). `--accounting shared`: the batch stays --prompts groups and each of N
 members generates 1/N of it (node.own_share = 1/N); `on-top`: each generates its whole batch,
 peers' groups come on top. Alone = each member by itself with its whole batch.
+
+Matching (swarmnode/lab/ablation.py): `--match step` (the default) trains every condition
+for --rounds rounds. `--match time` gives each condition the modelled time that --rounds
+rounds alone cost, from a stated cost model: generation takes `--gen-share` of a round alone
+(0.94: Qwen2.5-1.5B on an H100, docs/gpu.md) and grows with the tokens generated, screening
+and training take the rest and grow with the samples trained on. A member that generates half
+its batch then trains about 1.9x the rounds; it is also evaluated at --rounds on the way, so
+both comparisons are printed from one run.
 
 Conditions are objectives, optionally with settings of their own: `--objectives nois f-tis
 f-tis:loss.filter_g=5` compares F-TIS at the paper's g = 50 and the authors' g = 5 against the
@@ -25,9 +34,10 @@ learning by itself and the setting's gains cannot be read as what heterogeneity 
 
 Printed: per member and condition, greedy pass@1 on --eval-size held-out problems before and
 after, the gain against the same member alone with its standard error paired over seeds, and
-the tokens it generated against alone; then the per-round diagnostics (importance weights,
+the tokens it generated and its modelled time against alone (step-matched; with `--match
+time`, a second table at the modelled time of alone); then the per-round diagnostics (importance weights,
 truncation, filter, divergence, gated share, samples trained on). Written to --out: the curves
-against rounds and against tokens generated (ablation.png) and every round's record
+against rounds, tokens generated and modelled time (ablation.png) and every round's record
 (ablation.json).
 """
 
@@ -49,8 +59,11 @@ from swarmnode.lab.ablation import (  # noqa: E402
     ACCOUNTINGS,
     ALONE,
     CONTROL,
+    GEN_SHARE,
+    MATCHES,
     SETTINGS,
     ConditionRun,
+    CostModel,
     Member,
     MemberRun,
     Setting,
@@ -82,6 +95,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--objectives", nargs="+", type=condition, default=["nois", "f-tis"], metavar="CONDITION",
                         help="objectives to train together under, each optionally with settings: OBJECTIVE[:KEY=VALUE...]")
     parser.add_argument("--accounting", choices=ACCOUNTINGS, default="shared")
+    parser.add_argument("--match", choices=MATCHES, default=Shape.match,
+                        help="step: the same rounds as alone; time: the same modelled time (and step on the way)")
+    parser.add_argument("--gen-share", type=float, default=GEN_SHARE,
+                        help="the cost model's share of a round alone spent generating (0.94 on a GPU, docs/gpu.md)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1")
     parser.add_argument("--rounds", type=int, default=Shape.rounds)
@@ -113,33 +130,40 @@ def chosen_setting(args: argparse.Namespace) -> Setting:
 
 def print_gains(setting: Setting, args: argparse.Namespace, runs: list[ConditionRun]) -> None:
     print(f"\nsetting {setting.name}: {setting.about}")
+    cost = CostModel(args.gen_share)
     print(f"accounting {args.accounting}, {args.rounds} rounds of {args.prompts} prompts x {args.group} a member, "
           f"up to {args.seeds} seed(s), greedy pass@1 on {args.eval_size} held-out problems; gain = after - after "
-          f"alone, SE paired over seeds")
-    gains = paired_gains(runs)
-    against_nois = {(g.label, g.condition): g for g in paired_gains(runs, baseline="nois")}
-    print(f"{'member':<12} {'condition':<22} {'seeds':>5} {'before':>7} {'after':>7} {'gain vs alone':>16} {'tokens vs alone':>16}"
-          + (f" {'vs nois':>16}" if against_nois else ""))
-    for gain in sorted(gains, key=lambda g: ([m.label for m in setting.members].index(g.label), g.condition != ALONE)):
-        versus = "" if gain.condition == ALONE else f"{gain.gain:+.3f} ({gain.se:.3f})"
-        nois = against_nois.get((gain.label, gain.condition))
-        other = "" if nois is None or gain.condition in (ALONE, "nois") else f"{nois.gain:+.3f} ({nois.se:.3f})"
-        print(f"{gain.label:<12} {gain.condition:<22} {gain.seeds:>5} {gain.before:>7.3f} {gain.after:>7.3f} {versus:>16} "
-              f"{gain.tokens_share:>15.2f}x {other:>16}")
+          f"alone, SE paired over seeds; modelled time: generation {cost.gen_share:.0%} of a round alone, growing "
+          f"with the tokens generated, the rest with the samples trained on (a model, not a measurement)")
+    for match in ("step", "time") if args.match == "time" else ("step",):
+        print("\nstep-matched: after the same rounds as alone" if match == "step" else
+              "\ntime-matched: after the modelled time of alone's rounds")
+        gains = paired_gains(runs, match=match, cost=cost)
+        against_nois = {(g.label, g.condition): g for g in paired_gains(runs, baseline="nois", match=match, cost=cost)}
+        print(f"{'member':<12} {'condition':<22} {'seeds':>5} {'before':>7} {'after':>7} {'gain vs alone':>16} "
+              f"{'tokens vs alone':>16} {'time vs alone':>14}" + (f" {'vs nois':>16}" if against_nois else ""))
+        for gain in sorted(gains, key=lambda g: ([m.label for m in setting.members].index(g.label), g.condition != ALONE)):
+            versus = "" if gain.condition == ALONE else f"{gain.gain:+.3f} ({gain.se:.3f})"
+            nois = against_nois.get((gain.label, gain.condition))
+            other = "" if nois is None or gain.condition in (ALONE, "nois") else f"{nois.gain:+.3f} ({nois.se:.3f})"
+            print(f"{gain.label:<12} {gain.condition:<22} {gain.seeds:>5} {gain.before:>7.3f} {gain.after:>7.3f} "
+                  f"{versus:>16} {gain.tokens_share:>15.2f}x {gain.time_share:>13.2f}x {other:>16}")
 
 
-def print_control(runs: list[ConditionRun]) -> None:
+def print_control(runs: list[ConditionRun], args: argparse.Namespace) -> None:
     """The `same` setting's gains against alone, and a warning for each that is off."""
-    gains = [g for g in paired_gains(runs) if g.condition != ALONE]
-    print(f"\ncontrol ({CONTROL}: {SETTINGS[CONTROL].about}): gain against alone (SE)")
-    for gain in gains:
-        print(f"  {gain.label:<12} {gain.condition:<22} {gain.gain:+.3f} ({gain.se:.3f}), {gain.seeds} seed(s)")
-    warnings = control_warnings(gains)
-    for line in warnings:
-        print(f"WARNING: {line}")
-    if not warnings:
-        judged = all(g.seeds > 1 for g in gains)
-        print("  control holds: every gain within 2 SE of 0" if judged else "  one seed: the control cannot be judged")
+    cost = CostModel(args.gen_share)
+    for match in ("step", "time") if args.match == "time" else ("step",):
+        gains = [g for g in paired_gains(runs, match=match, cost=cost) if g.condition != ALONE]
+        print(f"\ncontrol ({CONTROL}: {SETTINGS[CONTROL].about}), {match}-matched: gain against alone (SE)")
+        for gain in gains:
+            print(f"  {gain.label:<12} {gain.condition:<22} {gain.gain:+.3f} ({gain.se:.3f}), {gain.seeds} seed(s)")
+        warnings = control_warnings(gains)
+        for line in warnings:
+            print(f"WARNING: {line}")
+        if not warnings:
+            judged = all(g.seeds > 1 for g in gains)
+            print("  control holds: every gain within 2 SE of 0" if judged else "  one seed: the control cannot be judged")
 
 
 def print_diagnostics(runs: list[ConditionRun]) -> None:
@@ -152,19 +176,21 @@ def print_diagnostics(runs: list[ConditionRun]) -> None:
               f"{row['below_bar_frac']:>9.1%} {row['gated_frac']:>7.1%} {row['own_samples']:>10.0f} {row['peer_samples']:>12.0f}")
 
 
-def plot(runs: list[ConditionRun], path: Path, title: str) -> None:
-    """Per member (a row): accuracy against rounds and against tokens it generated, one line
-    per condition (alone dashed), mean over seeds."""
+def plot(runs: list[ConditionRun], path: Path, title: str, cost: CostModel) -> None:
+    """Per member (a row): accuracy against rounds, against tokens it generated and against
+    modelled time (in rounds of itself alone), one line per condition (alone dashed), mean
+    over seeds."""
     labels = [m.label for m in runs[0].members]
     conditions = list(dict.fromkeys(r.condition for r in runs))
-    fig, axes = plt.subplots(len(labels), 2, figsize=(11, 3.2 * len(labels)), squeeze=False)
+    alone = {(r.seed, m.label): m for r in runs if r.condition == ALONE for m in r.members}
+    fig, axes = plt.subplots(len(labels), 3, figsize=(15, 3.2 * len(labels)), squeeze=False)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     grouped = by_member(runs)
     for row, label in enumerate(labels):
-        by_round, by_tokens = axes[row]
+        by_round, by_tokens, by_time = axes[row]
         for index, condition in enumerate(conditions):
-            curves = [member.curve for _, member in grouped[(condition, label)]]
-            points = list(zip(*curves))  # per evaluation point, one (round, tokens, accuracy) per seed
+            seeded = grouped[(condition, label)]
+            points = list(zip(*(member.curve for _, member in seeded)))  # per evaluation point, one per seed
             rounds = [p[0][0] for p in points]
             tokens = [sum(q[1] for q in p) / len(p) for p in points]
             accuracy = [sum(q[2] for q in p) / len(p) for p in points]
@@ -172,14 +198,20 @@ def plot(runs: list[ConditionRun], path: Path, title: str) -> None:
                 "color": colours[index % len(colours)]}
             by_round.plot(rounds, accuracy, marker="o", markersize=3, label=condition, **style)
             by_tokens.plot(tokens, accuracy, marker="o", markersize=3, label=condition, **style)
+            if all((seed, label) in alone for seed, _ in seeded):
+                times = [sum(member.modelled_time(alone[(seed, label)], cost, done) for seed, member in seeded) / len(seeded)
+                         for done in rounds]
+                by_time.plot(times, accuracy, marker="o", markersize=3, label=condition, **style)
         by_round.set_title(f"{label}: against rounds", fontsize=9)
         by_tokens.set_title(f"{label}: against completion tokens it generated", fontsize=9)
-        for axis in (by_round, by_tokens):
+        by_time.set_title(f"{label}: against modelled time (generation {cost.gen_share:.0%} of a round alone)", fontsize=9)
+        for axis in (by_round, by_tokens, by_time):
             axis.set_ylabel("held-out pass@1")
             axis.grid(alpha=0.3)
         by_tokens.legend(fontsize=7)
     axes[-1][0].set_xlabel("rounds")
     axes[-1][1].set_xlabel("tokens")
+    axes[-1][2].set_xlabel("rounds of itself alone")
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -206,6 +238,7 @@ def load_saved(paths: list[Path]) -> tuple[Setting, argparse.Namespace, list[Con
                           for m in r["members"]]) for f in files for r in f["runs"]]
     args = argparse.Namespace(accounting=saved["accounting"], rounds=shape["rounds"], prompts=shape["prompts_per_round"],
                               group=shape["group_size"], eval_size=shape["eval_size"],
+                              match=shape.get("match", Shape.match), gen_share=shape.get("gen_share", GEN_SHARE),
                               seeds=len({r.seed for r in runs}))
     return setting, args, runs
 
@@ -239,7 +272,7 @@ def control_runs(setting: Setting, conditions: list[str], args: argparse.Namespa
         return runs
     runs = train(SETTINGS[CONTROL], conditions, args, shape)
     save(args.out / "control.json", SETTINGS[CONTROL], args.accounting, shape, runs)
-    print_control(runs)  # now, so a broken control is seen before the setting's hour of training
+    print_control(runs, args)  # now, so a broken control is seen before the setting's hour of training
     return runs
 
 
@@ -250,17 +283,18 @@ def main() -> None:
         print_gains(setting, saved_args, runs)
         print_diagnostics(runs)
         if setting.name == CONTROL:
-            print_control(runs)
+            print_control(runs, saved_args)
         elif args.control_from:
-            print_control(load_saved(args.control_from)[2])
+            print_control(load_saved(args.control_from)[2], saved_args)
         args.out.mkdir(parents=True, exist_ok=True)
-        plot(runs, args.out / "ablation.png", f"{setting.name}, {saved_args.accounting}, {saved_args.seeds} seed(s)")
+        plot(runs, args.out / "ablation.png", f"{setting.name}, {saved_args.accounting}, {saved_args.seeds} seed(s)",
+             CostModel(saved_args.gen_share))
         print(f"\ncurves: {args.out / 'ablation.png'}")
         return
     torch.set_num_threads(args.threads)
     setting = chosen_setting(args)
     shape = Shape(args.rounds, args.prompts, args.group, args.max_new_tokens, args.eval_size, args.eval_points,
-                  tuple(args.overrides))
+                  tuple(args.overrides), args.match, args.gen_share)
     conditions = [ALONE, *args.objectives]
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -269,10 +303,11 @@ def main() -> None:
     print_gains(setting, args, runs)
     print_diagnostics(runs)
     if setting.name == CONTROL or control:
-        print_control(runs if setting.name == CONTROL else control)
+        print_control(runs if setting.name == CONTROL else control, args)
     else:
         print("\nno control run (--no-control): the gains above are not checked against two copies of one model")
-    plot(runs, args.out / "ablation.png", f"{setting.name}, {args.accounting}, {args.seeds} seed(s)")
+    plot(runs, args.out / "ablation.png", f"{setting.name}, {args.accounting}, {args.seeds} seed(s)",
+         CostModel(args.gen_share))
     save(args.out / "ablation.json", setting, args.accounting, shape, runs)
     print(f"\ncurves: {args.out / 'ablation.png'}, records: {args.out / 'ablation.json'}; "
           f"total {time.perf_counter() - started:.0f} s")

@@ -10,6 +10,7 @@ from swarmnode.lab.ablation import (
     ALONE,
     SETTINGS,
     ConditionRun,
+    CostModel,
     Gain,
     Member,
     MemberRun,
@@ -18,6 +19,7 @@ from swarmnode.lab.ablation import (
     diagnostics,
     eval_rounds,
     expected_samples,
+    matched_rounds,
     member_config,
     paired_gains,
     parse_condition,
@@ -126,3 +128,35 @@ def test_the_control_warns_only_beyond_two_standard_errors():
              _gain("tiny", "f-tis", 0.05, float("nan"))]
     warnings = control_warnings(gains)
     assert len(warnings) == 1 and "tiny under nois gains -0.030" in warnings[0]
+
+
+def test_time_matching_trains_the_rounds_that_fit_alone_s_modelled_time():
+    """With generation 94 % of a round alone: a member that generates half its batch and trains
+    on a full one costs 0.47 + 0.06 of a round alone; one that generates all of it and trains on
+    twice the samples costs 0.94 + 0.12."""
+    shape = Shape(rounds=200, match="time", gen_share=0.94)
+    assert matched_rounds("f-tis", "shared", 2, shape) == round(200 / 0.53) == 377
+    assert matched_rounds("f-tis", "on-top", 2, shape) == round(200 / 1.06) == 189
+    assert matched_rounds("f-tis", "shared", 4, shape) == round(200 / (0.94 / 4 + 0.06))
+    assert matched_rounds(ALONE, "shared", 2, shape) == 200
+    assert matched_rounds("f-tis", "shared", 2, Shape(rounds=200)) == 200, "step-matched: the same rounds"
+    assert matched_rounds("f-tis", "shared", 2, Shape(rounds=200, match="time", gen_share=0.0)) == 200
+    assert CostModel(0.94).round_cost(50, 200, 100, 100) == pytest.approx(0.47 + 0.12)
+
+
+def test_a_time_matched_run_is_judged_at_the_step_matched_round_and_at_its_end():
+    shape = Shape(**{**FAST.__dict__, "match": "time"})
+    alone = run_condition(SAME, ALONE, "shared", seed=0, shape=shape)
+    together = run_condition(SAME, "f-tis", "shared", seed=0, shape=shape)
+    rounds = matched_rounds("f-tis", "shared", 2, shape)
+    assert rounds > FAST.rounds
+    for member in together.members:
+        assert len(member.rounds) == rounds
+        assert FAST.rounds in [done for done, _, _ in member.curve] and member.curve[-1][0] == rounds
+    tiny = together.members[0]
+    step = {g.label: g for g in paired_gains([alone, together], match="step") if g.condition == "f-tis"}["tiny"]
+    time = {g.label: g for g in paired_gains([alone, together], match="time") if g.condition == "f-tis"}["tiny"]
+    assert step.after == tiny.accuracy_at(FAST.rounds) and time.after == tiny.after
+    assert step.time_share == pytest.approx(0.53, abs=0.05), "half the generation, the same samples trained"
+    assert time.time_share == pytest.approx(1.0, abs=0.12), "the budget of alone's rounds, spent"
+    assert alone.members[0].modelled_time(alone.members[0], CostModel()) == pytest.approx(FAST.rounds)

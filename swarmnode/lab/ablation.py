@@ -9,6 +9,12 @@ account for a swarm (node.own_share):
   and peers' groups fill the rest (the paper's vertical setup): as good for 1/N the generation?
 - `on-top`: each member generates its whole batch and peers' groups come on top.
 
+Two ways to match a condition to alone: `step`, the same number of rounds (today's
+comparison), and `time`, the same modelled volunteer time (`CostModel`): on a GPU generation
+is most of a round, so a member that generates 1/N of its batch runs more rounds in the time
+alone needs for its own. A time-matched run trains the rounds its accounting fits in that
+budget (`matched_rounds`) and is evaluated at the step-matched round on the way.
+
 A condition may carry settings of its own after its objective, `f-tis:loss.filter_g=5`
 (several joined by `:`), so variants of one objective are compared against the same alone.
 
@@ -46,6 +52,10 @@ ALONE = "alone"
 CONTROL = "same"
 CONTROL_LIMIT_SE = 2.0  # a control gain further than this many standard errors from 0 voids the rest
 ACCOUNTINGS = ("shared", "on-top")
+MATCHES = ("step", "time")
+# generation's share of a round alone on a GPU: docs/gpu.md, Qwen2.5-1.5B on an H100, 24 x 512
+# tokens generated in 20 s, training 1.25 s
+GEN_SHARE = 0.94
 DIAGNOSTICS = ("weight_mean", "weight_max", "truncated_frac", "filtered_frac", "divergence_mean")
 
 
@@ -92,6 +102,21 @@ class Shape:
     eval_size: int = 500
     eval_points: int = 4  # evaluations during training, for the curves (besides before and after)
     overrides: tuple[str, ...] = ()
+    match: str = "step"  # "time": together trains the rounds that fit alone's modelled time
+    gen_share: float = GEN_SHARE  # the cost model's generation share of a round alone
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """What a round costs a volunteer, in rounds of the same member alone: generation takes
+    `gen_share` of a round alone and grows with the tokens generated; screening and training
+    take the rest and grow with the samples trained on. A stated model, not a measurement:
+    on this CPU bench generation is cheap, on a GPU it is most of the round."""
+
+    gen_share: float = GEN_SHARE
+
+    def round_cost(self, generated: float, trained: float, alone_generated: float, alone_trained: float) -> float:
+        return self.gen_share * generated / max(alone_generated, 1e-9) + (1 - self.gen_share) * trained / max(alone_trained, 1e-9)
 
 
 @dataclass
@@ -107,6 +132,19 @@ class MemberRun:
     @property
     def tokens_generated(self) -> int:
         return sum(r.wire_tokens for r in self.rounds)
+
+    def accuracy_at(self, rounds: int) -> float:
+        """Accuracy after `rounds` rounds: the curve's point there, else the final one."""
+        return next((acc for done, _, acc in self.curve if done == rounds), self.after)
+
+    def modelled_time(self, alone: MemberRun, cost: CostModel, rounds: int | None = None) -> float:
+        """The modelled time of its first `rounds` rounds (all by default), in rounds of `alone`."""
+        if not alone.rounds:
+            return math.nan
+        gen = statistics.mean(r.wire_tokens for r in alone.rounds)
+        trained = statistics.mean(r.own_samples + r.peer_samples for r in alone.rounds)
+        return sum(cost.round_cost(r.wire_tokens, r.own_samples + r.peer_samples, gen, trained)
+                   for r in self.rounds[:rounds])
 
 
 @dataclass
@@ -176,10 +214,26 @@ def split_for(condition: str, accounting: str, members: int, shape: Shape) -> tu
     return 1.0, (members - 1) * shape.prompts_per_round
 
 
-def eval_rounds(shape: Shape) -> list[int]:
-    """Rounds after which the curves get a point (the last is the final evaluation)."""
+def matched_rounds(condition: str, accounting: str, members: int, shape: Shape) -> int:
+    """Rounds a member trains under `condition`: `shape.rounds` step-matched (and alone);
+    time-matched, those whose modelled cost fits that of `shape.rounds` rounds alone, from
+    the samples its accounting promises (the tokens it generates go with its own samples)."""
+    if shape.match == "step" or condition == ALONE:
+        return shape.rounds
+    own, peers = expected_samples(condition, accounting, members, shape)
+    alone, _ = expected_samples(ALONE, accounting, members, shape)
+    per_round = CostModel(shape.gen_share).round_cost(own, own + peers, alone, alone)
+    return max(1, round(shape.rounds / per_round))
+
+
+def eval_rounds(shape: Shape, total: int | None = None) -> list[int]:
+    """Rounds after which the curves get a point, for a run of `total` rounds (`shape.rounds`
+    by default): spread over the run, the step-matched round among them; the last is the
+    final evaluation."""
+    total = shape.rounds if total is None else total
     points = max(1, shape.eval_points + 1)
-    return sorted({max(1, round(shape.rounds * (i + 1) / points)) for i in range(points)})
+    spread = {max(1, round(total * (i + 1) / points)) for i in range(points)}
+    return sorted(spread | ({shape.rounds} if shape.rounds <= total else set()))
 
 
 def run_condition(
@@ -194,6 +248,7 @@ def run_condition(
     member trains by itself (one after the other), together they step round by round."""
     objective, condition_overrides = parse_condition(condition)
     share, peer_groups = split_for(condition, accounting, len(setting.members), shape)
+    rounds = matched_rounds(condition, accounting, len(setting.members), shape)
     groups = [list(setting.members)] if condition != ALONE else [[m] for m in setting.members]
     runs: dict[str, MemberRun] = {}
     with tempfile.TemporaryDirectory(prefix="swarmnode-ablation-") as scratch:
@@ -208,20 +263,20 @@ def run_condition(
                     )
                     name = member.label  # the peer id, hence the prompts, are the member's in every condition
                     nodes.append(stack.enter_context(assemble(config, join=lambda run, standing, n=name, h=hub: h.join(n, run, standing))))
-                runs.update(_train_together(together, nodes, shape, progress))
+                runs.update(_train_together(together, nodes, shape, rounds, progress))
     return ConditionRun(condition, accounting, seed, [runs[m.label] for m in setting.members])
 
 
 def _train_together(
-    members: list[Member], nodes: list[Node], shape: Shape, progress: Callable[[str], None]
+    members: list[Member], nodes: list[Node], shape: Shape, rounds: int, progress: Callable[[str], None]
 ) -> dict[str, MemberRun]:
     runs = {}
     for member, node in zip(members, nodes):
         before = node.evaluate()
         runs[member.label] = MemberRun(member.label, before, before, curve=[(0, 0, before)])
-    checkpoints = set(eval_rounds(shape))
+    checkpoints = set(eval_rounds(shape, rounds))
     started = time.perf_counter()
-    for round_ in range(shape.rounds):
+    for round_ in range(rounds):
         states = [node.produce(round_) for node in nodes]
         for member, node, state in zip(members, nodes, states):
             runs[member.label].rounds.append(node.consume(round_, state))
@@ -231,7 +286,7 @@ def _train_together(
                 run.after = node.evaluate()
                 run.curve.append((round_ + 1, run.tokens_generated, run.after))
             progress(
-                f"    round {round_ + 1}/{shape.rounds} ({time.perf_counter() - started:.0f} s): "
+                f"    round {round_ + 1}/{rounds} ({time.perf_counter() - started:.0f} s): "
                 + ", ".join(f"{m.label} {runs[m.label].after:.3f}" for m in members)
             )
     return runs
@@ -252,6 +307,7 @@ class Gain:
     se: float  # standard error of that mean (nan with one seed)
     seeds: int
     tokens_share: float  # tokens it generated / tokens it generated under the baseline
+    time_share: float = math.nan  # its modelled time / the baseline's (CostModel)
 
 
 def by_member(runs: list[ConditionRun]) -> dict[tuple[str, str], list[tuple[int, MemberRun]]]:
@@ -264,9 +320,13 @@ def by_member(runs: list[ConditionRun]) -> dict[tuple[str, str], list[tuple[int,
     return grouped
 
 
-def paired_gains(runs: list[ConditionRun], baseline: str = ALONE) -> list[Gain]:
+def paired_gains(runs: list[ConditionRun], baseline: str = ALONE, match: str = "step",
+                 cost: CostModel | None = None) -> list[Gain]:
     """Every (condition, member) against the same member under `baseline` (alone, or an
-    objective such as nois), seed by seed; [] when no run has that condition."""
+    objective such as nois), seed by seed; [] when no run has that condition. `step`: at the
+    baseline's round count (a time-matched run is evaluated there on its way); `time`: at the
+    end of each run (a time-matched run ends when its modelled time is spent)."""
+    cost = cost or CostModel()
     base = {(r.seed, m.label): m for r in runs if r.condition == baseline for m in r.members}
     if not base:
         return []
@@ -274,18 +334,22 @@ def paired_gains(runs: list[ConditionRun], baseline: str = ALONE) -> list[Gain]:
     for (condition, label), seeded in by_member(runs).items():
         pairs = [(m, base[(seed, label)]) for seed, m in seeded if (seed, label) in base]
         if pairs:
-            diffs = [m.after - a.after for m, a in pairs]
-            tokens = sum(m.tokens_generated for m, _ in pairs) / max(sum(a.tokens_generated for _, a in pairs), 1)
+            upto = [len(a.rounds) if match == "step" and a.rounds else None for _, a in pairs]
+            accuracy = [m.accuracy_at(n) if n is not None else m.after for (m, _), n in zip(pairs, upto)]
+            diffs = [acc - a.after for acc, (_, a) in zip(accuracy, pairs)]
+            tokens = sum(sum(r.wire_tokens for r in m.rounds[:n]) for (m, _), n in zip(pairs, upto))
+            times = [m.modelled_time(a, cost, n) / a.modelled_time(a, cost) for (m, a), n in zip(pairs, upto)]
             gains.append(
                 Gain(
                     label=label,
                     condition=condition,
                     before=statistics.mean(m.before for m, _ in pairs),
-                    after=statistics.mean(m.after for m, _ in pairs),
+                    after=statistics.mean(accuracy),
                     gain=statistics.mean(diffs),
                     se=standard_error(diffs),
                     seeds=len(diffs),
-                    tokens_share=tokens,
+                    tokens_share=tokens / max(sum(a.tokens_generated for _, a in pairs), 1),
+                    time_share=statistics.mean(times),
                 )
             )
     return gains
