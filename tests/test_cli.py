@@ -43,6 +43,7 @@ def test_help_lists_the_settings():
         (["--set", "trust.likelihood_gate=maybe"], "trust.likelihood_gate"),
         (["--set", "trust.anchor=perhaps"], "trust.anchor"),
         (["--set", "trust.anchor_slack=-0.5"], "trust.anchor_slack"),
+        (["--set", "trust.near_bar=-1"], "trust.near_bar"),
         (["--set", "node.own_share=0"], "node.own_share"),
         (["--set", "node.own_share=1.5"], "node.own_share"),
         (["--set", "loss.vis_clip=sometimes"], "loss.vis_clip"),

@@ -5,11 +5,13 @@ from __future__ import annotations
 import contextlib
 import random
 import time
+from types import SimpleNamespace
 
 import pytest
 
 from swarmnode.assemble import assemble
 from swarmnode.lab.poison import poisoning_link
+from swarmnode.learn.trust import Screening
 from swarmnode.loop.intake import Intake
 from swarmnode.loop.ledger import PeerLedger
 from swarmnode.loop.pool import (
@@ -173,6 +175,18 @@ def test_standing_follows_the_share_of_useful_samples():
     assert ledger.standing("q") == 0.5
     ledger.screened("q", 8, 8, 1)
     assert 0.5 < ledger.standing("q") < 1.0
+
+
+def test_samples_near_a_bar_earn_their_sender_no_standing():
+    """Kept and trained on, but passing the gate by a hair (trust.near_bar): not useful."""
+    ledger = PeerLedger()
+    samples = [SimpleNamespace(peer_id=peer) for peer in ("walker", "walker", "honest", "honest")]
+    screening = Screening(
+        keep=[True] * 4, below_bar_flags=[False] * 4, near_bar_flags=[True, True, False, True],
+        weight_scale=[1.0] * 4, advantages=[0.5, -0.5, 0.5, -0.5], bar=-2.0, verdicts={},
+    )
+    Intake._note_standing(SimpleNamespace(ledger=ledger), 0, samples, screening)
+    assert ledger.standing("walker") == 0.0 and ledger.standing("honest") == 0.5
 
 
 class _RecordingExchange:

@@ -221,3 +221,20 @@ def test_the_anchored_bar_follows_our_samples_slowly_and_never_falls_past_its_sl
     resumed.resume(start, None)
     assert resumed.update(lower, trust) == pytest.approx(moved_once := start + ANCHOR_FOLLOW * (gate_bar(lower, trust) - start))
     assert moved_once < start
+
+
+def test_a_sample_that_passes_a_bar_by_a_hair_is_kept_but_flagged_near_it():
+    """Near-bar samples still train (an honest peer's unlikely right answers do), but earn their
+    sender no standing: passing by a hair is how a patient attacker walks a gate."""
+    own = [_sample("", o) for o in _own()]
+    bar = gate_bar([s.gen_logprobs for s in own], TRUST)
+    hair, clear, under = (np.full(12, bar + d) for d in (0.5 * TRUST.near_bar, 2 * TRUST.near_bar, -0.5))
+    samples = [_sample("p", x, advantage=0.5) for x in (hair, clear, under)]
+    result = screen(samples, [hair, clear, under], own, TRUST, LOSS)
+    assert result.keep == [True, True, False]
+    assert result.near_bar_flags == [True, False, True] and result.below_bar_flags == [False, False, True]
+    anchored = Anchor(logprobs=[np.zeros(12), np.full(12, -1.0), np.zeros(12)], bar=-1.0 - 0.5 * TRUST.near_bar)
+    result = screen(samples, [clear, clear, clear], own, TRUST, LOSS, anchored)
+    assert result.near_bar_flags == [False, True, False], "the anchored bar counts too"
+    flat = screen(samples, [hair, clear, under], own, TrustSettings(near_bar=0.0), LOSS)
+    assert flat.near_bar_flags == [False, False, True]

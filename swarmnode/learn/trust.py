@@ -47,6 +47,8 @@ gate already keeps those samples out of our batch.
 
 from __future__ import annotations
 
+import math
+
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -145,6 +147,7 @@ class Screening:
 
     keep: list[bool]
     below_bar_flags: list[bool]  # per sample: under the gate's bar (gated or kept)
+    near_bar_flags: list[bool]  # per sample: under a bar or within `trust.near_bar` above one (kept or not)
     weight_scale: list[float]
     advantages: list[float]  # per sample: the advantage it trains with (balanced_advantages)
     bar: float | None
@@ -206,6 +209,7 @@ def screen(
     bar = gate_bar([s.gen_logprobs for s in own], trust) if trust.likelihood_gate else None
     keep = [True] * len(peers)
     below = [False] * len(peers)
+    near = [False] * len(peers)
     verdicts: dict[str, PeerVerdict] = defaultdict(PeerVerdict)
     weighting = OBJECTIVES.get(loss.objective).weighting
     weight_sums: dict[str, float] = defaultdict(float)
@@ -215,9 +219,13 @@ def screen(
         peer, advantage, gen = sample.source, sample.advantage, sample.gen_logprobs
         verdict = verdicts[peer]
         verdict.samples += 1
-        unlikely = bar is not None and least_likely_window(theta, trust.gate_window) < bar
-        if anchor is not None and least_likely_window(anchor.logprobs[i], trust.gate_window) < anchor.bar:
-            unlikely = True
+        # how far above each bar its least likely window is (inf: no such bar)
+        headroom = min(
+            least_likely_window(theta, trust.gate_window) - bar if bar is not None else math.inf,
+            least_likely_window(anchor.logprobs[i], trust.gate_window) - anchor.bar if anchor is not None else math.inf,
+        )
+        unlikely = headroom < 0
+        near[i] = headroom < trust.near_bar  # passed by a hair: walking the gate earns no standing
         if unlikely:
             verdict.below_bar += 1
             below[i] = True
@@ -247,6 +255,6 @@ def screen(
         if keep[i] and advantage == 0 and sample.advantage != 0:
             keep[i] = False
             verdicts[sample.source].gated += 1
-    return Screening(keep=keep, below_bar_flags=below, weight_scale=scales, advantages=advantages,
-                     bar=bar, verdicts=dict(verdicts))
+    return Screening(keep=keep, below_bar_flags=below, near_bar_flags=near, weight_scale=scales,
+                     advantages=advantages, bar=bar, verdicts=dict(verdicts))
 

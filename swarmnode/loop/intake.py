@@ -215,7 +215,7 @@ class Intake:
         trust = self.config.trust
         if not peers or not (trust.likelihood_gate or trust.weight_budget):
             return Screening(keep=[True] * len(peers), below_bar_flags=[False] * len(peers),
-                             weight_scale=[1.0] * len(peers), advantages=[s.train.advantage for s in peers],
+                             near_bar_flags=[False] * len(peers), weight_scale=[1.0] * len(peers), advantages=[s.train.advantage for s in peers],
                              bar=None, verdicts={})
         theta = self.policy.token_logprobs(
             [s.train.prompt_ids for s in peers], [s.train.completion_ids for s in peers],
@@ -236,14 +236,15 @@ class Intake:
 
     def _note_standing(self, round_: int, samples: list[Sample], screening: Screening) -> None:
         """Tell the ledger how many of each peer's screened samples were useful: kept, not
-        under a bar of the gate, and trained with a non-zero advantage (a group all right or
-        all wrong teaches nothing, nor do wrong answers whose right ones were gated)."""
+        under a bar of the gate nor just above one (`trust.near_bar`: samples that pass by a
+        hair are how a gate is walked), and trained with a non-zero advantage (a group all
+        right or all wrong teaches nothing, nor do wrong answers whose right ones were gated)."""
         offered: Counter[str] = Counter()
         useful: Counter[str] = Counter()
-        for sample, kept, unlikely, advantage in zip(
-            samples, screening.keep, screening.below_bar_flags, screening.advantages
+        for sample, kept, near, advantage in zip(
+            samples, screening.keep, screening.near_bar_flags, screening.advantages
         ):
             offered[sample.peer_id] += 1
-            useful[sample.peer_id] += int(kept and not unlikely and advantage != 0)
+            useful[sample.peer_id] += int(kept and not near and advantage != 0)
         for peer, count in offered.items():
             self.ledger.screened(peer, count, useful[peer], round_)

@@ -261,6 +261,11 @@ class TrustSettings(_Section):
     anchor_slack: float = Field(
         1.0, ge=0, description="how far (nats per token) the anchored gate's bar may ever fall below where it started"
     )
+    near_bar: float = Field(
+        0.5, ge=0,
+        description="a peer's sample less than this many nats per token above a bar of the gate passes, but does "
+        "not count toward its sender's standing (passing by a hair is how a gate is walked)",
+    )
     gate_scope: Literal["positive", "all"] = Field(
         "positive",
         description="which samples the gate may drop: those with a positive advantage (poison needs one to be "
