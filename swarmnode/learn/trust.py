@@ -48,7 +48,6 @@ gate already keeps those samples out of our batch.
 from __future__ import annotations
 
 import math
-
 from collections import defaultdict
 from dataclasses import dataclass, field
 

@@ -215,8 +215,8 @@ class Intake:
         trust = self.config.trust
         if not peers or not (trust.likelihood_gate or trust.weight_budget):
             return Screening(keep=[True] * len(peers), below_bar_flags=[False] * len(peers),
-                             near_bar_flags=[False] * len(peers), weight_scale=[1.0] * len(peers), advantages=[s.train.advantage for s in peers],
-                             bar=None, verdicts={})
+                             near_bar_flags=[False] * len(peers), weight_scale=[1.0] * len(peers),
+                             advantages=[s.train.advantage for s in peers], bar=None, verdicts={})
         theta = self.policy.token_logprobs(
             [s.train.prompt_ids for s in peers], [s.train.completion_ids for s in peers],
             self.config.rollout.temperature,
