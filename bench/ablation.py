@@ -234,7 +234,7 @@ def load_saved(paths: list[Path]) -> tuple[Setting, argparse.Namespace, list[Con
     shape = saved["shape"]
     runs = [ConditionRun(r["condition"], r["accounting"], r["seed"],
                          [MemberRun(m["label"], m["before"], m["after"], [tuple(p) for p in m["curve"]],
-                                    [RoundRecord.from_json(line) for line in m["rounds"]])
+                                    [RoundRecord.from_json(line) for line in m["rounds"]], m.get("time_matched_at"))
                           for m in r["members"]]) for f in files for r in f["runs"]]
     args = argparse.Namespace(accounting=saved["accounting"], rounds=shape["rounds"], prompts=shape["prompts_per_round"],
                               group=shape["group_size"], eval_size=shape["eval_size"],

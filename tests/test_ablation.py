@@ -160,3 +160,18 @@ def test_a_time_matched_run_is_judged_at_the_step_matched_round_and_at_its_end()
     assert step.time_share == pytest.approx(0.53, abs=0.05), "half the generation, the same samples trained"
     assert time.time_share == pytest.approx(1.0, abs=0.12), "the budget of alone's rounds, spent"
     assert alone.members[0].modelled_time(alone.members[0], CostModel()) == pytest.approx(FAST.rounds)
+
+
+def test_on_top_a_time_matched_run_is_judged_before_its_end_and_a_missing_point_is_no_number():
+    """On top a round costs more than one alone: the time-matched point comes before the
+    step-matched one, and both are evaluated; a round never evaluated gives nan, not the end."""
+    shape = Shape(**{**FAST.__dict__, "rounds": 10, "match": "time"})
+    matched = matched_rounds("f-tis", "on-top", 2, shape)
+    assert matched < shape.rounds
+    alone = run_condition(SAME, ALONE, "on-top", seed=0, shape=shape)
+    together = run_condition(SAME, "f-tis", "on-top", seed=0, shape=shape)
+    tiny = together.members[0]
+    assert len(tiny.rounds) == shape.rounds and {matched, shape.rounds} <= {done for done, _, _ in tiny.curve}
+    time = {g.label: g for g in paired_gains([alone, together], match="time") if g.condition == "f-tis"}["tiny"]
+    assert time.after == tiny.accuracy_at(matched) and time.time_share == pytest.approx(1.0, abs=0.2)
+    assert math.isnan(tiny.accuracy_at(1))

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import msgpack
 import pytest
 
+from swarmnode.swarm.hivemind import introductions as introductions_module
 from swarmnode.swarm.hivemind.introductions import Introductions, peer_of, scope_of, widest_scope, within
 from swarmnode.swarm.hivemind.payloads import MAX_INTRODUCTIONS, FetchError, _introductions
 
@@ -46,9 +47,10 @@ def test_an_answer_is_checked_for_shape_and_size_not_for_truth():
         assert err.value.misbehaved, answer
 
 
-def test_an_initial_peer_asked_before_it_delivered_is_asked_again_at_once_when_it_does():
+def test_an_initial_peer_asked_before_it_delivered_is_asked_again_at_once_when_it_does(monkeypatch):
     """Asked as an initial peer before we downloaded from it, a peer introduces nobody (a
     crawler learns nothing); once it delivered, it is asked again at once, not a turn later."""
+    monkeypatch.setattr(introductions_module, "time", SimpleNamespace(monotonic=lambda: 1000.0))  # no turn comes due
     runtime = SimpleNamespace(initial_peers=["/ip4/127.0.0.1/tcp/1/p2p/QmB"], peer_id="QmC", p2p=None)
     known: list[str] = []
     introductions = Introductions(runtime, "run", lambda: known)

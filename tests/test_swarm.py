@@ -889,7 +889,9 @@ async def _session_of_a_plain_spawn() -> bool:
         ({"run": RUN, "after": -1}, payloads.OK, 2),  # the newest
         ({"run": RUN, "after": 2}, payloads.NOTHING_NEWER, 0),
         ({"run": RUN, "after": 2**63}, payloads.NOTHING_NEWER, 0),
-        ({"run": "another run", "after": -1}, payloads.NOTHING_NEWER, 0),  # other runs are not served
+        # other runs are not served, and told so apart from 'nothing newer': a node of another
+        # run (a shared bootstrap node) never counts as a peer of ours for min_peers
+        ({"run": "another run", "after": -1}, payloads.NOT_FOUND, 0),
         ({"run": RUN, "after": "zero"}, payloads.NOT_FOUND, None),  # not a round: asked as neither
         ({"run": RUN, "after": None, "round": 1}, payloads.OK, None),
     ],
@@ -1075,3 +1077,15 @@ def test_min_peers_counts_peers_met_without_the_dht(start_runtime, monkeypatch):
     lone = start_runtime("lone")
     monkeypatch.setattr(lone, "store_owned_all", refused)
     assert _link(lone, RUN, PeerLedger()).membership.wait_for_peers(1, timeout_s=2) == 0, "nobody met: nobody counted"
+
+
+def test_a_node_of_another_run_answers_no_liveness_probe_and_earns_no_strike(start_runtime):
+    other_run = start_runtime("other")
+    asker = start_runtime("asker", other_run.visible_maddrs())
+    server = PayloadServer("another run", keep_rounds=5)
+    other_run.call(server.register(other_run.p2p), timeout=10)
+    assert asker.call(payloads.answers(asker.p2p, other_run.peer_id, RUN, 5.0), timeout=15) is None
+    with pytest.raises(payloads.FetchError) as refused:
+        asker.call(payloads.fetch_newest(asker.p2p, other_run.peer_id, RUN, -1, 1 << 20, 5.0), timeout=15)
+    assert not refused.value.misbehaved
+    assert asker.call(payloads.answers(asker.p2p, other_run.peer_id, "another run", 5.0), timeout=15) is not None

@@ -128,14 +128,19 @@ class MemberRun:
     after: float
     curve: list[tuple[int, int, float]] = field(default_factory=list)  # (rounds done, tokens generated, accuracy)
     rounds: list[RoundRecord] = field(default_factory=list)  # per-round records, as in metrics.jsonl
+    time_matched_at: int | None = None  # the round its modelled time equals alone's (--match time)
 
     @property
     def tokens_generated(self) -> int:
         return sum(r.wire_tokens for r in self.rounds)
 
     def accuracy_at(self, rounds: int) -> float:
-        """Accuracy after `rounds` rounds: the curve's point there, else the final one."""
-        return next((acc for done, _, acc in self.curve if done == rounds), self.after)
+        """Accuracy after `rounds` rounds: the curve's point there, the final one when the run
+        ended there, else nan (never evaluated there)."""
+        found = next((acc for done, _, acc in self.curve if done == rounds), None)
+        if found is not None:
+            return found
+        return self.after if rounds == len(self.rounds) else math.nan
 
     def modelled_time(self, alone: MemberRun, cost: CostModel, rounds: int | None = None) -> float:
         """The modelled time of its first `rounds` rounds (all by default), in rounds of `alone`."""
@@ -226,14 +231,14 @@ def matched_rounds(condition: str, accounting: str, members: int, shape: Shape) 
     return max(1, round(shape.rounds / per_round))
 
 
-def eval_rounds(shape: Shape, total: int | None = None) -> list[int]:
-    """Rounds after which the curves get a point, for a run of `total` rounds (`shape.rounds`
-    by default): spread over the run, the step-matched round among them; the last is the
+def eval_rounds(shape: Shape, matched: int | None = None) -> list[int]:
+    """Rounds after which the curves get a point: spread over the run, which lasts
+    `shape.rounds` or `matched` rounds, whichever is more; both among them. The last is the
     final evaluation."""
-    total = shape.rounds if total is None else total
+    total = max(shape.rounds, matched or 0)
     points = max(1, shape.eval_points + 1)
     spread = {max(1, round(total * (i + 1) / points)) for i in range(points)}
-    return sorted(spread | ({shape.rounds} if shape.rounds <= total else set()))
+    return sorted(spread | {shape.rounds} | ({matched} if matched else set()))
 
 
 def run_condition(
@@ -263,18 +268,21 @@ def run_condition(
                     )
                     name = member.label  # the peer id, hence the prompts, are the member's in every condition
                     nodes.append(stack.enter_context(assemble(config, join=lambda run, standing, n=name, h=hub: h.join(n, run, standing))))
-                runs.update(_train_together(together, nodes, shape, rounds, progress))
+                runs.update(_train_together(together, nodes, shape, rounds if shape.match == "time" else None, progress))
     return ConditionRun(condition, accounting, seed, [runs[m.label] for m in setting.members])
 
 
 def _train_together(
-    members: list[Member], nodes: list[Node], shape: Shape, rounds: int, progress: Callable[[str], None]
+    members: list[Member], nodes: list[Node], shape: Shape, matched: int | None, progress: Callable[[str], None]
 ) -> dict[str, MemberRun]:
+    """Step the nodes together for `shape.rounds` rounds, or `matched` (the time-matched
+    count) when that is more, evaluating at both."""
     runs = {}
     for member, node in zip(members, nodes):
         before = node.evaluate()
-        runs[member.label] = MemberRun(member.label, before, before, curve=[(0, 0, before)])
-    checkpoints = set(eval_rounds(shape, rounds))
+        runs[member.label] = MemberRun(member.label, before, before, curve=[(0, 0, before)], time_matched_at=matched)
+    checkpoints = set(eval_rounds(shape, matched))
+    rounds = max(checkpoints)
     started = time.perf_counter()
     for round_ in range(rounds):
         states = [node.produce(round_) for node in nodes]
@@ -334,8 +342,8 @@ def paired_gains(runs: list[ConditionRun], baseline: str = ALONE, match: str = "
     for (condition, label), seeded in by_member(runs).items():
         pairs = [(m, base[(seed, label)]) for seed, m in seeded if (seed, label) in base]
         if pairs:
-            upto = [len(a.rounds) if match == "step" and a.rounds else None for _, a in pairs]
-            accuracy = [m.accuracy_at(n) if n is not None else m.after for (m, _), n in zip(pairs, upto)]
+            upto = [(len(a.rounds) if match == "step" else m.time_matched_at) or len(m.rounds) for m, a in pairs]
+            accuracy = [m.accuracy_at(n) for (m, _), n in zip(pairs, upto)]
             diffs = [acc - a.after for acc, (_, a) in zip(accuracy, pairs)]
             tokens = sum(sum(r.wire_tokens for r in m.rounds[:n]) for (m, _), n in zip(pairs, upto))
             times = [m.modelled_time(a, cost, n) / a.modelled_time(a, cost) for (m, a), n in zip(pairs, upto)]

@@ -47,7 +47,6 @@ gate already keeps those samples out of our batch.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -218,13 +217,13 @@ def screen(
         peer, advantage, gen = sample.source, sample.advantage, sample.gen_logprobs
         verdict = verdicts[peer]
         verdict.samples += 1
-        # how far above each bar its least likely window is (inf: no such bar)
-        headroom = min(
-            least_likely_window(theta, trust.gate_window) - bar if bar is not None else math.inf,
-            least_likely_window(anchor.logprobs[i], trust.gate_window) - anchor.bar if anchor is not None else math.inf,
-        )
-        unlikely = headroom < 0
-        near[i] = headroom < trust.near_bar  # passed by a hair: walking the gate earns no standing
+        # how far above each bar (ours, the anchored one) its least likely window is
+        headrooms = [
+            *([least_likely_window(theta, trust.gate_window) - bar] if bar is not None else []),
+            *([least_likely_window(anchor.logprobs[i], trust.gate_window) - anchor.bar] if anchor is not None else []),
+        ]
+        unlikely = any(not h >= 0 for h in headrooms)  # a NaN score fails: nothing unscorable passes
+        near[i] = any(not h >= trust.near_bar for h in headrooms)  # by a hair: walking the gate earns no standing
         if unlikely:
             verdict.below_bar += 1
             below[i] = True

@@ -101,7 +101,8 @@ class PeerLedger:
 
     def screened(self, peer_id: str, offered: int, useful: int, round_: int) -> None:
         """In our round `round_`, `useful` of the peer's `offered` samples were kept by
-        screening and trained with a non-zero advantage: its standing moves toward that share
+        screening, clear of the gate's bars by `trust.near_bar`, and trained with a non-zero
+        advantage (Intake._note_standing): its standing moves toward that share
         (STANDING_WEIGHT per batch), and the first useful one starts its seniority."""
         if offered <= 0:
             return

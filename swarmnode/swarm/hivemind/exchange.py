@@ -353,17 +353,20 @@ class HivemindExchange:
             task.add_done_callback(lambda done, key=key: self._settle(key, done))
 
     def met_directly(self) -> list[str]:
-        """Peers met without the DHT: those a known peer introduced, our initial peers, and
-        those that asked us for batches. Claims, as heartbeats are: a caller checks them."""
-        return list(dict.fromkeys([*self.introductions.candidates(), *reversed(self.server.requesters)]))
+        """Peers met without the DHT: those a known peer introduced, our initial peers, those
+        that downloaded from us, then those that only asked. Claims, as heartbeats are: a
+        caller checks them. On the swarm loop (candidates() prunes what it holds)."""
+        return list(dict.fromkeys([
+            *self.introductions.candidates(), *reversed(self.server.requesters), *reversed(self.server.askers),
+        ]))
 
     def _strangers(self) -> list[str]:
         """Peers that never delivered to us (nor cut a download, nor are banned, nor wait out
         a back-off), asked directly in turn, so a new peer is heard within a few polls without
         waiting for its manifest to turn up in the shards we read: those a known peer
-        introduced and our initial peers first, then those that downloaded from us, then those
-        seen live in heartbeats (swarm.hivemind.introductions: none of them needs the DHT but
-        the last)."""
+        introduced and our initial peers first, then those that downloaded from us or asked us
+        for batches, then those seen live in heartbeats (swarm.hivemind.introductions: none of
+        them needs the DHT but the last)."""
         now = time.monotonic()
         named = [*self.met_directly(), *self.live_peers()]
         return [

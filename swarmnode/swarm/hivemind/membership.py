@@ -94,11 +94,15 @@ class HivemindMembership:
         deadline = time.monotonic() + timeout_s
         while True:
             self.runtime.call(self.read(), timeout=30)
-            candidates = (set(self.live_peers()) | set(self.met_directly())) - {self.peer_id}
-            answered = self.runtime.call(self._answered(candidates), timeout=ANSWER_TIMEOUT_S + 10)
+            answered = self.runtime.call(self._answered_candidates(), timeout=ANSWER_TIMEOUT_S + 10)
             if answered >= count or time.monotonic() >= deadline:
                 return answered
             time.sleep(min(1.0, self.settings.heartbeat_interval_s))
+
+    async def _answered_candidates(self) -> int:
+        """`_answered` of the peers live in heartbeats and those met without the DHT, gathered
+        on the swarm loop, where the exchange keeps the latter."""
+        return await self._answered((set(self.live_peers()) | set(self.met_directly())) - {self.peer_id})
 
     async def _answered(self, live: set[str]) -> int:
         """How many of `live` answered a direct request, asking (ANSWERS_AT_ONCE at most)

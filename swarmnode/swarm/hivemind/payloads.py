@@ -55,7 +55,7 @@ MAX_ADDRS_PER_PEER = 4
 MAX_INTRODUCTION_BYTES = 16 * 1024
 NOTHING_AFTER = 2**62  # a round no peer has: a live one answers 'nothing newer' at once (`answers`)
 WHOM_EVERY_S = 5.0  # a requester gets at most one answer to 'whom do you know?' this often
-REMEMBERED_REQUESTERS = 64  # peers that downloaded from us, newest kept: we try them as strangers too
+REMEMBERED_REQUESTERS = 64  # peers that downloaded from us (and, apart, that asked), newest kept: tried as strangers too
 FLOOR_GRACE_S = 5.0  # a download's first bytes may take this long (dialling, a busy server) ...
 FLOOR_BYTES_PER_S = 256 * 1024  # ... then the payload must keep coming at least this fast
 
@@ -85,8 +85,10 @@ class PayloadServer:
         self._dropped_at: dict[str, float] = {}  # requester -> when its connection was last dropped
         self._p2p: P2P | None = None
         self.tarpitted = 0  # streams held unread so far
-        self.requesters: OrderedDict[str, None] = OrderedDict()  # peers of our run that asked us for batches lately, newest last
-        self.downloaders: OrderedDict[str, None] = OrderedDict()  # ... and those of them we served a batch
+        self.requesters: OrderedDict[str, None] = OrderedDict()  # who downloaded our batches lately, newest last
+        # peers of our run that asked for a batch while we had none newer, newest last: kept apart,
+        # since asking costs nothing, so a crowd of askers cannot push out those that downloaded
+        self.askers: OrderedDict[str, None] = OrderedDict()
         self._answered_whom: dict[str, float] = {}  # requester -> when it last got our introductions
         # whom we introduce: [peer id, [multiaddr, ...]] of peers that delivered to us (the exchange sets it),
         # and to whom: those that downloaded from us, or delivered to us (`is_known`, the exchange's ledger)
@@ -185,12 +187,16 @@ class PayloadServer:
             await self._introduce(requester, ours, writer)
             return
         if isinstance(request.get("after"), int):
-            newer = [r for r in self._payloads if ours and r > request["after"]]
+            if not ours:  # said apart from 'nothing newer', so a node of another run is never counted as ours
+                writer.write(struct.pack(">BQQ", NOT_FOUND, 0, 0))
+                await writer.drain()
+                return
+            newer = [r for r in self._payloads if r > request["after"]]
             if not newer:
                 writer.write(struct.pack(">BQQ", NOTHING_NEWER, 0, 0))
                 await writer.drain()
-                if ours and request["after"] < NOTHING_AFTER:  # a peer waiting for our first batch, not a probe
-                    _remember(self.requesters, requester)
+                if request["after"] < NOTHING_AFTER:  # a peer waiting for our batches, not a probe
+                    _remember(self.askers, requester)
                 return
             round_ = max(newer)
             writer.write(struct.pack(">BQQ", OK, round_, len(self._payloads[round_])))
@@ -208,7 +214,7 @@ class PayloadServer:
         self.served += 1
         self.served_to.setdefault(round_, set()).add(requester)
         _remember(self.requesters, requester)
-        _remember(self.downloaders, requester)
+        self.askers.pop(requester, None)
         await writer.drain()
 
     async def _introduce(self, requester: str, ours: bool, writer: asyncio.StreamWriter) -> None:
@@ -217,7 +223,7 @@ class PayloadServer:
             writer.write(struct.pack(">BI", NOTHING_NEWER, 0))
             await writer.drain()
             return
-        if requester not in self.downloaders and not self.is_known(requester):
+        if requester not in self.requesters and not self.is_known(requester):
             writer.write(struct.pack(">BI", NOTHING_NEWER, 0))  # a crawler learns nothing: download first
             await writer.drain()
             return
@@ -385,6 +391,8 @@ async def _fetch_newest(p2p: P2P, peer_id: str, run_id: str, after: int, max_byt
         status, round_, length = struct.unpack(">BQQ", await _read_header(reader, peer_id, 17))
         if status == NOTHING_NEWER:
             return None
+        if status == NOT_FOUND:  # a node of another run (a shared bootstrap node): no lie, no strike
+            raise FetchError(f"{peer_id} serves another run", misbehaved=False)
         if status != OK or round_ <= after or not 0 < length <= max_bytes:
             raise FetchError(
                 f"{peer_id} answered status {status}, round {round_} (asked after {after}), {length} bytes "
