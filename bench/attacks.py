@@ -116,7 +116,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -190,6 +190,21 @@ def start_node(directory: Path, config: dict, initial_peers: list[str], core: in
     log = (directory / "node.log").open("w")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def address_of(directory: Path, process: subprocess.Popen) -> list[str]:
+    """The first address a started node wrote to its swarm.json, to join through it."""
+    swarm_file = directory / "run" / "swarm.json"
+    wait_for_file(swarm_file, process, 120)
+    return json.loads(swarm_file.read_text())["maddrs"][:1]
+
+
+def kill_all(processes: Iterable[subprocess.Popen]) -> None:
+    """SIGKILL to each node's process group (its p2p daemon with it) that is still running."""
+    for process in processes:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
 
 
 def wait_for_file(path: Path, process: subprocess.Popen, timeout_s: float) -> None:
@@ -300,8 +315,7 @@ def run_scenario(
                 processes += [start_node(directory / name, config(name), maddrs, core=honest_core) for name in HONEST]
             else:
                 processes.append(start_node(directory / "a", config("a"), [], core=honest_core))
-                wait_for_file(directory / "a" / "run" / "swarm.json", processes[0], 120)
-                maddrs = json.loads((directory / "a" / "run" / "swarm.json").read_text())["maddrs"][:1]
+                maddrs = address_of(directory / "a", processes[0])
                 processes.append(start_node(directory / "b", config("b"), maddrs, core=honest_core))
             started, cpu_before = time.monotonic(), attackers_cpu_s(processes)
             cpu_s: list[tuple[float, float, float]] = []
@@ -312,10 +326,7 @@ def run_scenario(
         finally:
             for attacker in attackers:
                 attacker.stop()
-            for process in processes:
-                if process.poll() is None:
-                    os.killpg(process.pid, signal.SIGKILL)
-                    process.wait()
+            kill_all(processes)
     lines = {name: round_lines(read_metrics(directory / name / "run" / "metrics.jsonl")) for name in HONEST}
     ids = {name: rounds[0]["peer_id"] if rounds else "" for name, rounds in lines.items()}
     result: dict = {
@@ -512,11 +523,9 @@ def run_eclipse(directory: Path, fakes: int | None, args: argparse.Namespace) ->
                 attack.accept.add(liar.runtime.signer.local_public_key)
                 liars.append(liar)
         processes["a"] = start_node(directory / "a", configs["a"], bootstrap)
-        wait_for_file(directory / "a" / "run" / "swarm.json", processes["a"], 120)
-        a_maddrs = json.loads((directory / "a" / "run" / "swarm.json").read_text())["maddrs"][:1]
+        a_maddrs = address_of(directory / "a", processes["a"])
         processes["b"] = start_node(directory / "b", configs["b"], a_maddrs)
-        wait_for_file(directory / "b" / "run" / "swarm.json", processes["b"], 120)
-        b_maddrs = json.loads((directory / "b" / "run" / "swarm.json").read_text())["maddrs"][:1]
+        b_maddrs = address_of(directory / "b", processes["b"])
         metrics_a = directory / "a" / "run" / "metrics.jsonl"
         deadline = time.monotonic() + 1800
         while len(round_lines(read_metrics(metrics_a))) < args.c_after and time.monotonic() < deadline:
@@ -532,10 +541,7 @@ def run_eclipse(directory: Path, fakes: int | None, args: argparse.Namespace) ->
     finally:
         for liar in liars:
             liar.stop()
-        for process in processes.values():
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        kill_all(processes.values())
         if attack is not None:
             attack.stop()
     metrics = {name: directory / name / "run" / "metrics.jsonl" for name in ("a", "b", "c")}
@@ -703,8 +709,7 @@ def slow_pair(directory: Path, rounds: int, own_share: float) -> dict[str, list[
     a = start_node(directory / "a", config("a"), [], core=0)
     processes = [a]
     try:
-        wait_for_file(directory / "a" / "run" / "swarm.json", a, 120)
-        maddrs = json.loads((directory / "a" / "run" / "swarm.json").read_text())["maddrs"][:1]
+        maddrs = address_of(directory / "a", a)
         b = start_node(directory / "b", config("b"), maddrs, core=1)
         processes.append(b)
         watch_rss([a], timeout_s=1800)
@@ -712,10 +717,7 @@ def slow_pair(directory: Path, rounds: int, own_share: float) -> dict[str, list[
             os.killpg(b.pid, signal.SIGINT)
             watch_rss([b], timeout_s=60)
     finally:
-        for process in processes:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        kill_all(processes)
     return {name: round_lines(read_metrics(directory / name / "run" / "metrics.jsonl")) for name in ("a", "b")}
 
 

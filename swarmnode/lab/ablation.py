@@ -253,7 +253,7 @@ def run_condition(
     member trains by itself (one after the other), together they step round by round."""
     objective, condition_overrides = parse_condition(condition)
     share, peer_groups = split_for(condition, accounting, len(setting.members), shape)
-    rounds = matched_rounds(condition, accounting, len(setting.members), shape)
+    matched = matched_rounds(condition, accounting, len(setting.members), shape) if shape.match == "time" else None
     groups = [list(setting.members)] if condition != ALONE else [[m] for m in setting.members]
     runs: dict[str, MemberRun] = {}
     with tempfile.TemporaryDirectory(prefix="swarmnode-ablation-") as scratch:
@@ -268,7 +268,7 @@ def run_condition(
                     )
                     name = member.label  # the peer id, hence the prompts, are the member's in every condition
                     nodes.append(stack.enter_context(assemble(config, join=lambda run, standing, n=name, h=hub: h.join(n, run, standing))))
-                runs.update(_train_together(together, nodes, shape, rounds if shape.match == "time" else None, progress))
+                runs.update(_train_together(together, nodes, shape, matched, progress))
     return ConditionRun(condition, accounting, seed, [runs[m.label] for m in setting.members])
 
 
