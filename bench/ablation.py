@@ -4,7 +4,7 @@
     python bench/ablation.py --setting expertise --objectives nois f-nois vis f-vis tis f-tis
     python bench/ablation.py --setting swarm4 --objectives f-tis --accounting shared
     python bench/ablation.py --setting size --accounting on-top
-    python bench/ablation.py --setting size --match time --gen-share 0.94   # the same modelled GPU time as alone
+    python bench/ablation.py --setting size --match time   # the same modelled GPU time as alone
     python bench/ablation.py --member small model.name=Qwen/Qwen2.5-1.5B --member large model.name=Qwen/Qwen2.5-3B \\
         --set task.name=gsm8k --set task.data=../shared/data/gsm8k --set model.device=cuda --set rollout.max_new_tokens=512
 
@@ -17,7 +17,7 @@ peers' groups come on top. Alone = each member by itself with its whole batch.
 Matching (swarmnode/lab/ablation.py): `--match step` (the default) trains every condition
 for --rounds rounds. `--match time` gives each condition the modelled time that --rounds
 rounds alone cost, from a stated cost model: generation takes `--gen-share` of a round alone
-(0.94: Qwen2.5-1.5B on an H100, docs/gpu.md) and grows with the tokens generated, screening
+(0.93: qwen2.5-1.5b.yaml on an H200, 0.87-0.95 over the GPU configs; docs/gpu.md) and grows with the tokens generated, screening
 and training take the rest and grow with the samples trained on. A member that generates half
 its batch then trains about 1.9x the rounds; it is also evaluated at --rounds on the way, so
 both comparisons are printed from one run.
@@ -98,7 +98,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--match", choices=MATCHES, default=Shape.match,
                         help="step: the same rounds as alone; time: the same modelled time (and step on the way)")
     parser.add_argument("--gen-share", type=float, default=GEN_SHARE,
-                        help="the cost model's share of a round alone spent generating (0.94 on a GPU, docs/gpu.md)")
+                        help="the cost model's share of a round alone spent generating (measured 0.87-0.95 on a GPU, docs/gpu.md)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1")
     parser.add_argument("--rounds", type=int, default=Shape.rounds)

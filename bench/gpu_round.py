@@ -10,7 +10,8 @@ shape (no download) and the project's own code: HF generation of one round's seq
 (prompts of TYPICAL_PROMPT_TOKENS random tokens; random weights rarely stop early, so every
 completion runs to max_new_tokens), a training step on them plus as many peer samples, and
 the weight sync. Printed per setup: generate / train / sync seconds (median over rounds after
-the first), generation tokens/s next to plain bf16 `generate` of the same batch and length and
+the first), generation's share of a round that trains on its own samples only (gen/rd: the
+cost model of `bench/ablation.py --match time`), generation tokens/s next to plain bf16 `generate` of the same batch and length and
 to the bound memory bandwidth sets (every decoding step reads every weight once), and the
 start-up estimate next to the measured process peak (torch's peak reservation plus what the
 CUDA context held before any tensor; a vLLM engine reserves its share up front, which torch
@@ -177,7 +178,16 @@ def measure(label: str, config: Config, shape: ModelShape, args: argparse.Namesp
     bound = batch * bandwidth / (2 * shape.num_params)
     round_s = sum(later.values())
     return (f"{label + ' ' + backend:<34} {later['generate']:7.2f} {later['train']:6.2f} {later['sync']:5.2f} {round_s:7.2f} "
+            f"{gen_share_alone(later):6.2f} "
             f"{gen_tps:8.0f} {plain:8.0f} {gen_tps / plain:5.2f} {bound:8.0f} {est:7.1f} {peak:7.1f} {est / peak:6.2f}")
+
+
+def gen_share_alone(seconds: dict[str, float]) -> float:
+    """Generation's share of a round that trains on its own samples only: the measured step
+    trains on as many peers' samples besides, so its own half is counted (a step's time grows
+    with its samples). This is the cost model's `--gen-share` in bench/ablation.py."""
+    own_train = seconds["train"] / 2
+    return seconds["generate"] / (seconds["generate"] + own_train + seconds["sync"])
 
 
 def main() -> None:
@@ -203,7 +213,7 @@ def main() -> None:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     print(f"{name}: {capacity / GIB:.1f} GiB, copy bandwidth {bandwidth / 1e9:.0f} GB/s; "
           f"{args.rounds} rounds per setup, medians after the first")
-    print(f"{'setup, backend':<34} {'gen s':>7} {'train':>6} {'sync':>5} {'round':>7} {'tok/s':>8} {'bf16':>8} {'ratio':>5} "
+    print(f"{'setup, backend':<34} {'gen s':>7} {'train':>6} {'sync':>5} {'round':>7} {'gen/rd':>6} {'tok/s':>8} {'bf16':>8} {'ratio':>5} "
           f"{'bound':>8} {'est GiB':>7} {'peak':>7} {'est/pk':>6}")
     backends = ["hf"] + (["vllm"] if vllm_available() else [])
     for label, config, shape in runs:
