@@ -7,6 +7,7 @@ import random
 import time
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from swarmnode.assemble import assemble
@@ -23,10 +24,13 @@ from swarmnode.loop.pool import (
     cohorts,
     fair_queue,
 )
+from swarmnode.loop.samples import ScoredGroup
 from swarmnode.model.policy import Policy
+from swarmnode.protocol.wire import Completion
 from swarmnode.settings.config import load_config
 from swarmnode.swarm.base import GatherWait
 from swarmnode.swarm.local import InMemoryHub
+from swarmnode.tasks.base import Problem
 
 
 def _offers(**counts: int) -> dict[str, list[str]]:
@@ -241,6 +245,34 @@ def test_useless_groups_in_the_pool_do_not_stop_the_wait_for_a_proven_peer(tmp_p
     intake.pool.add("good", 0, _groups("good", 0, 4, arrived=time.monotonic()), our_round=2)
     assert [group.peer_id for group in intake.collect(2, generate_s=1.2, timings={})[:4]] == ["good"] * 4
     assert exchange.waits[-1][0] == 0.0, "the proven peer's groups fill the share: no wait"
+
+
+def _scored_intake(tmp_path, rewards: dict[int, list[float]], *sets: str) -> Intake:
+    """An Intake whose peers' groups score `rewards[prompt_id]` and pass screening (gate and
+    budget off): what `take` keeps is down to the room each sample takes."""
+    config = _config(tmp_path, "a", "rollout.prompts_per_round=2", "node.own_share=0.5", "rollout.group_size=4",
+                     "trust.likelihood_gate=false", "trust.weight_budget=false", *sets)
+    intake = Intake(config, None, None, "run", _RecordingExchange(), _Live([]), PeerLedger())
+    problem = Problem(0, "1+1", "2")
+    completion = Completion(np.array([5], dtype=np.int32), np.array([-1.0], dtype=np.float32))
+    intake._score = lambda group: ScoredGroup(group.peer_id, problem, [1], [completion] * 4, rewards[group.prompt_id])
+    return intake
+
+
+def test_zero_advantage_samples_take_no_room_yet_count_in_their_group_s_mean(tmp_path):
+    """A group all right teaches nothing: it is screened and used up, but the peers' share (one
+    group here) goes to the next group; a sample whose reward is its group's mean is left out
+    while the others keep the advantages taken with it in the mean."""
+    rewards = {0: [1.0] * 4, 1: [0.0, 0.5, 1.0, 0.5]}
+    intake = _scored_intake(tmp_path, rewards, "node.skip_uninformative=true")
+    offered = _groups("p", 0, 2)
+    taken = intake.take(0, offered, own=[], timings={})
+    assert sorted(sample.train.advantage for sample in taken.kept) == [-0.5, 0.5]
+    assert taken.uninformative == 6, "four of the all-right group, two at their group's mean"
+
+    diluted = _scored_intake(tmp_path, rewards).take(0, _groups("p", 0, 2), own=[], timings={})
+    assert [sample.train.advantage for sample in diluted.kept] == [0.0] * 4, "the default: the first group fills the share"
+    assert diluted.uninformative == 0
 
 
 def _config(tmp_path, name, *sets):

@@ -39,6 +39,7 @@ class Taken:
     peers: set[str] = field(default_factory=set)  # whose groups were taken
     ages_s: list[float] = field(default_factory=list)  # per group taken: seconds since it arrived
     lags: list[int] = field(default_factory=list)  # per group taken: its sender's rounds since
+    uninformative: int = 0  # samples left out for advantage 0 (node.skip_uninformative)
 
     @property
     def gated(self) -> int:
@@ -145,9 +146,10 @@ class Intake:
 
     def take(self, round_: int, offered: list[OfferedGroup], own: list[Sample], timings: dict[str, float]) -> Taken:
         """Fill the peers' share of the batch from `offered`, in its order, with samples that
-        pass screening: a gated sample takes no room, the next groups are screened in its place
-        (at most SCREEN_PASSES times), and a group on probation comes on top. Every group
-        screened is used up."""
+        pass screening: a gated sample takes no room, nor (`node.skip_uninformative`) one with
+        advantage 0, which would only dilute the step (its group still counted in its mean);
+        the next groups are screened in their place (at most SCREEN_PASSES times), and a group
+        on probation comes on top. Every group screened is used up."""
         _, budget = batch_split(self.config)
         group_size = self.config.rollout.group_size
         # a useless peer's group on probation comes first (pool.fair_queue) and on top of the
@@ -182,11 +184,16 @@ class Intake:
             t = time.perf_counter()
             screening = self._screen(own, samples, struck, anchor_bar)
             timings["screen_s"] += time.perf_counter() - t
-            taken.kept += [
+            kept = [
                 sample.screened(scale, advantage)
                 for sample, keep, scale, advantage in zip(samples, screening.keep, screening.weight_scale, screening.advantages)
                 if keep
             ]
+            informative = [sample for sample in kept if sample.train.advantage != 0]
+            if self.config.node.skip_uninformative:
+                taken.uninformative += len(kept) - len(informative)
+                kept = informative
+            taken.kept += kept
             taken.screenings.append(screening)
             self._note_standing(round_, samples, screening)
         return taken

@@ -181,6 +181,7 @@ class Node:
             peer_age_s=float(np.mean(taken.ages_s)) if taken.ages_s else None,
             peer_lag=float(np.mean(taken.lags)) if taken.lags else None,
             tokens_per_s=state.payload_tokens / max(state.timings["generate_s"], 1e-9),
+            uninformative=taken.uninformative,
             samples_by_peer=dict(Counter(sample.peer_id for sample in taken.kept)),
             timings=state.timings,
         )

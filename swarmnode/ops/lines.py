@@ -51,6 +51,7 @@ class RoundRecord:
     peer_age_s: float | None = metric("mean seconds the peers' groups trained on waited since they arrived")
     peer_lag: float | None = metric("mean rounds the peers' groups trained on were behind their sender's newest")
     tokens_per_s: float = metric("generation tokens a second in the last round", gauge=True)
+    uninformative: int = 0  # peers' samples left out for advantage 0 (node.skip_uninformative); 0 in older lines
     samples_by_peer: dict[str, int] = field(default_factory=dict)  # peers' samples trained on, per peer
     timings: dict[str, float] = field(default_factory=dict)  # generate_s, train_s, ... round_s
 

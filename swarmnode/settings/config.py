@@ -169,6 +169,12 @@ class NodeSettings(_Section):
         "peers' groups fill the rest. 1 = generate all of it, peers' groups on top (up to max_peer_groups)",
     )
     peer_quota: int = Field(64, ge=0, description="max peer groups from one peer per round")
+    skip_uninformative: bool = Field(
+        False,
+        description="true = peers' samples with advantage 0 (a group all right or all wrong by our reward) take no "
+        "room in the step: left out, the next groups screened in their place. Off: it lowered the `same` control "
+        "(docs/figures.md)",
+    )
     max_peer_groups: int | None = Field(
         None, ge=0,
         description="max peer groups in one step; None = as many as the node's own batch (rollout.prompts_per_round), "
