@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from swarmnode.learn.loss import group_advantages, objective_terms, sequence_divergence
+from swarmnode.learn.loss import group_advantages, objective_terms, sequence_divergence, soft_filter_weights
 from swarmnode.settings.config import LossSettings
 from swarmnode.settings.registry import OBJECTIVES
 
@@ -101,6 +101,27 @@ def test_filter_removes_exactly_negative_advantage_high_divergence_samples():
     assert torch.all(theta.grad[0] != 0) and torch.all(theta.grad[2][:3] != 0)
     unfiltered = objective_terms(theta, gen, mask, adv, LossSettings(objective="tis"))
     assert unfiltered.filtered.sum() == 0
+
+
+def test_the_soft_filter_weights_far_negative_samples_down_instead_of_dropping_them():
+    """g / (g + divergence) for a negative advantage: 1/2 at g, a third at 2g, 1 on-policy;
+    positive advantages untouched. In the loss: sequence 1 (A < 0, far) keeps a gradient,
+    scaled by its weight against the unfiltered objective; the others are unchanged."""
+    weights = soft_filter_weights(torch.tensor([-1.0, -1.0, -1.0, 1.0]), torch.tensor([0.0, 50.0, 100.0, 100.0]), 50.0)
+    assert torch.allclose(weights, torch.tensor([1.0, 0.5, 1 / 3, 1.0]))
+
+    theta, gen, mask, adv = _case()
+    gen = gen.clone()
+    gen[1] += 5.0
+    soft = objective_terms(theta, gen, mask, adv, LossSettings(objective="f-tis", filter_shape="soft"))
+    assert soft.filtered.sum() == 0
+    soft.loss_sum.backward()
+    soft_grad, theta.grad = theta.grad.clone(), None
+    objective_terms(theta, gen, mask, adv, LossSettings(objective="tis")).loss_sum.backward()
+    share = 50.0 / (50.0 + float(sequence_divergence(theta, gen, mask)[1]))
+    assert 0 < share < 0.5
+    assert torch.allclose(soft_grad[1], theta.grad[1] * share)
+    assert torch.allclose(soft_grad[[0, 2]], theta.grad[[0, 2]])
 
 
 def test_filtered_samples_still_count_in_group_statistics():

@@ -15,6 +15,7 @@ detached per-token importance weight:
 
 The ``f-`` variants also drop samples with A_i < 0 whose divergence from the generator exceeds
 g: they add nothing to the sum, yet N counts them and they stay in their group's mean and std.
+With `filter_shape` soft they drop none and weight each such sample by g / (g + divergence).
 A peer's samples may carry a weight scale below 1 (swarmnode.learn.trust's weight budget), which
 multiplies w.
 """
@@ -114,6 +115,14 @@ def _clipped_against_generator(
     return torch.where(binds, torch.zeros_like(ratio), ratio), binds
 
 
+def soft_filter_weights(advantages: torch.Tensor, divergence: torch.Tensor, g: float) -> torch.Tensor:
+    """The hard filter made smooth: a negative-advantage sample counts g / (g + divergence),
+    so 1 on-policy, 1/2 at the hard filter's threshold, and less the further its generator is
+    from us; other samples count 1."""
+    share = g / (g + divergence.to(torch.float32)).clamp_min(1e-12)
+    return torch.where(advantages.to(share.device) < 0, share, torch.ones_like(share))
+
+
 # (weight, truncated?) per token from the clamped log-ratio log pi_theta - log pi_gen.
 WEIGHTINGS: dict[str, Callable[[torch.Tensor, LossSettings], tuple[torch.Tensor, torch.Tensor]]] = {
     "none": _no_weight,
@@ -168,10 +177,11 @@ def objective_terms(
     per_token = weight * surrogate * mask_f
     per_sequence = per_token.sum(-1) / mask_f.sum(-1).clamp_min(1.0)
     divergence = sequence_divergence(current, logp_gen, mask, settings.divergence, settings.log_ratio_clamp)
-    if choice.filtered:
+    filtered = torch.zeros_like(advantages, dtype=torch.bool)
+    if choice.filtered and settings.filter_shape == "soft":
+        per_sequence = per_sequence * soft_filter_weights(advantages, divergence, settings.filter_g).to(per_sequence.dtype)
+    elif choice.filtered:
         filtered = (advantages < 0) & (divergence > settings.filter_g)
-    else:
-        filtered = torch.zeros_like(advantages, dtype=torch.bool)
     per_sequence = torch.where(filtered, torch.zeros_like(per_sequence), per_sequence)
     real = mask.bool()
     return ObjectiveTerms(

@@ -114,6 +114,10 @@ class LossSettings(_Section):
     filter_g: float = Field(
         50.0, ge=0, description="g: divergence above which negative-advantage samples are dropped"
     )
+    filter_shape: Literal["hard", "soft"] = Field(
+        "hard", description="f- objectives: hard = drop negative-advantage samples past g (the paper); soft = "
+        "weight each by g / (g + divergence) instead, dropping none",
+    )
     divergence: DIVERGENCES.literal() = Field("k3-mean", description=DIVERGENCES.cli_help())
     clip_eps: float = Field(0.2, gt=0, lt=1)
     vis_clip: bool = Field(
