@@ -287,9 +287,14 @@ def demo(
     config_path: Annotated[
         Path | None, typer.Option("--config", "-c", help="base YAML config instead of the built-in tiny one")
     ] = None,
+    solo: Annotated[
+        bool, typer.Option(help="then train each node's config alone, the baseline in the table and curves "
+                           "(about doubles the time)")
+    ] = True,
 ) -> None:
     """Start a local swarm of heterogeneous tiny nodes on 127.0.0.1 (one process each), train
-    them together, then print each node's held-out accuracy before and after and draw curves."""
+    them together, then each alone, and print each node's held-out accuracy before, after and
+    alone, and draw curves."""
     import yaml
 
     from swarmnode.demo import DEMO_BASE, Demo, DemoError
@@ -302,7 +307,7 @@ def demo(
         except ConfigError as err:
             raise _fail(str(err)) from None
         base = yaml.safe_load(config_path.read_text())
-    runner = Demo(directory, nodes=nodes, rounds=rounds, base=base, console=console)
+    runner = Demo(directory, nodes=nodes, rounds=rounds, base=base, console=console, solo=solo)
     started = time.monotonic()
     try:
         rows = runner.run()
@@ -311,18 +316,26 @@ def demo(
     except KeyboardInterrupt:
         raise _fail(f"interrupted; every node stopped; partial results in {directory}", 130) from None
     table = Table(title=f"swarmnode demo: held-out accuracy ({time.monotonic() - started:.0f} s)")
-    for column in ("node", "kind", "rounds", "before", "after", "gain", "peer samples used", "gated", "rejected"):
+    columns = ("node", "kind", "rounds", "before", "after", "gain", "alone", "joining", "peer samples used", "gated", "rejected")
+    for column in columns:
         table.add_column(column, justify="left" if column in ("node", "kind") else "right")
     for row in rows:
-        before, after = row["eval_before"], row["eval_after"]
-        gain = f"{after - before:+.3f}" if before is not None and after is not None else "-"
+        before, after, alone = row["eval_before"], row["eval_after"], row["alone_after"]
         table.add_row(
-            str(row["node"]), row["kind"], str(row["rounds"]),
-            "-" if before is None else f"{before:.3f}", "-" if after is None else f"{after:.3f}", gain,
+            str(row["node"]), row["kind"], str(row["rounds"]), _accuracy(before), _accuracy(after),
+            _difference(after, before), _accuracy(alone), _difference(after, alone),
             str(row["peer_samples"]), _share(row["gated"], row["gated"] + row["peer_samples"]), str(row["rejected"]),
         )
     Console(width=None if sys.stdout.isatty() else 160).print(table)  # a log or pipe: no wrapped cells
     console.print(f"curves: {runner.plot(directory / 'curves.png')}", highlight=False)
+
+
+def _accuracy(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _difference(value: float | None, baseline: float | None) -> str:
+    return "-" if value is None or baseline is None else f"{value - baseline:+.3f}"
 
 
 def _share(part: int, whole: int) -> str:

@@ -3,8 +3,10 @@
 The demo only orchestrates: every node is a real `swarmnode join` process with its own config
 file, identity and run directory under the demo directory, exchanging rollouts over hivemind
 exactly as nodes on different machines would. The demo watches their metrics files, then
-prints each node's held-out accuracy before and after and draws the curves. Every process it
-starts lives in its own process group and is stopped on exit, Ctrl-C or failure.
+prints each node's held-out accuracy before and after and draws the curves. Unless told not
+to, it then trains each node's config alone (`--solo`, the same rounds and batch) so the
+curves answer "did joining help?". Every process it starts lives in its own process group and
+is stopped on exit, Ctrl-C or failure.
 """
 
 from __future__ import annotations
@@ -71,6 +73,11 @@ class DemoNode:
             return [], []
 
 
+def solo_config(config: dict[str, Any], directory: Path) -> dict[str, Any]:
+    """A swarm node's config trained alone: the same model, batch and rounds, no swarm."""
+    return merged(config, {"node": {"run_dir": str(directory / "run")}, "swarm": {"enabled": False}})
+
+
 def node_config(base: dict[str, Any], index: int, nodes: int, rounds: int, directory: Path) -> dict[str, Any]:
     kind = NODE_KINDS[index % len(NODE_KINDS)]
     overrides = {k: v for k, v in kind.items() if k != "label"}
@@ -93,6 +100,7 @@ class Demo:
         base: dict[str, Any] | None = None,
         console: Console | None = None,
         startup_timeout_s: float = 120.0,
+        solo: bool = True,
     ) -> None:
         if nodes < 2:
             raise DemoError("a swarm needs at least 2 nodes")
@@ -104,6 +112,8 @@ class Demo:
         self.nodes = [
             DemoNode(i, NODE_KINDS[i % len(NODE_KINDS)]["label"], directory / f"node-{i}") for i in range(nodes)
         ]
+        # each node's config alone, trained after the swarm (the curves' baseline)
+        self.solos = [DemoNode(n.index, n.label, n.directory / "solo") for n in self.nodes] if solo else []
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -111,7 +121,13 @@ class Demo:
         self._prepare()
         try:
             self._start_all()
-            self._watch()
+            self._watch(self.nodes, "together")
+            if self.solos:
+                for node in self.solos:
+                    self._start(node, [])
+                self.console.print(f"now each node alone, for the baseline; logs in {self.directory}/node-*/solo/",
+                                   highlight=False)
+                self._watch(self.solos, "alone")
         finally:
             self.stop()
         return self.summary()
@@ -131,6 +147,10 @@ class Demo:
             node.directory.mkdir(parents=True)
             config = node_config(self.base, node.index, len(self.nodes), self.rounds, node.directory)
             (node.directory / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        for node in self.solos:
+            node.directory.mkdir(parents=True)
+            config = node_config(self.base, node.index, len(self.nodes), self.rounds, node.directory)
+            (node.directory / "config.yaml").write_text(yaml.safe_dump(solo_config(config, node.directory), sort_keys=False))
 
     def _start(self, node: DemoNode, initial_peers: list[str]) -> None:
         cmd = [sys.executable, "-m", "swarmnode", "join", "--config", str(node.directory / "config.yaml"), "-q"]
@@ -163,22 +183,23 @@ class Demo:
             f"{len(self.nodes)} nodes started; logs and configs in {self.directory}/node-*/", highlight=False
         )
 
-    def _watch(self) -> None:
-        with Live(self._progress_table(), console=self.console, refresh_per_second=2) as live:
-            while any(n.process.poll() is None for n in self.nodes):
-                failed = [n for n in self.nodes if n.process.poll() not in (None, 0)]
+    def _watch(self, nodes: list[DemoNode], phase: str) -> None:
+        with Live(self._progress_table(nodes, phase), console=self.console, refresh_per_second=2) as live:
+            while any(n.process.poll() is None for n in nodes):
+                failed = [n for n in nodes if n.process.poll() not in (None, 0)]
                 if failed:
                     raise DemoError(
-                        f"node {failed[0].index} exited with code {failed[0].process.returncode}; "
+                        f"node {failed[0].index} ({phase}) exited with code {failed[0].process.returncode}; "
                         f"see {failed[0].directory / 'node.log'}"
                     )
-                live.update(self._progress_table())
+                live.update(self._progress_table(nodes, phase))
                 time.sleep(1.0)
-            live.update(self._progress_table())
+            live.update(self._progress_table(nodes, phase))
 
     def stop(self) -> None:
         """SIGTERM every node's process group (node and its p2p daemon), SIGKILL stragglers."""
-        running = [n for n in self.nodes if n.process is not None and n.process.poll() is None]
+        started = [n for n in self.nodes + self.solos if n.process is not None]
+        running = [n for n in started if n.process.poll() is None]
         for node in running:
             _signal_group(node.process, signal.SIGTERM)
         deadline = time.monotonic() + 20
@@ -187,20 +208,21 @@ class Demo:
                 node.process.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
-        for node in self.nodes:
-            if node.process is not None:
-                _signal_group(node.process, signal.SIGKILL)  # whatever is left of the group
-                node.process.wait()
+        for node in started:
+            _signal_group(node.process, signal.SIGKILL)  # whatever is left of the group
+            node.process.wait()
+        for node in self.nodes + self.solos:
             if node.log_file is not None:
                 node.log_file.close()
 
     # -- reporting ---------------------------------------------------------------------------
 
-    def _progress_table(self) -> Table:
-        table = Table(title=f"swarmnode demo: {len(self.nodes)} nodes, {self.rounds} rounds", title_justify="left")
+    def _progress_table(self, nodes: list[DemoNode], phase: str) -> Table:
+        title = f"swarmnode demo: {len(nodes)} nodes {phase}, {self.rounds} rounds"
+        table = Table(title=title, title_justify="left")
         for column in ("node", "kind", "round", "reward", "peer samples", "eval", "round s"):
             table.add_column(column, justify="left" if column in ("node", "kind") else "right")
-        for node in self.nodes:
+        for node in nodes:
             rounds, evals = node.records()
             last = rounds[-1] if rounds else None
             table.add_row(
@@ -215,18 +237,21 @@ class Demo:
         return table
 
     def summary(self) -> list[dict[str, Any]]:
+        """Per node: its rounds, accuracy before and after in the swarm, and after alone (None
+        without the solo runs), and what its peers' samples came to."""
         rows = []
+        alone = {node.index: _after(node.records()[1]) for node in self.solos}
         for node in self.nodes:
             rounds, evals = node.records()
             before = next((e.eval_acc for e in evals if e.phase == "before"), None)
-            after = next((e.eval_acc for e in reversed(evals) if e.phase == "after"), None)
             rows.append(
                 {
                     "node": node.index,
                     "kind": node.label,
                     "rounds": len(rounds),
                     "eval_before": before,
-                    "eval_after": after,
+                    "eval_after": _after(evals),
+                    "alone_after": alone.get(node.index),
                     "peer_samples": sum(r.peer_samples for r in rounds),
                     "gated": sum(r.gated for r in rounds),
                     "rejected": max((r.rejected for r in rounds), default=0),
@@ -235,23 +260,26 @@ class Demo:
         return rows
 
     def plot(self, path: Path) -> Path:
-        """Reward (moving average) and held-out accuracy per node, against the round."""
+        """Reward (moving average) and held-out accuracy per node, against the round: solid in
+        the swarm, dashed in the same colour alone."""
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
         fig, (ax_reward, ax_eval) = plt.subplots(1, 2, figsize=(11, 4))
+        solos = {node.index: node for node in self.solos}
         for node in self.nodes:
-            rounds, evals = node.records()
-            xs = [r.round for r in rounds]
-            ys = [r.reward_mean for r in rounds]
-            window = 10
-            smooth = [sum(ys[max(0, i - window + 1) : i + 1]) / len(ys[max(0, i - window + 1) : i + 1]) for i in range(len(ys))]
-            ax_reward.plot(xs, smooth, label=f"{node.index}: {node.label}")
-            points = [(e.round + 1, e.eval_acc) for e in evals]
-            if points:
-                ax_eval.plot(*zip(*points), marker="o", label=f"{node.index}: {node.label}")
+            colour = f"C{node.index % 10}"
+            curves = [(node, "-", "")] + ([(solos[node.index], "--", " alone")] if node.index in solos else [])
+            for run, style, suffix in curves:
+                rounds, evals = run.records()
+                label = f"{node.index}: {node.label}{suffix}"
+                ax_reward.plot([r.round for r in rounds], _moving_mean([r.reward_mean for r in rounds], 10),
+                               style, color=colour, label=label)
+                points = [(e.round + 1, e.eval_acc) for e in evals]
+                if points:
+                    ax_eval.plot(*zip(*points), style, marker="o", color=colour, label=label)
         ax_reward.set(title="training reward (10-round mean)", xlabel="round", ylabel="reward")
         ax_eval.set(title="held-out accuracy (greedy)", xlabel="round", ylabel="accuracy")
         for ax in (ax_reward, ax_eval):
@@ -261,6 +289,14 @@ class Demo:
         fig.savefig(path, dpi=110)
         plt.close(fig)
         return path
+
+
+def _moving_mean(values: list[float], window: int) -> list[float]:
+    return [sum(values[max(0, i - window + 1) : i + 1]) / len(values[max(0, i - window + 1) : i + 1]) for i in range(len(values))]
+
+
+def _after(evals: list[EvalRecord]) -> float | None:
+    return next((e.eval_acc for e in reversed(evals) if e.phase == "after"), None)
 
 
 def _signal_group(process: subprocess.Popen, sig: int) -> None:

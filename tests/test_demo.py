@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from swarmnode.demo import DEMO_BASE, NODE_KINDS, node_config
+from swarmnode.demo import DEMO_BASE, NODE_KINDS, node_config, solo_config
 from swarmnode.ops.metrics import round_lines
 from swarmnode.settings.config import Config
 
@@ -20,6 +20,10 @@ pytestmark = pytest.mark.slow
 
 def test_node_configs_are_heterogeneous_and_valid(tmp_path):
     configs = [Config.model_validate(node_config(DEMO_BASE, i, 3, 10, tmp_path / str(i))) for i in range(3)]
+    alone = Config.model_validate(solo_config(node_config(DEMO_BASE, 1, 3, 10, tmp_path / "1"), tmp_path / "1" / "solo"))
+    assert not alone.swarm.enabled and alone.node.run_dir == tmp_path / "1" / "solo" / "run"
+    assert (alone.model, alone.rollout, alone.train, alone.node.rounds) == (
+        configs[1].model, configs[1].rollout, configs[1].train, configs[1].node.rounds)
     assert [(c.model.name, c.model.lora.rank) for c in configs] == [("tiny", 0), ("tiny", 16), ("tiny-large", 0)]
     assert all(c.swarm.min_peers == 2 for c in configs)
     assert len({str(c.node.run_dir) for c in configs}) == 3
@@ -39,6 +43,11 @@ def test_demo_runs_a_local_swarm_and_reports_learning(tmp_path):
         lines = [json.loads(x) for x in (out / node / "run" / "metrics.jsonl").read_text().splitlines()]
         assert lines[0]["kind"] == "start" and lines[1]["phase"] == "before" and lines[-1]["phase"] == "after"
         assert sum(m["peer_samples"] for m in round_lines(lines)) > 0, "the nodes learned from each other"
+        # the baseline: the same config alone, as many rounds, no peers
+        alone = [json.loads(x) for x in (out / node / "solo" / "run" / "metrics.jsonl").read_text().splitlines()]
+        assert [m["round"] for m in round_lines(alone)] == [0, 1, 2]
+        assert all(m["peer_samples"] == 0 for m in round_lines(alone)) and alone[-1]["phase"] == "after"
+    assert "alone" in done.stdout and "joining" in done.stdout
     pids = [json.loads((out / n / "run" / "swarm.json").read_text())["pid"] for n in ("node-0", "node-1")]
     assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
 

@@ -70,6 +70,20 @@ def test_heterogeneous_nodes_train_on_each_others_samples(tmp_path, make_policy)
     assert any(rec.divergence_mean > 0.01 for rec in last)
 
 
+def test_a_node_alone_does_not_wait_for_min_peers(tmp_path, make_policy):
+    """`--solo` on a config that asks for peers (the demo's baseline runs): nobody can come."""
+    node = _node(tmp_path, make_policy, "alone", sets={"swarm.enabled": False, "swarm.min_peers": 2,
+                                                       "swarm.wait_for_peers_s": 60})
+    asked = []
+    node.membership.wait_for_peers = lambda wanted, timeout: asked.append(wanted) or 0
+    node._wait_for_peers()
+    assert asked == []
+    joined = _node(tmp_path, make_policy, "joined", InMemoryHub(), sets={"swarm.min_peers": 2, "swarm.wait_for_peers_s": 0})
+    joined.membership.wait_for_peers = lambda wanted, timeout: asked.append(wanted) or 0
+    joined._wait_for_peers()
+    assert asked == [2], "a node of a swarm still waits"
+
+
 def test_own_share_splits_the_batch_between_own_and_peers_groups(tmp_path, make_policy):
     """node.own_share 1/3 of 3 groups: each of three nodes generates one group and trains on
     three, two of them its peers'; share 1 with the same peers: its own three plus as many of

@@ -344,7 +344,7 @@ class Node:
 
     def _wait_for_peers(self) -> None:
         wanted = self.config.swarm.min_peers
-        if not wanted:
+        if not wanted or not self.config.swarm.enabled:  # alone (--solo) there is nobody to wait for
             return
         self.membership.announce(self.status(self.next_round))
         timeout = self.config.swarm.wait_for_peers_s
