@@ -316,15 +316,15 @@ def demo(
     except KeyboardInterrupt:
         raise _fail(f"interrupted; every node stopped; partial results in {directory}", 130) from None
     table = Table(title=f"swarmnode demo: held-out accuracy ({time.monotonic() - started:.0f} s)")
-    columns = ("node", "kind", "rounds", "before", "after", "gain", "alone", "joining", "peer samples used", "gated", "rejected")
-    for column in columns:
+    baseline = ("alone", "joining") if solo else ()
+    for column in ("node", "kind", "rounds", "before", "after", "gain", *baseline, "peer samples used", "gated", "rejected"):
         table.add_column(column, justify="left" if column in ("node", "kind") else "right")
     for row in rows:
         before, after, alone = row["eval_before"], row["eval_after"], row["alone_after"]
+        against_alone = (_accuracy(alone), _difference(after, alone)) if solo else ()
         table.add_row(
             str(row["node"]), row["kind"], str(row["rounds"]), _accuracy(before), _accuracy(after),
-            _difference(after, before), _accuracy(alone), _difference(after, alone),
-            str(row["peer_samples"]), _share(row["gated"], row["gated"] + row["peer_samples"]), str(row["rejected"]),
+            _difference(after, before), *against_alone, str(row["peer_samples"]), _share(row["gated"], row["gated"] + row["peer_samples"]), str(row["rejected"]),
         )
     Console(width=None if sys.stdout.isatty() else 160).print(table)  # a log or pipe: no wrapped cells
     console.print(f"curves: {runner.plot(directory / 'curves.png')}", highlight=False)

@@ -60,6 +60,7 @@ class DemoNode:
     directory: Path
     process: subprocess.Popen | None = None
     log_file: Any = None
+    stopped: bool = False  # its process group was signalled and reaped
 
     @property
     def metrics_path(self) -> Path:
@@ -100,7 +101,8 @@ class Demo:
         base: dict[str, Any] | None = None,
         console: Console | None = None,
         startup_timeout_s: float = 120.0,
-        solo: bool = True,
+        *,
+        solo: bool,  # also train each node's config alone afterwards (the CLI's --solo, on by default)
     ) -> None:
         if nodes < 2:
             raise DemoError("a swarm needs at least 2 nodes")
@@ -122,6 +124,7 @@ class Demo:
         try:
             self._start_all()
             self._watch(self.nodes, "together")
+            self._stop(self.nodes)
             if self.solos:
                 for node in self.solos:
                     self._start(node, [])
@@ -184,8 +187,9 @@ class Demo:
         )
 
     def _watch(self, nodes: list[DemoNode], phase: str) -> None:
+        """Show the phase's progress until its processes end; DemoError if one failed."""
         with Live(self._progress_table(nodes, phase), console=self.console, refresh_per_second=2) as live:
-            while any(n.process.poll() is None for n in nodes):
+            while True:
                 failed = [n for n in nodes if n.process.poll() not in (None, 0)]
                 if failed:
                     raise DemoError(
@@ -193,12 +197,21 @@ class Demo:
                         f"see {failed[0].directory / 'node.log'}"
                     )
                 live.update(self._progress_table(nodes, phase))
+                if all(n.process.poll() is not None for n in nodes):
+                    return
                 time.sleep(1.0)
-            live.update(self._progress_table(nodes, phase))
 
     def stop(self) -> None:
-        """SIGTERM every node's process group (node and its p2p daemon), SIGKILL stragglers."""
-        started = [n for n in self.nodes + self.solos if n.process is not None]
+        """Stop every process started (nodes and their p2p daemons) and close the logs."""
+        self._stop(self.nodes + self.solos)
+        for node in self.nodes + self.solos:
+            if node.log_file is not None:
+                node.log_file.close()
+
+    def _stop(self, nodes: list[DemoNode]) -> None:
+        """SIGTERM each started node's process group, SIGKILL stragglers and what is left of
+        the group (a p2p daemon); a phase's groups go as soon as it ends."""
+        started = [n for n in nodes if n.process is not None and not n.stopped]
         running = [n for n in started if n.process.poll() is None]
         for node in running:
             _signal_group(node.process, signal.SIGTERM)
@@ -211,9 +224,7 @@ class Demo:
         for node in started:
             _signal_group(node.process, signal.SIGKILL)  # whatever is left of the group
             node.process.wait()
-        for node in self.nodes + self.solos:
-            if node.log_file is not None:
-                node.log_file.close()
+            node.stopped = True
 
     # -- reporting ---------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -47,7 +48,9 @@ def test_demo_runs_a_local_swarm_and_reports_learning(tmp_path):
         alone = [json.loads(x) for x in (out / node / "solo" / "run" / "metrics.jsonl").read_text().splitlines()]
         assert [m["round"] for m in round_lines(alone)] == [0, 1, 2]
         assert all(m["peer_samples"] == 0 for m in round_lines(alone)) and alone[-1]["phase"] == "after"
-    assert "alone" in done.stdout and "joining" in done.stdout
+    rows = [line for line in done.stdout.splitlines() if line.startswith("│ ")]
+    assert len(rows) == 2 and all(len(re.findall(r"(?<![-+.\d])\d\.\d{3}\b", row)) == 3 for row in rows), \
+        "before, after and alone for each node"
     pids = [json.loads((out / n / "run" / "swarm.json").read_text())["pid"] for n in ("node-0", "node-1")]
     assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
 

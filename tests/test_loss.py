@@ -109,6 +109,10 @@ def test_the_soft_filter_weights_far_negative_samples_down_instead_of_dropping_t
     scaled by its weight against the unfiltered objective; the others are unchanged."""
     weights = soft_filter_weights(torch.tensor([-1.0, -1.0, -1.0, 1.0]), torch.tensor([0.0, 50.0, 100.0, 100.0]), 50.0)
     assert torch.allclose(weights, torch.tensor([1.0, 0.5, 1 / 3, 1.0]))
+    # k1 can be negative, g can be 0: never above 1, and 1 on-policy whatever g
+    odd = soft_filter_weights(torch.tensor([-1.0, -1.0, -1.0]), torch.tensor([-30.0, 0.0, 5.0]), 0.0)
+    assert odd.tolist() == [1.0, 1.0, 0.0]
+    assert soft_filter_weights(torch.tensor([-1.0]), torch.tensor([-30.0]), 10.0).tolist() == [1.0]
 
     theta, gen, mask, adv = _case()
     gen = gen.clone()

@@ -53,8 +53,6 @@ CONTROL = "same"
 CONTROL_LIMIT_SE = 2.0  # a control gain further than this many standard errors from 0 voids the rest
 ACCOUNTINGS = ("shared", "on-top")
 MATCHES = ("step", "time")
-# generation's share of a round alone on a GPU: docs/gpu.md, Qwen2.5-1.5B on an H100, 24 x 512
-# tokens generated in 20 s, training 1.25 s
 GEN_SHARE = 0.93  # generation's share of a round alone: qwen2.5-1.5b.yaml on an H200 (docs/gpu.md, bench/gpu_round.py)
 DIAGNOSTICS = ("weight_mean", "weight_max", "truncated_frac", "filtered_frac", "divergence_mean")
 

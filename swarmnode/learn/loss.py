@@ -118,8 +118,10 @@ def _clipped_against_generator(
 def soft_filter_weights(advantages: torch.Tensor, divergence: torch.Tensor, g: float) -> torch.Tensor:
     """The hard filter made smooth: a negative-advantage sample counts g / (g + divergence),
     so 1 on-policy, 1/2 at the hard filter's threshold, and less the further its generator is
-    from us; other samples count 1."""
-    share = g / (g + divergence.to(torch.float32)).clamp_min(1e-12)
+    from us; other samples count 1. A negative divergence (k1 can be) counts as none, so no
+    sample ever counts more than 1."""
+    distance = divergence.to(torch.float32).clamp_min(0.0)
+    share = torch.where(distance > 0, g / (g + distance).clamp_min(1e-12), torch.ones_like(distance))
     return torch.where(advantages.to(share.device) < 0, share, torch.ones_like(share))
 
 

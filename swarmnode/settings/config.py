@@ -112,7 +112,8 @@ class LossSettings(_Section):
     objective: OBJECTIVES.literal() = Field("f-tis", description=flag_description("loss.objective"))
     trunc_c: float = Field(2.0, gt=0, description="C: importance weights are capped at C")
     filter_g: float = Field(
-        50.0, ge=0, description="g: divergence above which negative-advantage samples are dropped"
+        50.0, ge=0, description="g: divergence above which negative-advantage samples are dropped "
+        "(filter_shape soft: where they count half)"
     )
     filter_shape: Literal["hard", "soft"] = Field(
         "hard", description="f- objectives: hard = drop negative-advantage samples past g (the paper); soft = "
