@@ -324,7 +324,8 @@ def demo(
         against_alone = (_accuracy(alone), _difference(after, alone)) if solo else ()
         table.add_row(
             str(row["node"]), row["kind"], str(row["rounds"]), _accuracy(before), _accuracy(after),
-            _difference(after, before), *against_alone, str(row["peer_samples"]), _share(row["gated"], row["gated"] + row["peer_samples"]), str(row["rejected"]),
+            _difference(after, before), *against_alone,
+            str(row["peer_samples"]), _share(row["gated"], row["gated"] + row["peer_samples"]), str(row["rejected"]),
         )
     Console(width=None if sys.stdout.isatty() else 160).print(table)  # a log or pipe: no wrapped cells
     console.print(f"curves: {runner.plot(directory / 'curves.png')}", highlight=False)

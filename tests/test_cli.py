@@ -47,6 +47,8 @@ def test_help_lists_the_settings():
         (["--set", "node.own_share=0"], "node.own_share"),
         (["--set", "node.own_share=1.5"], "node.own_share"),
         (["--set", "loss.vis_clip=sometimes"], "loss.vis_clip"),
+        (["--set", "loss.filter_shape=smooth"], "loss.filter_shape"),
+        (["--set", "node.skip_uninformative=perhaps"], "node.skip_uninformative"),
         (["--set", "loss.advantage_std=perhaps"], "loss.advantage_std"),
         (["--set", "task.strict_numbers=maybe"], "task.strict_numbers"),
         (["--set", "train.logprob_chunk_tokens=-1"], "train.logprob_chunk_tokens"),

@@ -189,8 +189,8 @@ class Intake:
                 for sample, keep, scale, advantage in zip(samples, screening.keep, screening.weight_scale, screening.advantages)
                 if keep
             ]
-            informative = [sample for sample in kept if sample.train.advantage != 0]
             if self.config.node.skip_uninformative:
+                informative = [sample for sample in kept if sample.train.advantage != 0]
                 taken.uninformative += len(kept) - len(informative)
                 kept = informative
             taken.kept += kept
