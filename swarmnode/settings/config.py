@@ -49,10 +49,23 @@ class ModelSettings(_Section):
     )
 
 
+AnswerFormat = Literal["answer_tag", "boxed", "think_answer"]  # how a completion states its answer
+Grader = Literal["numeric", "math-verify"]  # how an answer is compared with the reference
+
+
 class TaskSettings(_Section):
     name: TASKS.literal() = Field("arithmetic", description=flag_description("task.name"))
     data: str | None = Field(None, description=flag_description("task.data"))
-    answer_format: Literal["answer_tag", "boxed"] = "answer_tag"
+    answer_format: AnswerFormat = Field(
+        "answer_tag",
+        description="answer_tag: <answer>..</answer>; boxed: \\boxed{}; think_answer: the paper's "
+        "<think>..</think><answer>..</answer>, nothing after (gsm8k's prompt is then the paper's)",
+    )
+    grader: Grader = Field(
+        "numeric",
+        description="numeric: the answer is one plain number equal to the reference; math-verify: equal as "
+        "mathematics ('18 dollars', '9*2 = 18', \\boxed{18}), as the paper's reward",
+    )
     strict_format: bool = Field(
         True, description="reward 0 when text follows the answer block (nothing rides on a correct answer)"
     )

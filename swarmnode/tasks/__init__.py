@@ -22,6 +22,7 @@ def _arithmetic(settings: TaskSettings) -> Task:
         strict_format=settings.strict_format,
         strict_numbers=settings.strict_numbers,
         system_prompt=settings.system_prompt,
+        grader=settings.grader,
     )
 
 
@@ -32,6 +33,7 @@ def _gsm8k(settings: TaskSettings) -> Task:
         strict_format=settings.strict_format,
         strict_numbers=settings.strict_numbers,
         system_prompt=settings.system_prompt,
+        grader=settings.grader,
     )
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
-from swarmnode.tasks.base import AnswerFormat
+from swarmnode.tasks.base import AnswerFormat, Grader
+from swarmnode.tasks.verify import MAX_VERIFY_CHARS, answers_equal
 
 MAX_ANSWER_CHARS = 64
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
@@ -15,15 +16,24 @@ _BAD_COMMA = re.compile(r"(?<!\d)\d{4,},|,(?!\d{3}(?!\d))|(?<!\d),")  # not thou
 _BOXED_TAIL = re.compile(r"[\s.$]*(\\\][\s.]*)?")  # what may follow \boxed{} when strict: "$.", "\]"
 
 
-def extract_answer(completion: str, answer_format: AnswerFormat, strict: bool = False) -> str | None:
+def extract_answer(
+    completion: str, answer_format: AnswerFormat, strict: bool = False, max_chars: int = MAX_ANSWER_CHARS
+) -> str | None:
     """The single final answer, or None when the completion is not well formed.
 
     Well formed means exactly one answer block (tag or \\boxed{}), closed, and not empty.
     Two answers are ambiguous, so they count as malformed rather than "take the last".
     `strict`: the answer block also ends the completion (whitespace after it, and for
     \\boxed{} closing punctuation), so no text can ride on a correct answer's reward.
+    think_answer (the paper's format) is always strict: one <think> block closed before the one
+    <answer> block, which ends the completion; as in the authors' reward, text before <think>
+    or between the blocks is not checked.
     """
-    if answer_format == "answer_tag":
+    if answer_format == "think_answer":
+        content = _after_thinking(completion)
+        if content is None:
+            return None
+    elif answer_format == "answer_tag":
         if completion.count("<answer>") != 1 or completion.count("</answer>") != 1:
             return None
         match = _ANSWER_TAG.search(completion)
@@ -40,9 +50,20 @@ def extract_answer(completion: str, answer_format: AnswerFormat, strict: bool = 
             return None
     else:
         raise ValueError(f"unknown answer format {answer_format!r}")
-    if not content or len(content) > MAX_ANSWER_CHARS:
+    if not content or len(content) > max_chars:
         return None
     return content
+
+
+def _after_thinking(completion: str) -> str | None:
+    """The answer of `<think>..</think> <answer>..</answer>` (whitespace may follow), else None."""
+    tags = ("<think>", "</think>", "<answer>", "</answer>")
+    if any(completion.count(tag) != 1 for tag in tags):
+        return None
+    positions = [completion.find(tag) for tag in tags]
+    if positions != sorted(positions) or completion[positions[3] + len(tags[3]) :].strip():
+        return None
+    return completion[positions[2] + len(tags[2]) : positions[3]].strip()
 
 
 def _boxed_contents(text: str) -> list[str]:
@@ -92,3 +113,21 @@ def numeric_reward(
         return 0.0
     got, want = parse_number(answer, strict_numbers), parse_number(reference)
     return 1.0 if got is not None and want is not None and got == want else 0.0
+
+
+def graded_reward(
+    completion: str,
+    reference: str,
+    answer_format: AnswerFormat,
+    grader: Grader,
+    strict: bool = False,
+    strict_numbers: bool = False,
+) -> float:
+    """1.0 iff the completion is well formed and its answer equals the reference by `grader`:
+    numeric (one plain number, compared exactly) or math-verify (equal as mathematics)."""
+    if grader == "numeric":
+        return numeric_reward(completion, reference, answer_format, strict, strict_numbers)
+    if grader != "math-verify":
+        raise ValueError(f"unknown grader {grader!r}")
+    answer = extract_answer(completion, answer_format, strict, max_chars=MAX_VERIFY_CHARS)
+    return 1.0 if answer is not None and answers_equal(answer, reference) else 0.0

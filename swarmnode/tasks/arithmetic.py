@@ -10,8 +10,8 @@ from __future__ import annotations
 import hashlib
 import random
 
-from swarmnode.tasks.answers import numeric_reward
-from swarmnode.tasks.base import AnswerFormat, Problem, fingerprint_of
+from swarmnode.tasks.answers import graded_reward
+from swarmnode.tasks.base import AnswerFormat, Grader, Problem, fingerprint_of
 
 EVAL_PERMILLE = 100
 
@@ -40,6 +40,7 @@ class ArithmeticTask:
         strict_format: bool = True,
         strict_numbers: bool = True,
         system_prompt: str | None = None,
+        grader: Grader = "numeric",
     ) -> None:
         if not operations or set(operations) - set("+-*"):
             raise ValueError(f"operations must be drawn from '+-*', got {operations!r}")
@@ -49,6 +50,7 @@ class ArithmeticTask:
         self.answer_format = answer_format
         self.strict_format = strict_format
         self.strict_numbers = strict_numbers
+        self.grader = grader
         self.system_prompt = "" if system_prompt is None else system_prompt
 
     @property
@@ -63,6 +65,7 @@ class ArithmeticTask:
             "strict-numbers" if self.strict_numbers else "lenient-numbers",
             self.system_prompt,
             str(EVAL_PERMILLE),
+            *(() if self.grader == "numeric" else (self.grader,)),  # numeric runs keep their ids
         )
 
     def _draw(self, rng: random.Random, held_out: bool) -> tuple[int, str, int]:
@@ -107,7 +110,11 @@ class ArithmeticTask:
         """The ideal completion, used by the tiny model's supervised warm-up."""
         if self.answer_format == "boxed":
             return f"\\boxed{{{problem.answer}}}"
+        if self.answer_format == "think_answer":
+            return f"<think>{problem.question}</think><answer>{problem.answer}</answer>"
         return f"<answer>{problem.answer}</answer>"
 
     def reward(self, completion: str, problem: Problem) -> float:
-        return numeric_reward(completion, problem.answer, self.answer_format, self.strict_format, self.strict_numbers)
+        return graded_reward(
+            completion, problem.answer, self.answer_format, self.grader, self.strict_format, self.strict_numbers
+        )

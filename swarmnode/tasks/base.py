@@ -4,14 +4,27 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Protocol
 
-AnswerFormat = Literal["answer_tag", "boxed"]
+from swarmnode.settings.config import AnswerFormat, Grader
+
+__all__ = ["AnswerFormat", "Grader", "Problem", "Task", "fingerprint_of"]
 
 FORMAT_INSTRUCTIONS: dict[str, str] = {
     "answer_tag": "Give the final answer inside <answer></answer> tags.",
     "boxed": "Give the final answer inside \\boxed{}.",
+    "think_answer": "Reason inside <think></think> tags, then give the final answer inside <answer></answer> "
+    "tags, and write nothing after them.",
 }
+
+# The system prompt of the paper's runs, as the authors' code sends it (NikolayBlagoev/HeterogeneousRL,
+# src/runner.py): an experimental setting, kept word for word so a run can be compared with theirs.
+PAPER_SYSTEM_PROMPT = (
+    "A conversation between User and Assistant. The user asks a question, and the Assistant solves it.\n"
+    "The assistant needs to provide a detailed step by step solution of the problem. The reasoning process "
+    "is enclosed within <think> </think> and the answer within <answer> </answer> tags with nothing outside "
+    "said tags, i.e., <think> reasoning process here </think><answer> answer here </answer>\n\n"
+)
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,24 @@ import json
 import random
 from pathlib import Path
 
-from swarmnode.tasks.answers import numeric_reward
-from swarmnode.tasks.base import FORMAT_INSTRUCTIONS, AnswerFormat, Problem, fingerprint_of
+from swarmnode.tasks.answers import graded_reward
+from swarmnode.tasks.base import (
+    FORMAT_INSTRUCTIONS,
+    PAPER_SYSTEM_PROMPT,
+    AnswerFormat,
+    Grader,
+    Problem,
+    fingerprint_of,
+)
 
 DEFAULT_SYSTEM = "Solve the math problem step by step. "
+
+
+def default_system_prompt(answer_format: AnswerFormat) -> str:
+    """The paper's own prompt for its format (think_answer); ours, naming the format, otherwise."""
+    if answer_format == "think_answer":
+        return PAPER_SYSTEM_PROMPT
+    return DEFAULT_SYSTEM + FORMAT_INSTRUCTIONS[answer_format]
 
 
 def reference_answer(solution: str) -> str:
@@ -71,14 +85,14 @@ class GSM8KTask:
         strict_numbers: bool = True,
         system_prompt: str | None = None,
         splits: tuple[str, str] = ("train", "test"),
+        grader: Grader = "numeric",
     ) -> None:
         self.source = source
         self.answer_format = answer_format
         self.strict_format = strict_format
         self.strict_numbers = strict_numbers
-        self.system_prompt = (
-            DEFAULT_SYSTEM + FORMAT_INSTRUCTIONS[answer_format] if system_prompt is None else system_prompt
-        )
+        self.grader = grader
+        self.system_prompt = default_system_prompt(answer_format) if system_prompt is None else system_prompt
         self._train, train_hash = _load_split(source, splits[0])
         self._test, test_hash = _load_split(source, splits[1])
         self._hashes = (train_hash, test_hash)
@@ -89,6 +103,7 @@ class GSM8KTask:
             self.name, *self._hashes, self.answer_format, "strict" if self.strict_format else "lenient",
             "strict-numbers" if self.strict_numbers else "lenient-numbers",
             self.system_prompt,
+            *(() if self.grader == "numeric" else (self.grader,)),  # numeric runs keep their ids
         )
 
     @property
@@ -112,4 +127,6 @@ class GSM8KTask:
         return [self._problem(self._test, i) for i in indices]
 
     def reward(self, completion: str, problem: Problem) -> float:
-        return numeric_reward(completion, problem.answer, self.answer_format, self.strict_format, self.strict_numbers)
+        return graded_reward(
+            completion, problem.answer, self.answer_format, self.grader, self.strict_format, self.strict_numbers
+        )

@@ -8,17 +8,9 @@ from pathlib import Path
 from swarmnode.tasks.answers import extract_answer
 from swarmnode.tasks.base import AnswerFormat, Problem
 from swarmnode.tasks.gsm8k import read_jsonl
+from swarmnode.tasks.verify import answers_equal
 
 MAX_COMPLETION_CHARS = 20_000
-
-
-def verify_answer(predicted: str, reference: str) -> bool:
-    """True when math-verify finds the two LaTeX answers mathematically equal."""
-    from math_verify import parse, verify
-
-    gold = parse(f"${reference}$")
-    guess = parse(f"${predicted}$")
-    return bool(gold) and bool(guess) and bool(verify(gold, guess))
 
 
 class Math500Eval:
@@ -45,4 +37,4 @@ class Math500Eval:
         if len(completion) > MAX_COMPLETION_CHARS:
             return 0.0
         answer = extract_answer(completion, self.answer_format)
-        return 1.0 if answer is not None and verify_answer(answer, problem.answer) else 0.0
+        return 1.0 if answer is not None and answers_equal(answer, problem.answer, latex=True) else 0.0
