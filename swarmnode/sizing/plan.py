@@ -96,14 +96,18 @@ def make_plan(config: Config, shape: ModelShape, capacity: float, backend: str) 
     budget = (1 - MARGIN) * capacity
     smallest: dict[bool, tuple[float, Rung]] = {}  # per mode (LoRA?): least memory tried
     last: tuple[Config, MemoryEstimate] | None = None
-    for rung in LADDER:
+    for rung, chunk in _candidates(config, backend):
         if not _compatible(rung, config):
             continue
-        settings = _settings(config, shape, capacity, backend, rung, keep=config.given)
+        settings = _settings(config, shape, capacity, backend, rung, keep=config.given, chunk=chunk)
         candidate = _apply(config, settings)
         est = estimate(candidate, shape, capacity, True, backend)
         if not est.problems and est.total <= budget:
-            return Plan(rung, settings, candidate, est, capacity, backend, _reasons(smallest, config.given, rung))
+            why = _reasons(smallest, config.given, rung)
+            if chunk < _round_sequences(config):
+                why.append(f"HF generation in chunks of {chunk} sequences: a whole round's "
+                           f"{_round_sequences(config)} at once would not fit")
+            return Plan(rung, settings, candidate, est, capacity, backend, why)
         if rung.lora not in smallest or est.total < smallest[rung.lora][0]:
             smallest[rung.lora] = (est.total, rung)
         if last is None or est.total < last[1].total:
@@ -145,8 +149,38 @@ def _reasons(smallest: dict[bool, tuple[float, Rung]], given: frozenset[str], ch
     return reasons
 
 
-def _settings(config: Config, shape: ModelShape, capacity: float, backend: str, rung: Rung, keep: frozenset[str]) -> dict[str, Any]:
-    """What this rung sets, leaving out every key in `keep`."""
+def _candidates(config: Config, backend: str) -> list[tuple[Rung, int]]:
+    """(rung, generation chunk) in the order tried: full fine-tuning before LoRA; within each,
+    every rung with a whole round's generation at once before any rung with a smaller chunk."""
+    return [
+        (rung, chunk)
+        for mode in (_ladder(False), _ladder(True))
+        for chunk in _generation_chunks(config, backend)
+        for rung in mode
+    ]
+
+
+def _round_sequences(config: Config) -> int:
+    return config.rollout.prompts_per_round * config.rollout.group_size
+
+
+def _generation_chunks(config: Config, backend: str) -> list[int]:
+    """HF generation batches to try on a rung, largest first: a whole round, then halves down to
+    one group (smaller would leave the GPU idle; training is what should give way first). One
+    entry for vLLM (it schedules its own batches) or when the user set rollout.batch_size."""
+    sequences = _round_sequences(config)
+    if backend == "vllm" or "rollout.batch_size" in config.given:
+        return [sequences]
+    chunks = [sequences]
+    while chunks[-1] > config.rollout.group_size:
+        chunks.append(max(config.rollout.group_size, -(-chunks[-1] // 2)))
+    return chunks
+
+
+def _settings(
+    config: Config, shape: ModelShape, capacity: float, backend: str, rung: Rung, keep: frozenset[str], chunk: int
+) -> dict[str, Any]:
+    """What this rung sets, generating `chunk` sequences at a time (HF), leaving out every key in `keep`."""
     chosen: dict[str, Any] = {
         "model.lora.rank": LORA_RANK if rung.lora else 0,
         "train.gradient_checkpointing": rung.checkpointing,
@@ -156,13 +190,12 @@ def _settings(config: Config, shape: ModelShape, capacity: float, backend: str, 
         chosen["model.lora.alpha"] = 2.0 * LORA_RANK
         chosen["model.lora.target_modules"] = list(LORA_TARGETS)
         chosen["train.lr"] = LORA_LR
-    sequences = config.rollout.prompts_per_round * config.rollout.group_size
     if backend == "vllm":
         compute = 2
         needed = VLLM_HEADROOM * vllm_engine_bytes(config, shape, compute)
         chosen["rollout.vllm_memory_fraction"] = round(min(0.9, max(0.1, needed / capacity)), 2)
     else:
-        chosen["rollout.batch_size"] = sequences
+        chosen["rollout.batch_size"] = chunk
     if "model.lora.rank" in keep:  # the user's own LoRA: their alpha and targets too
         chosen.pop("model.lora.alpha", None)
         chosen.pop("model.lora.target_modules", None)
