@@ -51,6 +51,32 @@ def test_planner_decisions(model, gib, lora, checkpointing):
     assert plan.estimate.total <= (1 - MARGIN) * gib * GIB
 
 
+def test_hf_generation_is_chunked_when_a_whole_round_does_not_fit_and_training_gives_way_first():
+    """3B full fine-tuning on 80 GB: the paper's round (12 x 12 sequences) at once fits no full
+    rung, so generation goes in chunks rather than dropping to LoRA; and no rung of the chosen
+    mode fits a larger chunk (the training settings shrank before generation did)."""
+    plan = _plan("Qwen2.5-3B", 80)
+    sequences = plan.config.rollout.prompts_per_round * plan.config.rollout.group_size
+    chunk = plan.config.rollout.batch_size
+    assert plan.fits and not plan.config.model.lora.rank
+    assert plan.config.rollout.group_size <= chunk < sequences
+    assert any(f"chunks of {chunk}" in reason for reason in plan.reasons)
+    config = load_config(None, ["model.name=Qwen2.5-3B"])
+    for micro_batch in (1, 2, 4, 8):
+        larger = load_config(None, [
+            "model.name=Qwen2.5-3B", "train.gradient_checkpointing=true", f"train.micro_batch_size={micro_batch}",
+            f"rollout.batch_size={min(sequences, 2 * chunk)}",
+        ])
+        assert estimate(larger, shape_of(config.model.name), 80 * GIB, True, "hf").total > (1 - MARGIN) * 80 * GIB
+    roomy = _plan("Qwen2.5-1.5B", 80)
+    assert roomy.config.rollout.batch_size == sequences and not any("chunks" in r for r in roomy.reasons)
+    given = _plan("Qwen2.5-3B", 80, "rollout.batch_size=144")
+    assert given.config.rollout.batch_size == 144, "a given generation batch is kept"
+    assert given.fits and given.rung.lora, "so full fine-tuning no longer fits: LoRA"
+    vllm = _plan("Qwen2.5-3B", 80, backend="vllm")
+    assert "rollout.batch_size" not in vllm.settings
+
+
 @pytest.mark.parametrize("name", sorted({n for n in KNOWN_SHAPES if n.count("-") == 1}))
 @pytest.mark.parametrize("gib", [24, 48, 80])
 @pytest.mark.parametrize("backend", ["hf", "vllm"])
@@ -113,8 +139,10 @@ def test_chunked_log_probs_lower_the_estimate():
 
 def test_a_real_model_starts_from_the_paper_setup_and_tiny_stays_the_cpu_default():
     config = load_config(None, ["model.name=Qwen2.5-3B"])
-    assert (config.task.name, config.rollout.group_size, config.rollout.prompts_per_round) == ("gsm8k", 12, 2)
+    assert (config.task.name, config.rollout.group_size, config.rollout.prompts_per_round) == ("gsm8k", 12, 12)
+    assert (config.task.answer_format, config.task.grader) == ("think_answer", "math-verify"), "the paper's task"
     assert (config.rollout.max_new_tokens, config.loss.trunc_c, config.loss.filter_g, config.train.lr) == (512, 2.0, 50.0, 1e-6)
+    assert config.train.adam_betas == (0.9, 0.999)
     assert config.given == {"model.name"}
     mine = load_config(None, ["model.name=Qwen2.5-3B", "rollout.max_new_tokens=256"], {"task.name": "arithmetic"})
     assert mine.rollout.max_new_tokens == 256 and mine.task.name == "arithmetic"
