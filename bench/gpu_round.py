@@ -196,6 +196,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds per setup (the first is a warm-up)")
     parser.add_argument("--max-new-tokens", type=int, default=0, help="override the setups' length (0 = theirs)")
     parser.add_argument("--smoke", action="store_true", help="run the measuring code on CPU with a small shape")
+    parser.add_argument("--only", nargs="+", default=[], metavar="TEXT",
+                        help="setups whose label contains one of these (e.g. 'plan: Qwen2.5-3B' qwen2.5-3b.yaml)")
+    parser.add_argument("--card-gib", type=float, default=0.0,
+                        help="plan for and cap this process at a card of this size (e.g. 80 on a 141 GB H200)")
     args = parser.parse_args()
     if args.smoke:
         device, capacity = torch.device("cpu"), 24 * GIB
@@ -208,7 +212,11 @@ def main() -> None:
     else:
         device = torch.device("cuda")
         capacity = float(torch.cuda.get_device_properties(device).total_memory)
-        runs = [(label, config, shape_of(config.model.name)) for label, config in setups(capacity, args.shapes)]
+        if args.card_gib:  # a smaller card: the planner plans for it and torch refuses to go past it
+            torch.cuda.set_per_process_memory_fraction(min(1.0, args.card_gib * GIB / capacity), torch.cuda.current_device())
+            capacity = min(capacity, args.card_gib * GIB)
+        runs = [(label, config, shape_of(config.model.name)) for label, config in setups(capacity, args.shapes)
+                if not args.only or any(text in label for text in args.only)]
     bandwidth = memory_bandwidth(device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     print(f"{name}: {capacity / GIB:.1f} GiB, copy bandwidth {bandwidth / 1e9:.0f} GB/s; "
