@@ -14,10 +14,13 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from swarmnode.learn.trust import Anchor, AnchorBar, Screening, screen
 from swarmnode.loop.ledger import PeerLedger
 from swarmnode.loop.pool import PROBATION_EVERY, OfferedGroup, PeerPool, fair_queue
 from swarmnode.loop.samples import Sample, ScoredGroup, score_group, train_samples
+from swarmnode.loop.share import AdaptiveShare
 from swarmnode.loop.waiting import WaitRule
 from swarmnode.model.policy import Policy
 from swarmnode.protocol import wire
@@ -75,6 +78,7 @@ class Intake:
         self.pool = PeerPool()
         self.waits = WaitRule(config)
         self.anchor_bar = AnchorBar(config.trust.anchor_slack)
+        self.share = AdaptiveShare(config)
 
     # -- collecting ----------------------------------------------------------------------------
 
@@ -86,7 +90,7 @@ class Intake:
         node = self.config.node
         self.pool.expire(time.monotonic(), node.max_age_s, node.staleness)
         live = set(self.membership.live_peers())
-        _, budget = batch_split(self.config)
+        _, budget = batch_split(self.config, self.share.current())
         # Useless peers' groups only fill what the others leave (pool.fair_queue), so they do
         # not make the share full: a round still waits its bounded time for a proven peer
         offered = self.pool.offers(round_)
@@ -150,7 +154,7 @@ class Intake:
         advantage 0, which would only dilute the step (its group still counted in its mean);
         the next groups are screened in their place (at most SCREEN_PASSES times), and a group
         on probation comes on top. Every group screened is used up."""
-        _, budget = batch_split(self.config)
+        _, budget = batch_split(self.config, self.share.current())
         group_size = self.config.rollout.group_size
         # a useless peer's group on probation comes first (pool.fair_queue) and on top of the
         # share, so screening it again costs a proven peer nothing; no share, no probation
@@ -167,6 +171,7 @@ class Intake:
         # measured in the first round, peers or not (its start is the run's start), then in rounds with peers
         measure = self.anchor_bar.start is None or (queue and budget > 0)
         anchor_bar = self._anchor_bar(own) if measure else None
+        screened_logprobs: list[np.ndarray] = []  # peers' samples under our model (node.adapt_share_nats)
         for _ in range(SCREEN_PASSES):
             missing = wanted - len(taken.kept)
             if missing <= 0 or not queue:
@@ -182,7 +187,9 @@ class Intake:
             samples = train_samples([self._score(group) for group in chunk], self.config.loss.advantage_std)
             timings["score_s"] += time.perf_counter() - t
             t = time.perf_counter()
-            screening = self._screen(own, samples, struck, anchor_bar)
+            screening, theta = self._screen(own, samples, struck, anchor_bar)
+            if self.share.enabled:
+                screened_logprobs += theta if theta is not None else self._theta(samples)
             timings["screen_s"] += time.perf_counter() - t
             kept = [
                 sample.screened(scale, advantage)
@@ -196,7 +203,16 @@ class Intake:
             taken.kept += kept
             taken.screenings.append(screening)
             self._note_standing(round_, samples, screening)
+        if self.share.enabled:
+            self.share.observe([s.train.gen_logprobs for s in own], screened_logprobs)
         return taken
+
+    def _theta(self, samples: list[Sample]) -> list[np.ndarray]:
+        """Per-token log-probs of `samples` under our model now."""
+        return self.policy.token_logprobs(
+            [s.train.prompt_ids for s in samples], [s.train.completion_ids for s in samples],
+            self.config.rollout.temperature,
+        )
 
     def _score(self, group: OfferedGroup) -> ScoredGroup:
         problem = self.task.train_problem(group.prompt_id)
@@ -214,20 +230,20 @@ class Intake:
         )
         return self.anchor_bar.update(reference, trust)
 
-    def _screen(self, own: list[Sample], peers: list[Sample], struck: set[str], anchor_bar: float | None) -> Screening:
+    def _screen(
+        self, own: list[Sample], peers: list[Sample], struck: set[str], anchor_bar: float | None
+    ) -> tuple[Screening, list[np.ndarray] | None]:
         """Judge peers' samples by our own model (swarmnode.learn.trust): which to keep (the gate
         drops only unlikely samples with a positive advantage), how much their weights count; a
         peer whose log-probs claim more weight than an honest generator's gets one strike a
-        round (failing the gate is none: see swarmnode.learn.trust)."""
+        round (failing the gate is none: see swarmnode.learn.trust). Also the peers' per-token
+        log-probs under our model, when screening computed them."""
         trust = self.config.trust
         if not peers or not (trust.likelihood_gate or trust.weight_budget):
             return Screening(keep=[True] * len(peers), below_bar_flags=[False] * len(peers),
                              near_bar_flags=[False] * len(peers), weight_scale=[1.0] * len(peers),
-                             advantages=[s.train.advantage for s in peers], bar=None, verdicts={})
-        theta = self.policy.token_logprobs(
-            [s.train.prompt_ids for s in peers], [s.train.completion_ids for s in peers],
-            self.config.rollout.temperature,
-        )
+                             advantages=[s.train.advantage for s in peers], bar=None, verdicts={}), None
+        theta = self._theta(peers)
         anchor = None
         if anchor_bar is not None:
             anchor = Anchor(self.policy.reference_logprobs(
@@ -239,7 +255,7 @@ class Intake:
             if verdict.strikes and peer not in struck:  # one batch, one strike, however many passes
                 struck.add(peer)
                 self.reject(peer, verdict.strikes[0])
-        return screening
+        return screening, theta
 
     def _note_standing(self, round_: int, samples: list[Sample], screening: Screening) -> None:
         """Tell the ledger how many of each peer's screened samples were useful: kept, not

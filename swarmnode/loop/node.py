@@ -111,7 +111,7 @@ class Node:
         """Generate this round's groups, score them, encode and publish them."""
         state = RoundState()
         started = time.perf_counter()
-        own_groups, _ = batch_split(self.config)
+        own_groups, _ = batch_split(self.config, self.intake.share.current())
         ids = assigned_prompt_ids(self.config.node.seed, self.peer_id, round_, own_groups, self.task.num_train)
         problems = [self.task.train_problem(i) for i in ids]
         prompts = [build_prompt(self.task, p, self.policy) for p in problems]
@@ -182,6 +182,8 @@ class Node:
             peer_lag=float(np.mean(taken.lags)) if taken.lags else None,
             tokens_per_s=state.payload_tokens / max(state.timings["generate_s"], 1e-9),
             uninformative=taken.uninformative,
+            own_groups=len(state.own_groups),
+            likelihood_gap=self.intake.share.gap,
             samples_by_peer=dict(Counter(sample.peer_id for sample in taken.kept)),
             timings=state.timings,
         )
@@ -225,6 +227,7 @@ class Node:
             # a resumed node keeps the anchored gate's bar and the order its peers earned
             "anchor_bar": {"start": self.intake.anchor_bar.start, "value": self.intake.anchor_bar.value},
             "seniority": self.ledger.seniority(),
+            "likelihood_gap": self.intake.share.gap,  # and the share of its batch it generates
         }
         self.checkpoints.save(last_round, meta, wait=wait)
         self.next_round = last_round + 1
@@ -254,6 +257,7 @@ class Node:
         bar = meta.get("anchor_bar") or {}
         self.intake.anchor_bar.resume(bar.get("start"), bar.get("value"))
         self.ledger.restore_seniority(meta.get("seniority") or {})
+        self.intake.share.resume(meta.get("likelihood_gap"))
         self.generator.sync_weights()
         earlier = read_evals(self.metrics.path)
         self.evals.extend(e.eval_acc for e in earlier if e.round < self.next_round)

@@ -30,7 +30,7 @@ def assigned_prompt_ids(seed: int, peer_id: str, round_: int, count: int, num_tr
     return ids
 
 
-def batch_split(config: Config) -> tuple[int, int]:
+def batch_split(config: Config, own_share: float | None = None) -> tuple[int, int]:
     """(groups this node generates, most peers' groups it trains on) in one round.
 
     The training batch is `rollout.prompts_per_round` groups. With `node.own_share` 1 the node
@@ -38,11 +38,11 @@ def batch_split(config: Config) -> tuple[int, int]:
     default as many as its own, so no number of peers makes a step more than twice the work);
     below 1 it generates that share and peers' groups fill the rest, so it learns from a full
     batch for a fraction of the generation (the paper's vertical setup, SAPO's local/external
-    split)."""
+    split). `own_share` overrides the setting for this round (swarmnode.loop.share)."""
     batch = config.rollout.prompts_per_round
-    share = config.node.own_share
+    share = config.node.own_share if own_share is None else own_share
     cap = batch if config.node.max_peer_groups is None else config.node.max_peer_groups
-    if share >= 1.0:
+    if config.node.own_share >= 1.0:  # on top; a share that adapted up to 1 leaves peers no room
         return batch, cap
     own = max(1, round(share * batch))
     return own, min(cap, batch - own)

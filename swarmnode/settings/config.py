@@ -186,6 +186,12 @@ class NodeSettings(_Section):
         description="share of the training batch (rollout.prompts_per_round groups) this node generates; "
         "peers' groups fill the rest. 1 = generate all of it, peers' groups on top (up to max_peer_groups)",
     )
+    adapt_share_nats: float = Field(
+        0.0, ge=0,
+        description="with own_share below 1: generate more of the batch when peers' samples are unlikely under our "
+        "model, from own_share up to all of it once their tokens are this many nats less likely than our own "
+        "samples' (a running mean); 0 = off",
+    )
     peer_quota: int = Field(64, ge=0, description="max peer groups from one peer per round")
     skip_uninformative: bool = Field(
         False,
