@@ -160,7 +160,7 @@ from swarmnode.swarm.hivemind.shards import (
 from swarmnode.swarm.hivemind.status import open_status_client, read_heartbeats
 from swarmnode.swarm.local import InMemoryHub
 from swarmnode.tasks import make_task
-from swarmnode.tasks.answers import numeric_reward
+from swarmnode.tasks.answers import graded_reward
 
 ROOT = Path(__file__).resolve().parents[1]
 HONEST = ("a", "b")
@@ -913,7 +913,9 @@ def strict_accuracy(node, eval_size: int) -> tuple[float, list[str]]:
     problems = node.task.eval_problems(eval_size)
     prompts = [build_prompt(node.task, p, node.policy) for p in problems]
     texts = [node.policy.decode(o.tokens) for o in node.generator.greedy(prompts)]
-    rewards = [numeric_reward(t, p.answer, node.config.task.answer_format, strict=True) for t, p in zip(texts, problems)]
+    task = node.config.task
+    rewards = [graded_reward(t, p.answer, task.answer_format, task.grader, strict=True)
+               for t, p in zip(texts, problems)]
     return float(np.mean(rewards)), texts
 
 

@@ -12,7 +12,7 @@ from swarmnode.settings.config import load_config
 from swarmnode.tasks import ArithmeticTask, GSM8KTask
 from swarmnode.tasks.answers import extract_answer, graded_reward
 from swarmnode.tasks.base import PAPER_SYSTEM_PROMPT
-from swarmnode.tasks.verify import MAX_VERIFY_CHARS, answers_equal
+from swarmnode.tasks.verify import MAX_VERIFY_CHARS, TIMEOUT_S, answers_equal
 from tests.conftest import data_path
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -63,19 +63,39 @@ def test_the_numeric_grader_and_the_paper_grader_disagree_where_the_issue_says()
     assert extract_answer(f"{THINK}<answer> 18 </answer>  \n", "think_answer") == "18"
 
 
-def test_a_slow_answer_is_cut_off_in_the_main_thread():
-    """A peer chooses what we grade: a power tower would take math-verify 5 s or more."""
+ADVERSARIAL = [
+    "9^9^9", "10^1000000000", "18 + 0*10^(10^10)", "\\boxed{9^{9^{9}}}", "9**9**9", "3!", "1" * 30,
+    "1/(" * 17 + "3" + ")" * 17, "\\sqrt{324}", "x_1 = 18", "\\int_0^1 18",
+]
+
+
+@pytest.mark.parametrize("answer", ADVERSARIAL)
+def test_answers_a_word_problem_never_needs_score_zero_unparsed_even_off_the_main_thread(answer):
+    """A peer chooses what we grade: each of these kept math-verify busy for seconds (a power
+    tower, 17 nested brackets: over 20 s in a thread, where no alarm can stop it)."""
+    completion = f"{THINK}<answer>{answer}</answer>"
+    results = []
+    started = time.perf_counter()
+    worker = threading.Thread(target=lambda: results.append(
+        graded_reward(completion, "18", "think_answer", "math-verify")), daemon=True)
+    worker.start()
+    worker.join(10)
+    assert results == [0.0] and time.perf_counter() - started < 5
+
+
+def test_a_long_answer_in_words_still_reaches_math_verify():
+    answer = "Janet makes 9 * 2 = 18 dollars every day at the farmers' market, which is the answer: 18"
+    assert 64 < len(answer) <= MAX_VERIFY_CHARS
+    assert graded_reward(f"{THINK}<answer>{answer}</answer>", "18", "think_answer", "math-verify") == 1.0
+
+
+def test_a_slow_comparison_is_cut_off_in_the_main_thread():
+    """Our own model's answers (MATH-500 evaluation) are not screened: math-verify's alarm,
+    set to TIMEOUT_S, bounds them (its own default would allow 5 s a step)."""
+    answers_equal("18", "18")  # imports math-verify first
     started = time.perf_counter()
     assert not answers_equal("2^(2^(2^(2^(2^20))))", "18")
-    assert time.perf_counter() - started < 10
-
-
-def test_grading_works_in_a_thread_where_signals_cannot_be_set():
-    results = []
-    worker = threading.Thread(target=lambda: results.append(answers_equal("18 dollars", "18")))
-    worker.start()
-    worker.join(30)
-    assert results == [True]
+    assert time.perf_counter() - started < 4 * TIMEOUT_S + 1
 
 
 def test_gsm8k_in_the_paper_format_asks_with_the_paper_prompt_and_is_another_run():

@@ -37,7 +37,7 @@ CALIBRATION_PEAKS_GIB = {  # shipped config -> measured process peak
     "qwen2.5-3b-lora-24gb.yaml": 12.2,
     "qwen2.5-3b-lora.yaml": 32.7,
 }
-CALIBRATION_SETTINGS = ["train.logprob_chunk_tokens=0", "rollout.hf_inference_copy=false"]
+CALIBRATION_SETTINGS = ["train.logprob_chunk_tokens=0", "rollout.hf_inference_copy=false", "rollout.batch_size=24"]
 CALIBRATION_CAPACITY_GIB = 79.2
 CUDA_CONTEXT = 2.5 * GIB  # CUDA context, cuBLAS workspaces, allocator reserve
 PERSISTENT_SLACK = 0.05

@@ -94,7 +94,7 @@ def make_plan(config: Config, shape: ModelShape, capacity: float, backend: str) 
     """The first rung that fits with the user's settings kept; if none does, a Plan with
     fits=False and the smallest estimate tried (see nearest_plan for one that fits)."""
     budget = (1 - MARGIN) * capacity
-    smallest: dict[bool, tuple[float, Rung]] = {}  # per mode (LoRA?): least memory tried
+    smallest: dict[bool, tuple[float, Rung, int]] = {}  # per mode (LoRA?): least memory tried, at which chunk
     last: tuple[Config, MemoryEstimate] | None = None
     for rung, chunk in _candidates(config, backend):
         if not _compatible(rung, config):
@@ -104,12 +104,15 @@ def make_plan(config: Config, shape: ModelShape, capacity: float, backend: str) 
         est = estimate(candidate, shape, capacity, True, backend)
         if not est.problems and est.total <= budget:
             why = _reasons(smallest, config.given, rung)
+            if rung.lora and "train.lr" in config.given and "model.lora.rank" not in config.given:
+                why.append(f"train.lr {config.train.lr:g} was given and is kept; LoRA adapters usually need more "
+                           f"(the presets use {LORA_LR:g})")
             if chunk < _round_sequences(config):
                 why.append(f"HF generation in chunks of {chunk} sequences: a whole round's "
                            f"{_round_sequences(config)} at once would not fit")
             return Plan(rung, settings, candidate, est, capacity, backend, why)
         if rung.lora not in smallest or est.total < smallest[rung.lora][0]:
-            smallest[rung.lora] = (est.total, rung)
+            smallest[rung.lora] = (est.total, rung, chunk)
         if last is None or est.total < last[1].total:
             last = (candidate, est)
     candidate, est = last if last else (config, estimate(config, shape, capacity, True, backend))
@@ -129,18 +132,17 @@ def nearest_plan(config: Config, shape: ModelShape, capacity: float, backend: st
     return make_plan(free, shape, capacity, backend)
 
 
-def _reasons(smallest: dict[bool, tuple[float, Rung]], given: frozenset[str], chosen: Rung | None = None) -> list[str]:
-    """Why the plan is not a more capable one: every mode tried before, at its smallest; for
-    the chosen mode, the last larger setting tried."""
+def _reasons(smallest: dict[bool, tuple[float, Rung, int]], given: frozenset[str], chosen: Rung | None = None) -> list[str]:
+    """Why the plan is not a more capable one: every mode tried before, at its smallest (and
+    the HF generation batch it was tried with); for the chosen mode, its smallest setting tried."""
     reasons = []
-    for lora, (needed, rung) in sorted(smallest.items()):
+    for lora, (needed, rung, chunk) in sorted(smallest.items()):
         mode = "LoRA" if lora else "full fine-tuning"
+        setting = f"{rung.describe().split(', ', 1)[1]}, generation batch {chunk}"
         if chosen is not None and lora == chosen.lora:
-            reasons.append(f"{mode} with {rung.describe().split(', ', 1)[1]} needs {needed / GIB:.1f} GiB, "
-                           f"more than {1 - MARGIN:.0%} of the card")
+            reasons.append(f"{mode} with {setting} needs {needed / GIB:.1f} GiB, more than {1 - MARGIN:.0%} of the card")
         else:
-            reasons.append(f"{mode} needs at least {needed / GIB:.1f} GiB ({rung.describe().split(', ', 1)[1]}), "
-                           f"more than {1 - MARGIN:.0%} of the card")
+            reasons.append(f"{mode} needs at least {needed / GIB:.1f} GiB ({setting}), more than {1 - MARGIN:.0%} of the card")
     if not smallest:
         reasons.append("the first choice fits: full fine-tuning, no checkpointing, micro-batch 8")
     kept = sorted(k for k in given if k.startswith(("train.", "model.lora.", "rollout.")))

@@ -6,7 +6,7 @@ import re
 from decimal import Decimal, InvalidOperation
 
 from swarmnode.tasks.base import AnswerFormat, Grader
-from swarmnode.tasks.verify import MAX_VERIFY_CHARS, answers_equal
+from swarmnode.tasks.verify import MAX_VERIFY_CHARS, answers_equal, cheap_to_grade
 
 MAX_ANSWER_CHARS = 64
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
@@ -124,10 +124,11 @@ def graded_reward(
     strict_numbers: bool = False,
 ) -> float:
     """1.0 iff the completion is well formed and its answer equals the reference by `grader`:
-    numeric (one plain number, compared exactly) or math-verify (equal as mathematics)."""
+    numeric (one plain number, compared exactly) or math-verify (equal as mathematics; an
+    answer written with more than a word problem needs scores 0 unparsed, see cheap_to_grade)."""
     if grader == "numeric":
         return numeric_reward(completion, reference, answer_format, strict, strict_numbers)
     if grader != "math-verify":
         raise ValueError(f"unknown grader {grader!r}")
     answer = extract_answer(completion, answer_format, strict, max_chars=MAX_VERIFY_CHARS)
-    return 1.0 if answer is not None and answers_equal(answer, reference) else 0.0
+    return 1.0 if answer is not None and cheap_to_grade(answer) and answers_equal(answer, reference) else 0.0

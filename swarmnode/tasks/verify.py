@@ -3,16 +3,59 @@
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
 
 MAX_VERIFY_CHARS = 256  # longer answers are not graded: parsing cost grows with them
-TIMEOUT_S = 2  # per parse and per comparison; "2^(2^(2^(2^(2^20))))" alone takes math-verify's 5 s default
+TIMEOUT_S = 1  # per parse and per comparison, where math-verify can set its alarm (the main thread)
+LONGEST_NUMBER = 18  # digits: a word problem's answer, not a number sympy takes seconds to build
+MAX_NESTING = 4  # brackets within brackets: 17 levels of "1/(1/(..." held a thread over 20 s
+
+# What a word problem's answer may be written with: words, numbers, arithmetic, units, a few
+# LaTeX commands, shallow brackets. No powers or factorials: "9^9^9" alone keeps sympy busy for
+# seconds, and in a big-integer operation no alarm can stop it (off the main thread nothing would).
+_ALLOWED_CHARS = re.compile(r"[A-Za-z0-9\s+\-*/=.,:;$%(){}\[\]\\'\"]*")
+_ALLOWED_COMMANDS = frozenset({
+    "boxed", "frac", "dfrac", "tfrac", "text", "textbf", "mathrm", "mathbf", "cdot", "times", "div",
+    "left", "right", "approx", "quad", "qquad", "$", "%", ",", ";", " ",
+})
+_COMMAND = re.compile(r"\\([A-Za-z]+|.)")
+_LONG_NUMBER = re.compile(rf"\d{{{LONGEST_NUMBER + 1},}}")
+
+# math-verify logs the text it failed on at WARNING: a peer's text, so not in our logs
+logging.getLogger("math_verify").setLevel(logging.ERROR)
+
+
+def cheap_to_grade(answer: str) -> bool:
+    """True when `answer` is short and written only with what a word problem's answer needs,
+    so that grading it cannot take long whoever wrote it; graders of peers' answers score the
+    rest 0 without parsing them."""
+    if not answer or len(answer) > MAX_VERIFY_CHARS or "**" in answer:
+        return False
+    if not _ALLOWED_CHARS.fullmatch(answer) or _LONG_NUMBER.search(answer):
+        return False
+    if _nesting(answer) > MAX_NESTING:
+        return False
+    return all(command in _ALLOWED_COMMANDS for command in _COMMAND.findall(answer))
+
+
+def _nesting(text: str) -> int:
+    """The deepest run of open brackets of any kind."""
+    depth = deepest = 0
+    for char in text:
+        if char in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in ")]}":
+            depth = max(0, depth - 1)
+    return deepest
 
 
 def _timeout_s() -> int | None:
     """math-verify stops slow work with SIGALRM, which only the main thread can set (a node
-    run by `swarmnode join` grades there). Nodes run in threads (tests, in-process benches) grade
-    without it, bounded by MAX_VERIFY_CHARS only."""
+    run by `swarmnode join` grades there). Off the main thread (nodes run in threads in tests
+    and in-process benches) it runs without: what reaches it from peers passed cheap_to_grade."""
     return TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
 
 
@@ -23,6 +66,7 @@ def answers_equal(predicted: str, reference: str, latex: bool = False) -> bool:
     $...$; otherwise as written (plain text, expressions, or LaTeX with its own delimiters).
     Anything math-verify cannot parse, or that takes too long, is not equal."""
     from math_verify import parse, verify  # sympy-heavy: loaded only by tasks that grade with it
+    from math_verify.errors import TimeoutException
 
     if not predicted or len(predicted) > MAX_VERIFY_CHARS:
         return False
@@ -32,5 +76,5 @@ def answers_equal(predicted: str, reference: str, latex: bool = False) -> bool:
         gold = parse(wrap(reference), parsing_timeout=timeout)
         guess = parse(wrap(predicted), parsing_timeout=timeout)
         return bool(gold) and bool(guess) and bool(verify(gold, guess, timeout_seconds=timeout))
-    except Exception:  # noqa: BLE001 - a grader never fails the node on what a peer wrote
+    except (Exception, TimeoutException):  # noqa: BLE001 - a grader never fails the node on what a peer wrote
         return False
