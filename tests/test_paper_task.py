@@ -133,3 +133,14 @@ def test_every_gsm8k_config_asks_the_same_task_so_their_nodes_can_meet():
     preset = load_config(None, ["model.name=Qwen2.5-1.5B"])
     assert (preset.task.answer_format, preset.task.grader) == ("think_answer", "math-verify")
     assert yaml.safe_load((CONFIGS / "tiny-cpu.yaml").read_text())["task"]["answer_format"] == "answer_tag"
+
+
+def test_settings_a_format_or_grader_ignores_do_not_split_runs():
+    """think_answer is always strict and math-verify reads no number rules: turning those
+    settings off changes no reward, so it must not change the run id either."""
+    source = str(data_path("gsm8k"))
+    paper = GSM8KTask(source, answer_format="think_answer", grader="math-verify")
+    loose = GSM8KTask(source, answer_format="think_answer", grader="math-verify", strict_format=False, strict_numbers=False)
+    assert paper.fingerprint == loose.fingerprint
+    numeric = GSM8KTask(source)
+    assert numeric.fingerprint != GSM8KTask(source, strict_format=False).fingerprint, "where they grade, they count"

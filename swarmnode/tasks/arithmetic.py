@@ -11,7 +11,7 @@ import hashlib
 import random
 
 from swarmnode.tasks.answers import graded_reward
-from swarmnode.tasks.base import AnswerFormat, Grader, Problem, fingerprint_of
+from swarmnode.tasks.base import AnswerFormat, Grader, Problem, fingerprint_of, grader_part, grading_parts
 
 EVAL_PERMILLE = 100
 
@@ -60,12 +60,10 @@ class ArithmeticTask:
             str(self.seed),
             str(self.max_operand),
             self.operations,
-            self.answer_format,
-            "strict" if self.strict_format else "lenient",
-            "strict-numbers" if self.strict_numbers else "lenient-numbers",
+            *grading_parts(self.answer_format, self.grader, self.strict_format, self.strict_numbers),
             self.system_prompt,
             str(EVAL_PERMILLE),
-            *(() if self.grader == "numeric" else (self.grader,)),  # numeric runs keep their ids
+            *grader_part(self.grader),
         )
 
     def _draw(self, rng: random.Random, held_out: bool) -> tuple[int, str, int]:

@@ -8,7 +8,7 @@ from typing import Protocol
 
 from swarmnode.settings.config import AnswerFormat, Grader
 
-__all__ = ["AnswerFormat", "Grader", "Problem", "Task", "fingerprint_of"]
+__all__ = ["AnswerFormat", "Grader", "Problem", "Task", "fingerprint_of", "grader_part", "grading_parts"]
 
 FORMAT_INSTRUCTIONS: dict[str, str] = {
     "answer_tag": "Give the final answer inside <answer></answer> tags.",
@@ -67,3 +67,21 @@ def fingerprint_of(*parts: str | bytes) -> str:
         digest.update(part.encode() if isinstance(part, str) else part)
         digest.update(b"\x1f")
     return digest.hexdigest()[:16]
+
+
+def grading_parts(answer_format: AnswerFormat, grader: Grader, strict_format: bool, strict_numbers: bool) -> tuple[str, ...]:
+    """What a task's fingerprint says of how it grades: only what changes a reward, so two
+    tasks that grade alike share a run id (think_answer is always strict; math-verify reads no
+    number rules). The numeric grader's parts are as they always were, so its runs keep their ids."""
+    strict = strict_format or answer_format == "think_answer"
+    numbers = strict_numbers or grader != "numeric"
+    return (
+        answer_format,
+        "strict" if strict else "lenient",
+        "strict-numbers" if numbers else "lenient-numbers",
+    )
+
+
+def grader_part(grader: Grader) -> tuple[str, ...]:
+    """The grader's own part, at the fingerprint's end: none for numeric (older runs' ids)."""
+    return () if grader == "numeric" else (grader,)

@@ -15,6 +15,8 @@ from swarmnode.tasks.base import (
     Grader,
     Problem,
     fingerprint_of,
+    grader_part,
+    grading_parts,
 )
 
 DEFAULT_SYSTEM = "Solve the math problem step by step. "
@@ -100,10 +102,10 @@ class GSM8KTask:
     @property
     def fingerprint(self) -> str:
         return fingerprint_of(
-            self.name, *self._hashes, self.answer_format, "strict" if self.strict_format else "lenient",
-            "strict-numbers" if self.strict_numbers else "lenient-numbers",
+            self.name, *self._hashes,
+            *grading_parts(self.answer_format, self.grader, self.strict_format, self.strict_numbers),
             self.system_prompt,
-            *(() if self.grader == "numeric" else (self.grader,)),  # numeric runs keep their ids
+            *grader_part(self.grader),
         )
 
     @property
