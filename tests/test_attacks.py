@@ -8,7 +8,6 @@ trains, which prompts it gets, or when it stops. Waiting is bounded by the node'
 from __future__ import annotations
 
 import threading
-import time
 
 from swarmnode.assemble import assemble
 from swarmnode.loop.ledger import PeerLedger
@@ -128,10 +127,8 @@ def test_a_peer_that_stops_delivering_is_waited_for_at_most_max_missed_rounds(tm
         assert a.ledger.earned(b.peer_id)
         waits = []
         for round_ in range(3, 7):  # b goes silent but stays live
-            state = a.produce(round_)
-            started = time.monotonic()
-            a.consume(round_, state)
-            waits.append(time.monotonic() - started)
+            record = a.consume(round_, a.produce(round_))
+            waits.append(record.timings["gather_s"])  # the wait alone: the step's time varies with the machine's load
         assert not a.ledger.earned(b.peer_id)
         assert sum(w > 0.4 for w in waits) == 2, waits  # max_missed = 2 waits, then none
         assert max(waits) < 2.0, "each wait is capped"
