@@ -53,3 +53,18 @@ def test_status_draws_each_peer_s_last_evaluations_within_80_columns():
     for bad in ([1.5], [0.5] * (EVAL_HISTORY + 1), ["0.5"]):
         with pytest.raises(RecordError, match="evals"):
             Heartbeat.parse({"peer": "Qm", "run": "r", "time": 1.0, "evals": bad})
+
+
+def test_status_keeps_every_narrow_column_whole_in_80_columns_for_three_busy_peers():
+    """Slow answers, long ages, 4-digit rounds and four evaluations each: the accuracy column
+    (the one a volunteer reads) used to be cut at the console's edge."""
+    rows = []
+    for model, lora in (("tiny", 0), ("tiny", 8), ("tiny-large", 0)):
+        beat = Heartbeat.parse({"peer": "Qm" + "x" * 44, "run": "r" * 16, "time": 1.0, "round": 1234, "model": model,
+                                "eval_acc": 0.512, "evals": [0.40, 0.45, 0.50, 0.512], "lora": lora})
+        rows.append(PeerRow(beat, 123.0, "training", asked=True, answered_ms=12345.0, reached="local"))
+    out = io.StringIO()
+    Console(file=out, width=80).print(render_table(rows))
+    text = out.getvalue()
+    assert all(len(line) <= 80 for line in text.splitlines()), text
+    assert "eval_acc" in text and text.count("0.512 ▁▄▇█") == 3 and "LoRA r=8" in text, text

@@ -77,7 +77,8 @@ def _cells(row: PeerRow, wide: bool) -> dict[str, str]:
 def _answered(row: PeerRow) -> str:
     """What this reader checked: the answer's time and path, 'no', or '-' (not asked)."""
     if row.answered_ms is not None:
-        return f"{row.answered_ms:.0f}ms {row.reached or ''}".strip()
+        took = f"{row.answered_ms:.0f}ms" if row.answered_ms < 1000 else f"{row.answered_ms / 1000:.1f}s"
+        return f"{took} {row.reached or ''}".strip()
     return "[red]no[/]" if row.asked else "-"
 
 
@@ -93,7 +94,7 @@ def render_table(rows: list[PeerRow], wide: bool = False) -> Table:
     shown = [(name, justify) for name, justify, narrow in COLUMNS
              if (wide or narrow) and not (name == "run" and one_run and not wide)]
     table = Table(title=title, title_justify="left", caption=CAPTION, caption_justify="left",
-                  box=box.SIMPLE_HEAD, pad_edge=False)
+                  box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     for column, justify in shown:
         table.add_column(column, justify=justify, no_wrap=column in ("peer", "run", "answered", "state", "eval_acc"),
                          min_width=10 if column == "model" else None,
