@@ -86,7 +86,7 @@ def test_a_node_generates_as_its_share_says_and_keeps_the_gap_across_a_restart(t
         state = node.produce(1)
         assert len(state.own_groups) == 4, "peers far off: the whole batch is ours"
         record = node.consume(1, state)
-        assert record.own_groups == 4 and record.likelihood_gap == 3.0
+        assert record.own_samples == 4 * 2 and record.likelihood_gap == 3.0, "4 groups of 2"
         node.save(1)
     with assemble(_config(tmp_path, "a", *sets)) as resumed:
         assert resumed.intake.share.gap == 3.0

@@ -182,7 +182,6 @@ class Node:
             peer_lag=float(np.mean(taken.lags)) if taken.lags else None,
             tokens_per_s=state.payload_tokens / max(state.timings["generate_s"], 1e-9),
             uninformative=taken.uninformative,
-            own_groups=len(state.own_groups),
             likelihood_gap=self.intake.share.gap,
             samples_by_peer=dict(Counter(sample.peer_id for sample in taken.kept)),
             timings=state.timings,

@@ -52,7 +52,6 @@ class RoundRecord:
     peer_lag: float | None = metric("mean rounds the peers' groups trained on were behind their sender's newest")
     tokens_per_s: float = metric("generation tokens a second in the last round", gauge=True)
     uninformative: int = 0  # peers' samples left out for advantage 0 (node.skip_uninformative); 0 in older lines
-    own_groups: int = 0  # groups this node generated in the round (node.adapt_share_nats moves it); 0 in older lines
     likelihood_gap: float | None = None  # running nats a token peers' samples are less likely than ours (adapt_share_nats)
     samples_by_peer: dict[str, int] = field(default_factory=dict)  # peers' samples trained on, per peer
     timings: dict[str, float] = field(default_factory=dict)  # generate_s, train_s, ... round_s
