@@ -8,7 +8,9 @@ import re
 import threading
 
 MAX_VERIFY_CHARS = 256  # longer answers are not graded: parsing cost grows with them
-TIMEOUT_S = 1  # per parse and per comparison, where math-verify can set its alarm (the main thread)
+TIMEOUT_S = 5  # per parse and per comparison, where math-verify can set its alarm (the main thread); its own
+# default. 1 s cut MATH-500 references that verify in 0.9 s idle off under load; peers' answers never get
+# this far unless cheap_to_grade passed them
 LONGEST_NUMBER = 18  # digits: a word problem's answer, not a number sympy takes seconds to build
 MAX_NESTING = 4  # brackets within brackets: 17 levels of "1/(1/(..." held a thread over 20 s
 
