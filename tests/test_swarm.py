@@ -8,6 +8,7 @@ import random
 import socket
 import stat
 import struct
+import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -533,16 +534,25 @@ def test_publishing_never_waits_on_a_dht_store_and_the_newest_manifest_wins(star
     ex_a.met_directly = list  # nor because it asked a, its initial peer, for batches
     real_store = b.dht.store_many
     release = asyncio.Event()
+    manifest_stalled = threading.Event()
 
-    async def stalls(*args, **kwargs):
+    async def stalls(keys, *args, **kwargs):
+        if set(keys) & set(ex_b.manifests.write_keys()):  # not a heartbeat's store
+            manifest_stalled.set()
         await release.wait()
-        return await real_store(*args, **kwargs)
+        return await real_store(keys, *args, **kwargs)
 
     monkeypatch.setattr(b.dht, "store_many", stalls)
     started = time.monotonic()
-    for round_ in range(3):
+    ex_b.publish(0, b"round 0", 1)
+    publish_s = time.monotonic() - started
+    # round 0's store is under way before rounds 1 and 2 come, so which round the stalled store
+    # holds is not a race: 1 and 2 both wait behind it, and only the newer of them is announced
+    assert manifest_stalled.wait(5), "round 0's manifest never reached the DHT store"
+    started = time.monotonic()
+    for round_ in (1, 2):
         ex_b.publish(round_, f"round {round_}".encode(), 1)
-    assert time.monotonic() - started < 1, "three publishes with the store stalled"
+    assert publish_s + time.monotonic() - started < 1, "three publishes with the store stalled"
     assert ex_a.gather(GatherWait(timeout_s=1.0, wait_for={b.peer_id})) == [], "nothing announced yet"
     b.loop.call_soon_threadsafe(release.set)
     got: dict[int, bytes] = {}
