@@ -68,6 +68,7 @@ from swarmnode.lab.ablation import (  # noqa: E402
     MemberRun,
     Setting,
     Shape,
+    budget_gains,
     by_member,
     control_warnings,
     diagnostics,
@@ -148,6 +149,26 @@ def print_gains(setting: Setting, args: argparse.Namespace, runs: list[Condition
             other = "" if nois is None or gain.condition in (ALONE, "nois") else f"{nois.gain:+.3f} ({nois.se:.3f})"
             print(f"{gain.label:<12} {gain.condition:<22} {gain.seeds:>5} {gain.before:>7.3f} {gain.after:>7.3f} "
                   f"{versus:>16} {gain.tokens_share:>15.2f}x {gain.time_share:>13.2f}x {other:>16}")
+    if args.match == "time" and setting.name != CONTROL:  # the control's come with print_control
+        print_budgets(runs)
+
+
+def print_budgets(runs: list[ConditionRun], title: str = "time-matched at every budget") -> None:
+    """Time-matched gains at each of alone's evaluation points: early, more rounds are worth
+    most; near a plateau, nothing."""
+    gains = budget_gains(runs)
+    if not gains:
+        return
+    budgets = sorted({g.alone_rounds for g in gains})
+    print(f"\n{title}: gain against alone (SE) after the modelled time of N rounds alone "
+          "(in brackets: the rounds the condition trained in that time)")
+    spent = {g.alone_rounds: g.rounds for g in gains}
+    print(f"{'member':<12} {'condition':<22}" + "".join(f"{f'{b} ({spent[b]})':>17}" for b in budgets))
+    rows: dict[tuple[str, str], dict[int, str]] = {}
+    for g in gains:
+        rows.setdefault((g.label, g.condition), {})[g.alone_rounds] = f"{g.gain:+.3f} ({g.se:.3f})"
+    for (label, condition), cells in rows.items():
+        print(f"{label:<12} {condition:<22}" + "".join(f"{cells.get(b, '-'):>17}" for b in budgets))
 
 
 def print_control(runs: list[ConditionRun], args: argparse.Namespace) -> None:
@@ -164,6 +185,8 @@ def print_control(runs: list[ConditionRun], args: argparse.Namespace) -> None:
         if not warnings:
             judged = all(g.seeds > 1 for g in gains)
             print("  control holds: every gain within 2 SE of 0" if judged else "  one seed: the control cannot be judged")
+    if args.match == "time":
+        print_budgets(runs, f"control ({CONTROL}), time-matched at every budget")
 
 
 def print_diagnostics(runs: list[ConditionRun]) -> None:

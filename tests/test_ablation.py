@@ -15,7 +15,9 @@ from swarmnode.lab.ablation import (
     Member,
     MemberRun,
     Shape,
+    budget_gains,
     control_warnings,
+    counterpart_round,
     diagnostics,
     eval_rounds,
     expected_samples,
@@ -175,3 +177,43 @@ def test_on_top_a_time_matched_run_is_judged_before_its_end_and_a_missing_point_
     time = {g.label: g for g in paired_gains([alone, together], match="time") if g.condition == "f-tis"}["tiny"]
     assert time.after == tiny.accuracy_at(matched) and time.time_share == pytest.approx(1.0, abs=0.2)
     assert math.isnan(tiny.accuracy_at(1))
+
+
+def test_a_time_matched_run_is_evaluated_where_it_meets_each_of_alone_s_points():
+    """Shared, 187 rounds cost what 100 alone do: alone is evaluated at 20 .. 100, so the run
+    at 37, 75, 112, 150 and 187; on top, 53 rounds cost 100, so it meets them at 11 .. 53."""
+    shape = Shape(rounds=100, eval_points=4, match="time")
+    assert eval_rounds(shape) == [20, 40, 60, 80, 100]
+    assert {37, 75, 112, 150, 187} <= set(eval_rounds(shape, 187))
+    assert {counterpart_round(r, 53, 100) for r in eval_rounds(shape)} == {11, 21, 32, 42, 53}
+    assert {11, 21, 32, 42, 53, 100} <= set(eval_rounds(shape, 53))
+    assert counterpart_round(1, 10, 100) == 1, "never round 0: the run has not trained there"
+
+
+def _curved(label: str, curve: list[tuple[int, float]], rounds: int, matched: int | None = None) -> MemberRun:
+    member = _member(label, curve[-1][1])
+    return MemberRun(label, before=0.4, after=curve[-1][1], curve=[(done, 0, acc) for done, acc in curve],
+                     rounds=member.rounds * rounds, time_matched_at=matched)
+
+
+def test_time_matched_gains_are_paired_at_each_budget_of_alone_s_curve():
+    """Alone trains 20 rounds (points 10, 20); together 40 in that time (points 20, 40): the
+    budget of 10 rounds alone meets round 20 together, that of 20 meets 40. A seed whose run
+    missed a point is left out of that budget only; a step-matched run has no budgets."""
+    runs = [
+        ConditionRun(ALONE, "shared", 0, [_curved("a", [(10, 0.50), (20, 0.60)], 20)]),
+        ConditionRun(ALONE, "shared", 1, [_curved("a", [(10, 0.40), (20, 0.70)], 20)]),
+        ConditionRun("f-tis", "shared", 0, [_curved("a", [(20, 0.58), (40, 0.62)], 40, matched=40)]),
+        ConditionRun("f-tis", "shared", 1, [_curved("a", [(20, 0.46), (40, 0.66)], 40, matched=40)]),
+        ConditionRun("nois", "shared", 0, [_curved("a", [(10, 0.9), (20, 0.9)], 20)]),
+    ]
+    gains = {(g.condition, g.alone_rounds): g for g in budget_gains(runs)}
+    assert set(gains) == {("f-tis", 10), ("f-tis", 20)}
+    early, late = gains[("f-tis", 10)], gains[("f-tis", 20)]
+    assert (early.rounds, late.rounds) == (20, 40)
+    assert early.gain == pytest.approx((0.08 + 0.06) / 2) and early.se == pytest.approx(0.01)
+    assert late.gain == pytest.approx((0.02 - 0.04) / 2) and late.seeds == 2
+    runs[3].members[0].curve = [(40, 0, 0.66)]  # seed 1 never evaluated at round 20
+    gains = {(g.condition, g.alone_rounds): g for g in budget_gains(runs)}
+    assert gains[("f-tis", 10)].seeds == 1 and gains[("f-tis", 10)].gain == pytest.approx(0.08)
+    assert gains[("f-tis", 20)].seeds == 2

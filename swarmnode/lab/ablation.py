@@ -232,11 +232,22 @@ def matched_rounds(condition: str, accounting: str, members: int, shape: Shape) 
 def eval_rounds(shape: Shape, matched: int | None = None) -> list[int]:
     """Rounds after which the curves get a point: spread over the run, which lasts
     `shape.rounds` or `matched` rounds, whichever is more; both among them. The last is the
-    final evaluation."""
+    final evaluation. A time-matched run is also evaluated where its modelled time equals
+    each of alone's points (`counterpart_round`), so it meets alone at every budget."""
     total = max(shape.rounds, matched or 0)
     points = max(1, shape.eval_points + 1)
     spread = {max(1, round(total * (i + 1) / points)) for i in range(points)}
-    return sorted(spread | {shape.rounds} | ({matched} if matched else set()))
+    if not matched:
+        return sorted(spread | {shape.rounds})
+    alone = eval_rounds(shape)
+    return sorted(spread | {shape.rounds, matched} | {counterpart_round(r, matched, shape.rounds) for r in alone})
+
+
+def counterpart_round(alone_rounds: int, matched: int, rounds: int) -> int:
+    """The round at which a time-matched run has spent the modelled time of `alone_rounds`
+    rounds alone, when its `matched` rounds cost what `rounds` rounds alone do (a round's
+    modelled cost is the same all run long)."""
+    return max(1, round(alone_rounds * matched / rounds))
 
 
 def run_condition(
@@ -358,6 +369,45 @@ def paired_gains(runs: list[ConditionRun], baseline: str = ALONE, match: str = "
                     time_share=statistics.mean(times),
                 )
             )
+    return gains
+
+
+@dataclass(frozen=True)
+class BudgetGain:
+    """A time-matched member against itself alone at one budget: the modelled time of
+    `alone_rounds` rounds alone, which the condition spent in `rounds` rounds."""
+
+    label: str
+    condition: str
+    alone_rounds: int
+    rounds: int
+    gain: float  # mean over seeds
+    se: float  # over seeds (nan with one)
+    seeds: int
+
+
+def budget_gains(runs: list[ConditionRun]) -> list[BudgetGain]:
+    """Every time-matched (condition, member) against the same member alone at each point of
+    alone's curve, paired by seed: whether joining pays can depend on how far training has
+    gone (a member near its plateau gains nothing from more rounds, one early on does).
+    A budget where a seed's run has no evaluation leaves that seed out."""
+    base = {(r.seed, m.label): m for r in runs if r.condition == ALONE for m in r.members}
+    gains = []
+    for (condition, label), seeded in by_member(runs).items():
+        pairs = [(m, base[(seed, label)]) for seed, m in seeded
+                 if condition != ALONE and m.time_matched_at and (seed, label) in base]
+        budgets = sorted({done for _, alone in pairs for done, _, _ in alone.curve if done > 0})
+        for budget in budgets:
+            diffs, spent = [], []
+            for member, alone in pairs:
+                at = counterpart_round(budget, member.time_matched_at or 0, len(alone.rounds))
+                ours, theirs = member.accuracy_at(at), alone.accuracy_at(budget)
+                if not (math.isnan(ours) or math.isnan(theirs)):
+                    diffs.append(ours - theirs)
+                    spent.append(at)
+            if diffs:
+                gains.append(BudgetGain(label, condition, budget, max(spent), statistics.mean(diffs),
+                                        standard_error(diffs), len(diffs)))
     return gains
 
 
