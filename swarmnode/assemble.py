@@ -31,7 +31,7 @@ from swarmnode.ops.reporting import ReportError, Reporters, make_reporters
 from swarmnode.ops.rundir import RunDirBusy, locked, node_log
 from swarmnode.protocol.records import run_id
 from swarmnode.rollout import make_generator
-from swarmnode.rollout.base import Generator
+from swarmnode.rollout.base import Generator, sampling_seed
 from swarmnode.settings.config import Config
 from swarmnode.sizing.memory import GIB, check_fits
 from swarmnode.sizing.plan import plan_for_device
@@ -94,7 +94,8 @@ def assemble(
         link = _link(config, run, ledger, runtime, join)
         stack.callback(link.membership.close)
         stack.callback(link.exchange.close)
-        generator = _guard(lambda: make_generator(config.rollout.backend, policy, config.rollout, seed=config.node.seed))
+        seed = sampling_seed(config.node.seed, link.exchange.peer_id)
+        generator = _guard(lambda: make_generator(config.rollout.backend, policy, config.rollout, seed=seed))
         stack.callback(generator.close)
         facts = {
             "peer_id": link.exchange.peer_id, "run_id": run, "model": policy.name,

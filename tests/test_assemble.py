@@ -15,6 +15,8 @@ from swarmnode.loop.ledger import PeerLedger
 from swarmnode.ops.health import ask
 from swarmnode.ops.metrics import read_metrics, round_lines
 from swarmnode.protocol import records
+from swarmnode.protocol.prompts import build_prompt
+from swarmnode.rollout.base import sampling_seed
 from swarmnode.settings.config import load_config
 from swarmnode.swarm.local import InMemoryHub
 
@@ -212,3 +214,21 @@ def test_nodes_of_the_same_version_do_exchange(tmp_path, make_policy, nothing_le
                 samples.append([n.consume(round_, s).peer_samples for n, s in zip((a, b), states)])
             assert samples[1:] == [[12, 12], [12, 12]], samples
             assert a.ledger.earned(b.peer_id) and b.ledger.earned(a.peer_id)
+
+
+def test_nodes_of_one_seed_sample_independently_and_each_identity_reproducibly(tmp_path, make_policy):
+    """Every node keeps node.seed 0 unless told otherwise: its sampling stream also takes its
+    identity, so two nodes' groups do not share their random draws, and one identity's do."""
+    hub = InMemoryHub()
+
+    def sampled(name: str, directory: str) -> list[list[int]]:
+        config = _config(tmp_path, directory, "swarm.enabled=false", "rollout.max_new_tokens=12")
+        with assemble(config, join=lambda run, standing: hub.join(name, run, standing), policy=make_policy()) as node:
+            assert node.generator.seed == sampling_seed(config.node.seed, name)
+            prompt = build_prompt(node.task, node.task.train_problem(0), node.policy)
+            return [c.tokens.tolist() for c in node.generator.generate([prompt], 8)[0]]
+
+    first = sampled("a", "a1")
+    assert sampled("a", "a2") == first, "one identity, one seed: the same draws"
+    assert sampled("b", "b") != first, "another identity with the same node.seed draws its own"
+    assert len({sampling_seed(0, f"peer-{i}") for i in range(1000)}) == 1000
