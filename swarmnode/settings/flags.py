@@ -30,7 +30,7 @@ JOIN_FLAGS: dict[str, Flag] = {  # parameter name of `join` -> what it sets
     "data": Flag("task.data", "gsm8k: a directory or .jsonl file, or hf:openai/gsm8k (arithmetic makes its own)"),
     "rounds": Flag("node.rounds", "this node's rounds in total (a resumed run counts the earlier ones)"),
     "run_dir": Flag("node.run_dir", "metrics, checkpoints, identity, node.log; resumes from a checkpoint there"),
-    "seed": Flag("node.seed", "draws this node's prompts, its sampling and new LoRA adapters"),
+    "seed": Flag("node.seed", "draws this node's prompts and sampling (each with its identity, so peers draw apart) and new LoRA adapters"),
     "lr": Flag("train.lr", "learning rate (AdamW)"),
     "device": Flag("model.device", "auto | cpu | cuda | cuda:N"),
     "backend": Flag("rollout.backend", f"generation: {BACKENDS.cli_help()} (auto: vLLM on a GPU when it imports, else hf)"),
