@@ -16,6 +16,7 @@ from swarmnode.lab.ablation import (
     MemberRun,
     Shape,
     budget_gains,
+    control_limit_se,
     control_warnings,
     counterpart_round,
     diagnostics,
@@ -121,15 +122,21 @@ def test_a_condition_s_settings_win_over_the_shape_s_and_the_member_s(tmp_path):
     assert config.model.lora.rank == 16 and config.trust.likelihood_gate is False  # the member's, the shape's
 
 
-def _gain(label: str, condition: str, gain: float, se: float) -> Gain:
-    return Gain(label, condition, 0.5, 0.5 + gain, gain, se, 5, 0.5)
+def _gain(label: str, condition: str, gain: float, se: float, seeds: int = 5) -> Gain:
+    return Gain(label, condition, 0.5, 0.5 + gain, gain, se, seeds, 0.5)
 
 
-def test_the_control_warns_only_beyond_two_standard_errors():
-    gains = [_gain("tiny", ALONE, 0.0, 0.0), _gain("tiny", "nois", -0.030, 0.010), _gain("tiny-b", "nois", -0.015, 0.010),
-             _gain("tiny", "f-tis", 0.05, float("nan"))]
+def test_the_control_warns_only_outside_the_t_interval_of_its_seeds():
+    """At 5 seeds the 95 % line is t(4) = 2.78 SE, at 30 about 2.05: a gain of 2.5 SE is off
+    with 30 seeds and within the noise of 5; one seed cannot be judged."""
+    assert control_limit_se(5) == pytest.approx(2.776, abs=1e-3)
+    assert control_limit_se(30) == pytest.approx(2.045, abs=1e-3)
+    gains = [_gain("tiny", ALONE, 0.0, 0.0), _gain("tiny", "nois", -0.030, 0.010), _gain("tiny-b", "nois", -0.025, 0.010),
+             _gain("tiny", "f-tis", 0.05, float("nan")), _gain("tiny", "vis", -0.025, 0.010, seeds=30)]
     warnings = control_warnings(gains)
-    assert len(warnings) == 1 and "tiny under nois gains -0.030" in warnings[0]
+    assert len(warnings) == 2
+    assert "tiny under nois gains -0.030" in warnings[0] and "2.78 SE" in warnings[0]
+    assert "tiny under vis gains -0.025" in warnings[1] and "2.05 SE" in warnings[1]
 
 
 def test_time_matching_trains_the_rounds_that_fit_alone_s_modelled_time():

@@ -40,6 +40,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scipy.stats import t as student_t
+
 from swarmnode.assemble import assemble
 from swarmnode.loop.node import Node
 from swarmnode.ops.lines import RoundRecord
@@ -50,7 +52,7 @@ from swarmnode.swarm.local import InMemoryHub
 
 ALONE = "alone"
 CONTROL = "same"
-CONTROL_LIMIT_SE = 2.0  # a control gain further than this many standard errors from 0 voids the rest
+CONTROL_CONFIDENCE = 0.95  # a control gain outside this two-sided interval around 0 voids the rest
 ACCOUNTINGS = ("shared", "on-top")
 MATCHES = ("step", "time")
 GEN_SHARE = 0.93  # generation's share of a round alone: qwen2.5-1.5b.yaml on an H200 (docs/gpu.md, bench/gpu_round.py)
@@ -416,17 +418,27 @@ def standard_error(values: list[float]) -> float:
     return statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else float("nan")
 
 
-def control_warnings(gains: list[Gain], limit_se: float = CONTROL_LIMIT_SE) -> list[str]:
+def control_limit_se(seeds: int, confidence: float = CONTROL_CONFIDENCE) -> float:
+    """How many standard errors from 0 a control's mean gain may lie at `confidence`: a mean
+    over n paired seeds over its standard error follows Student's t with n - 1 degrees of
+    freedom, so at 5 seeds the line is 2.78 SE, not the normal 1.96 (a fixed 2-SE line
+    calls a perfect control off in 12 % of comparisons there)."""
+    return float(student_t.ppf(0.5 + confidence / 2, seeds - 1))
+
+
+def control_warnings(gains: list[Gain], confidence: float = CONTROL_CONFIDENCE) -> list[str]:
     """For gains of the control setting against alone: one line per member and condition whose
-    gain is further from 0 than `limit_se` standard errors (none can be judged with one seed)."""
+    gain lies outside the `confidence` interval around 0 (none can be judged with one seed)."""
     warnings = []
     for gain in gains:
-        if gain.condition == ALONE or math.isnan(gain.se):
+        if gain.condition == ALONE or math.isnan(gain.se) or gain.seeds < 2:
             continue
-        if abs(gain.gain) > limit_se * max(gain.se, 1e-12):
+        limit = control_limit_se(gain.seeds, confidence)
+        if abs(gain.gain) > limit * max(gain.se, 1e-12):
             warnings.append(
                 f"control off: {gain.label} under {gain.condition} gains {gain.gain:+.3f} (SE {gain.se:.3f}) "
-                f"against alone, beyond {limit_se:g} SE: two copies of one model should learn as one alone"
+                f"against alone, beyond {limit:.2f} SE (the {confidence:.0%} line at {gain.seeds} seeds): "
+                f"two copies of one model should learn as one alone"
             )
     return warnings
 
