@@ -12,6 +12,7 @@ import pytest
 
 from swarmnode.assemble import assemble
 from swarmnode.lab.poison import poisoning_link
+from swarmnode.learn.loss import TrainSample
 from swarmnode.learn.trust import Screening
 from swarmnode.loop.intake import Intake
 from swarmnode.loop.ledger import PeerLedger
@@ -24,7 +25,8 @@ from swarmnode.loop.pool import (
     cohorts,
     fair_queue,
 )
-from swarmnode.loop.samples import ScoredGroup
+from swarmnode.loop.samples import Sample, ScoredGroup
+from swarmnode.loop.usefulness import UsefulnessWeights
 from swarmnode.model.policy import Policy
 from swarmnode.protocol.wire import Completion
 from swarmnode.settings.config import load_config
@@ -273,6 +275,65 @@ def test_zero_advantage_samples_take_no_room_yet_count_in_their_group_s_mean(tmp
     diluted = _scored_intake(tmp_path, rewards).take(0, _groups("p", 0, 2), own=[], timings={})
     assert [sample.train.advantage for sample in diluted.kept] == [0.0] * 4, "the default: the first group fills the share"
     assert diluted.uninformative == 0
+
+
+def _own(advantages: list[float]) -> list[Sample]:
+    completion = Completion(np.array([5], dtype=np.int32), np.array([-1.0], dtype=np.float32))
+    return [Sample(TrainSample([1], completion, advantage), 0.0) for advantage in advantages]
+
+
+def test_with_weight_by_standing_a_peer_counts_its_standing_over_our_useful_share(tmp_path):
+    """Our own samples all teach (advantage != 0): a peer whose group all teaches counts 1, one
+    whose group teaches in half its samples counts 0.5 in every sample kept, even the useful
+    ones, and one whose group teaches nothing counts 0. Off, all count 1."""
+    rewards = {0: [0.0, 1.0, 0.0, 1.0], 1: [0.0, 0.5, 1.0, 0.5], 2: [1.0] * 4}
+    own = _own([0.5, -0.5] * 4)
+
+    def scales(*sets: str) -> dict[str, set[float]]:
+        intake = _scored_intake(tmp_path, rewards, "rollout.prompts_per_round=6", *sets)
+        offered = [OfferedGroup(peer, 0, prompt, [], 0.0) for peer, prompt in (("all", 0), ("half", 1), ("none", 2))]
+        taken = intake.take(0, offered, own=own, timings={})
+        found: dict[str, set[float]] = {}
+        for sample in taken.kept:
+            found.setdefault(sample.peer_id, set()).add(sample.train.weight_scale)
+        return found
+
+    assert scales("node.weight_by_standing=true") == {"all": {1.0}, "half": {0.5}, "none": {0.0}}
+    assert scales() == {"all": {1.0}, "half": {1.0}, "none": {1.0}}
+
+
+def test_a_peer_s_factor_rises_with_useful_samples_and_falls_with_useless_ones():
+    ledger = PeerLedger()
+    weights = UsefulnessWeights(enabled=True)
+    weights.observe_own(_own([0.5, 0.0, -0.5, 0.0]))  # half of ours teach
+    assert weights.factor(ledger.standing("p")) == 0.0, "never screened: nothing shown yet"
+    factors = []
+    for round_, useful in enumerate([1, 2, 4, 4, 4, 4, 4, 4, 4, 4, 0, 0, 0]):  # of 8
+        ledger.screened("p", 8, useful, round_)
+        factors.append(weights.factor(ledger.standing("p")))
+    rising, falling = factors[:10], factors[9:]
+    assert rising == sorted(rising) and rising[0] == 0.25 and rising[-1] > 0.85, "toward 0.5 / 0.5"
+    assert falling == sorted(falling, reverse=True) and falling[-1] < 0.5
+    assert all(0.0 <= f <= 1.0 for f in factors), "never above a sample of our own"
+    weights.observe_own(_own([0.0] * 4))
+    assert weights.own_share == pytest.approx(0.4), "our share moves as a peer's standing does"
+    nothing_of_ours = UsefulnessWeights(enabled=True)
+    nothing_of_ours.observe_own(_own([0.0] * 8))
+    assert nothing_of_ours.factor(0.1) == 1.0, "when our own groups teach nothing, any useful peer counts fully"
+
+
+def test_identities_that_send_groups_that_teach_nothing_cannot_raise_their_weight():
+    """A crowd of fresh identities, each with batches all right or all wrong by our reward: each
+    counts 0 from its first batch on, however many they are and however long they keep at it."""
+    ledger = PeerLedger()
+    weights = UsefulnessWeights(enabled=True)
+    weights.observe_own(_own([0.5, -0.5]))
+    for round_ in range(20):
+        for k in range(64):
+            ledger.screened(f"sybil{k}", 16, 0, round_)
+    assert {weights.factor(ledger.standing(f"sybil{k}")) for k in range(64)} == {0.0}
+    ledger.screened("honest", 8, 8, 0)
+    assert weights.factor(ledger.standing("honest")) == 1.0
 
 
 def _config(tmp_path, name, *sets):

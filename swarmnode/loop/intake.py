@@ -21,6 +21,7 @@ from swarmnode.loop.ledger import PeerLedger
 from swarmnode.loop.pool import PROBATION_EVERY, OfferedGroup, PeerPool, fair_queue
 from swarmnode.loop.samples import Sample, ScoredGroup, score_group, train_samples
 from swarmnode.loop.share import AdaptiveShare
+from swarmnode.loop.usefulness import UsefulnessWeights
 from swarmnode.loop.waiting import WaitRule
 from swarmnode.model.policy import Policy
 from swarmnode.protocol import wire
@@ -43,6 +44,7 @@ class Taken:
     ages_s: list[float] = field(default_factory=list)  # per group taken: seconds since it arrived
     lags: list[int] = field(default_factory=list)  # per group taken: its sender's rounds since
     uninformative: int = 0  # samples left out for advantage 0 (node.skip_uninformative)
+    usefulness: list[float] = field(default_factory=list)  # per kept sample: its peer's factor (node.weight_by_standing)
 
     @property
     def gated(self) -> int:
@@ -79,6 +81,7 @@ class Intake:
         self.waits = WaitRule(config)
         self.anchor_bar = AnchorBar(config.trust.anchor_slack)
         self.share = AdaptiveShare(config)
+        self.usefulness = UsefulnessWeights(config.node.weight_by_standing)
 
     # -- collecting ----------------------------------------------------------------------------
 
@@ -172,6 +175,7 @@ class Intake:
         measure = self.anchor_bar.start is None or (queue and budget > 0)
         anchor_bar = self._anchor_bar(own) if measure else None
         screened_logprobs: list[np.ndarray] = []  # peers' samples under our model (node.adapt_share_nats)
+        self.usefulness.observe_own(own)
         for _ in range(SCREEN_PASSES):
             missing = wanted - len(taken.kept)
             if missing <= 0 or not queue:
@@ -191,8 +195,10 @@ class Intake:
             if self.share.enabled:
                 screened_logprobs += theta if theta is not None else self._theta(samples)
             timings["screen_s"] += time.perf_counter() - t
+            self._note_standing(round_, samples, screening)  # first: a peer's factor counts this batch too
+            factors = {s.peer_id: self.usefulness.factor(self.ledger.standing(s.peer_id)) for s in samples}
             kept = [
-                sample.screened(scale, advantage)
+                sample.screened(scale * factors[sample.peer_id], advantage)
                 for sample, keep, scale, advantage in zip(samples, screening.keep, screening.weight_scale, screening.advantages)
                 if keep
             ]
@@ -201,8 +207,8 @@ class Intake:
                 taken.uninformative += len(kept) - len(informative)
                 kept = informative
             taken.kept += kept
+            taken.usefulness += [factors[sample.peer_id] for sample in kept]
             taken.screenings.append(screening)
-            self._note_standing(round_, samples, screening)
         if self.share.enabled:
             self.share.observe([s.train.gen_logprobs for s in own], screened_logprobs)
         return taken

@@ -183,6 +183,7 @@ class Node:
             tokens_per_s=state.payload_tokens / max(state.timings["generate_s"], 1e-9),
             uninformative=taken.uninformative,
             likelihood_gap=self.intake.share.gap,
+            peer_usefulness=float(np.mean(taken.usefulness)) if taken.usefulness else None,
             samples_by_peer=dict(Counter(sample.peer_id for sample in taken.kept)),
             timings=state.timings,
         )

@@ -199,6 +199,12 @@ class NodeSettings(_Section):
         "room in the step: left out, the next groups screened in their place. Off: it lowered the `same` control "
         "(docs/figures.md)",
     )
+    weight_by_standing: bool = Field(
+        False,
+        description="true = a peer's samples count its standing (the recent share of its screened samples that were "
+        "useful) over our own samples' useful share, at most 1 (swarmnode.loop.usefulness); off = every kept sample "
+        "counts 1 and standing orders the share only",
+    )
     max_peer_groups: int | None = Field(
         None, ge=0,
         description="max peer groups in one step; None = as many as the node's own batch (rollout.prompts_per_round), "
