@@ -19,8 +19,8 @@ A condition may carry settings of its own after its objective, `f-tis:loss.filte
 (several joined by `:`), so variants of one objective are compared against the same alone.
 
 The setting `same` (two copies of one model) is the control: together they should learn as
-well as one alone. `control_warnings` names every condition where they do not, by more than
-two standard errors; then the swarm's machinery (screening, bookkeeping) costs learning by
+well as one alone. `control_warnings` names every condition where they do not, outside the
+95 % interval of Student's t over the seeds; then the swarm's machinery (screening, bookkeeping) costs learning by
 itself, and no other setting's gain can be read as what heterogeneity did.
 
 Members run in one process through the in-memory exchange, stepped together round by round, so

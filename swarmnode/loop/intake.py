@@ -44,7 +44,7 @@ class Taken:
     ages_s: list[float] = field(default_factory=list)  # per group taken: seconds since it arrived
     lags: list[int] = field(default_factory=list)  # per group taken: its sender's rounds since
     uninformative: int = 0  # samples left out for advantage 0 (node.skip_uninformative)
-    usefulness: list[float] = field(default_factory=list)  # per kept sample: its peer's factor (node.weight_by_standing)
+    usefulness: list[float] = field(default_factory=list)  # per kept sample: its peer's factor (node.weight_by_usefulness)
 
     @property
     def gated(self) -> int:
@@ -81,7 +81,7 @@ class Intake:
         self.waits = WaitRule(config)
         self.anchor_bar = AnchorBar(config.trust.anchor_slack)
         self.share = AdaptiveShare(config)
-        self.usefulness = UsefulnessWeights(config.node.weight_by_standing)
+        self.usefulness = UsefulnessWeights(config.node.weight_by_usefulness)
 
     # -- collecting ----------------------------------------------------------------------------
 
@@ -196,18 +196,19 @@ class Intake:
                 screened_logprobs += theta if theta is not None else self._theta(samples)
             timings["screen_s"] += time.perf_counter() - t
             self._note_standing(round_, samples, screening)  # first: a peer's factor counts this batch too
-            factors = {s.peer_id: self.usefulness.factor(self.ledger.standing(s.peer_id)) for s in samples}
+            factors = {s.peer_id: self.usefulness.factor(s.peer_id) for s in samples}
             kept = [
                 sample.screened(scale * factors[sample.peer_id], advantage)
                 for sample, keep, scale, advantage in zip(samples, screening.keep, screening.weight_scale, screening.advantages)
-                if keep
+                if keep and factors[sample.peer_id] > 0  # a peer that never taught us takes no room
             ]
             if self.config.node.skip_uninformative:
                 informative = [sample for sample in kept if sample.train.advantage != 0]
                 taken.uninformative += len(kept) - len(informative)
                 kept = informative
             taken.kept += kept
-            taken.usefulness += [factors[sample.peer_id] for sample in kept]
+            if self.usefulness.enabled:
+                taken.usefulness += [factors[sample.peer_id] for sample in kept]
             taken.screenings.append(screening)
         if self.share.enabled:
             self.share.observe([s.train.gen_logprobs for s in own], screened_logprobs)
@@ -277,3 +278,4 @@ class Intake:
             useful[sample.peer_id] += int(kept and not near and advantage != 0)
         for peer, count in offered.items():
             self.ledger.screened(peer, count, useful[peer], round_)
+            self.usefulness.observe_peer(peer, count, useful[peer])

@@ -1,17 +1,21 @@
 """How much a peer's samples count in our step: as much as they have been teaching us.
 
-The ledger keeps each peer's standing: the recent share of its screened samples that were
-useful (kept, clear of the gate's bars, with a non-zero advantage). Our own samples have a
-useful share too (a non-zero advantage). With `node.weight_by_standing`, each of a peer's
-samples counts standing / our share, at most 1: a peer whose groups teach as often as ours
-counts fully, one that mostly sends groups that teach nothing, or samples that sit at the
-gate's bar, counts that much less even in the samples that do teach. Off, every kept sample
-counts 1, and the standing orders the share only (swarmnode.loop.pool.fair_queue).
+A peer's sample is useful when screening kept it clear of the gate's bars (by `trust.near_bar`)
+and it trained with a non-zero advantage: the rule the ledger's standing uses. With
+`node.weight_by_usefulness`, each peer has a running usefulness that starts at 0 and moves
+toward each screened batch's useful share (STANDING_WEIGHT of the way), and each of its kept
+samples counts that over our own samples' useful share (non-zero advantage), at most 1. A peer
+whose groups teach as often as ours comes to count fully, one that mostly sends groups that
+teach nothing, or samples that sit at the gate's bar, counts that much less even in the
+samples that do teach, and one whose samples never taught us counts 0: its samples take no
+room, the next groups are screened in their place. Off, every kept sample counts 1 and
+standing orders the share only (swarmnode.loop.pool.fair_queue).
 
-The measure is this node's own: a peer raises its weight only by sending samples that teach
-us, and a new identity starts from its first screened batch, never above what that batch
-showed. A weight only shrinks a sample's importance weights (the weight budget's scale times
-it), so no peer gains weight through it.
+The measure is this node's own and starts at 0 for every identity, so a fresh identity earns
+its weight batch by batch (a peer that drops a poor record for a new name starts lower, not
+higher) and a crowd whose groups teach nothing never counts. A factor only shrinks a sample's
+importance weights, so no peer weighs more through it than with it off. The price: an honest
+newcomer counts fully only after some rounds (half its share after 3 batches, 9/10 after 10).
 """
 
 from __future__ import annotations
@@ -23,27 +27,34 @@ from swarmnode.loop.samples import Sample
 
 
 class UsefulnessWeights:
-    """Per-peer factors on importance weights, from standing against our own useful share."""
+    """Per-peer factors on importance weights: running usefulness against our own useful share."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         self.own_share: float | None = None  # running share of our own samples with a non-zero advantage
+        self.usefulness: dict[str, float] = {}  # peer -> running useful share of its screened samples, from 0
 
     def observe_own(self, own: Sequence[Sample]) -> None:
-        """Move our useful share toward this round's, as fast as a peer's standing moves."""
+        """Move our useful share toward this round's, as fast as a peer's moves."""
         if not own:
             return
         share = sum(sample.train.advantage != 0 for sample in own) / len(own)
         self.own_share = share if self.own_share is None else self.own_share + STANDING_WEIGHT * (share - self.own_share)
 
-    def factor(self, standing: float | None) -> float:
-        """What a peer's samples count, from its standing (None: never screened, counts 0).
-        When our own samples teach nothing (all groups right or all wrong), any useful peer
-        counts fully."""
+    def observe_peer(self, peer_id: str, offered: int, useful: int) -> None:
+        """One screened batch of the peer's: `useful` of `offered` samples taught us."""
+        if offered > 0:
+            before = self.usefulness.get(peer_id, 0.0)
+            self.usefulness[peer_id] = before + STANDING_WEIGHT * (useful / offered - before)
+
+    def factor(self, peer_id: str) -> float:
+        """What each of the peer's samples counts, in [0, 1]; 1 when off. When our own
+        samples teach nothing (all groups right or all wrong), any useful peer counts fully."""
         if not self.enabled:
             return 1.0
-        if standing is None or standing <= 0:
+        usefulness = self.usefulness.get(peer_id, 0.0)
+        if usefulness <= 0:
             return 0.0
         if not self.own_share:
             return 1.0
-        return min(1.0, standing / self.own_share)
+        return min(1.0, usefulness / self.own_share)

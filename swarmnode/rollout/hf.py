@@ -68,7 +68,8 @@ class HFGenerator:
     name = "hf"
 
     def __init__(self, policy: Policy, settings: RolloutSettings, seed: int = 0) -> None:
-        """`seed` starts this generator's own random stream (node.seed): sampling is
+        """`seed` starts this generator's own random stream (node.seed with the node's
+        identity, rollout.base.sampling_seed): sampling is
         reproducible and independent of whatever else in the process draws random numbers
         (other nodes in one process, the trainer)."""
         self.policy = policy

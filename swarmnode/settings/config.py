@@ -199,11 +199,11 @@ class NodeSettings(_Section):
         "room in the step: left out, the next groups screened in their place. Off: it lowered the `same` control "
         "(docs/figures.md)",
     )
-    weight_by_standing: bool = Field(
+    weight_by_usefulness: bool = Field(
         False,
-        description="true = a peer's samples count its standing (the recent share of its screened samples that were "
-        "useful) over our own samples' useful share, at most 1 (swarmnode.loop.usefulness); off = every kept sample "
-        "counts 1 and standing orders the share only",
+        description="true = a peer's samples count its running usefulness (the share of its screened samples that "
+        "taught us, from 0 for a new identity) over our own samples' useful share, at most 1; a peer that never "
+        "taught us takes no room (swarmnode.loop.usefulness). Off = every kept sample counts 1",
     )
     max_peer_groups: int | None = Field(
         None, ge=0,
