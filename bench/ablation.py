@@ -30,7 +30,9 @@ The control: unless the setting is `same` itself, or `--no-control`, the `same` 
 copies of tiny) runs first with the same conditions, seeds and shape (or is read from an
 earlier run's control.json with `--control-from`), and its gains against alone are printed
 with a warning wherever one lies outside the 95 % interval around 0 (Student's t over the
-seeds: 2.78 SE at 5 seeds, 2.26 at 10): then the swarm's machinery costs
+seeds: 2.78 SE at 5 seeds, 2.26 at 10). Only the shared, step-matched comparison is judged:
+on top or time-matched a copy is worth something, and its gain is the yardstick for the
+setting's rows. Where the control is off, the swarm's machinery costs
 learning by itself and the setting's gains cannot be read as what heterogeneity did.
 
 Printed: per member and condition, greedy pass@1 on --eval-size held-out problems before and
@@ -71,6 +73,7 @@ from swarmnode.lab.ablation import (  # noqa: E402
     Shape,
     budget_gains,
     by_member,
+    control_judged,
     control_warnings,
     diagnostics,
     paired_gains,
@@ -180,6 +183,10 @@ def print_control(runs: list[ConditionRun], args: argparse.Namespace) -> None:
         print(f"\ncontrol ({CONTROL}: {SETTINGS[CONTROL].about}), {match}-matched: gain against alone (SE)")
         for gain in gains:
             print(f"  {gain.label:<12} {gain.condition:<22} {gain.gain:+.3f} ({gain.se:.3f}), {gain.seeds} seed(s)")
+        if not control_judged(args.accounting, match):
+            print("  not judged against 0: here a copy brings more samples a step or more rounds, and what it is "
+                  "worth is the yardstick for the setting's rows")
+            continue
         warnings = control_warnings(gains)
         for line in warnings:
             print(f"WARNING: {line}")

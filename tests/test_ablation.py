@@ -16,6 +16,7 @@ from swarmnode.lab.ablation import (
     MemberRun,
     Shape,
     budget_gains,
+    control_judged,
     control_limit_se,
     control_warnings,
     counterpart_round,
@@ -137,6 +138,8 @@ def test_the_control_warns_only_outside_the_t_interval_of_its_seeds():
     assert len(warnings) == 2
     assert "tiny under nois gains -0.030" in warnings[0] and "2.78 SE" in warnings[0]
     assert "tiny under vis gains -0.025" in warnings[1] and "2.05 SE" in warnings[1]
+    assert control_judged("shared", "step")
+    assert not control_judged("on-top", "step") and not control_judged("shared", "time"), "a copy is worth something there"
 
 
 def test_time_matching_trains_the_rounds_that_fit_alone_s_modelled_time():

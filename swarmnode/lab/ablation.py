@@ -426,6 +426,14 @@ def control_limit_se(seeds: int, confidence: float = CONTROL_CONFIDENCE) -> floa
     return float(student_t.ppf(0.5 + confidence / 2, seeds - 1))
 
 
+def control_judged(accounting: str, match: str) -> bool:
+    """Whether two copies should learn exactly as one alone: only with a shared batch after the
+    same rounds, where they train on as many on-policy samples a step as alone. On top each
+    step has twice the samples, time-matched there are more rounds: a copy is then worth
+    something, and what it is worth is the yardstick for the setting's rows, not an error."""
+    return accounting == "shared" and match == "step"
+
+
 def control_warnings(gains: list[Gain], confidence: float = CONTROL_CONFIDENCE) -> list[str]:
     """For gains of the control setting against alone: one line per member and condition whose
     gain lies outside the `confidence` interval around 0 (none can be judged with one seed)."""
