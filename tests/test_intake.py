@@ -191,8 +191,10 @@ def test_samples_near_a_bar_earn_their_sender_no_standing():
         keep=[True] * 4, below_bar_flags=[False] * 4, near_bar_flags=[True, True, False, True],
         weight_scale=[1.0] * 4, advantages=[0.5, -0.5, 0.5, -0.5], bar=-2.0, verdicts={},
     )
-    Intake._note_standing(SimpleNamespace(ledger=ledger), 0, samples, screening)
+    weights = UsefulnessWeights(enabled=True)
+    Intake._note_standing(SimpleNamespace(ledger=ledger, usefulness=weights), 0, samples, screening)
     assert ledger.standing("walker") == 0.0 and ledger.standing("honest") == 0.5
+    assert weights.usefulness == {"walker": 0.0, "honest": 0.1}, "usefulness counts by the same rule, from 0"
 
 
 class _RecordingExchange:

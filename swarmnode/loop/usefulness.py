@@ -36,14 +36,14 @@ class UsefulnessWeights:
 
     def observe_own(self, own: Sequence[Sample]) -> None:
         """Move our useful share toward this round's, as fast as a peer's moves."""
-        if not own:
+        if not self.enabled or not own:
             return
         share = sum(sample.train.advantage != 0 for sample in own) / len(own)
         self.own_share = share if self.own_share is None else self.own_share + STANDING_WEIGHT * (share - self.own_share)
 
     def observe_peer(self, peer_id: str, offered: int, useful: int) -> None:
         """One screened batch of the peer's: `useful` of `offered` samples taught us."""
-        if offered > 0:
+        if self.enabled and offered > 0:
             before = self.usefulness.get(peer_id, 0.0)
             self.usefulness[peer_id] = before + STANDING_WEIGHT * (useful / offered - before)
 
