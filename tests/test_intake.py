@@ -311,7 +311,7 @@ def test_with_weight_by_usefulness_a_peer_counts_what_it_taught_over_what_ours_t
 
 def test_a_peer_s_factor_rises_with_useful_samples_and_falls_with_useless_ones():
     weights = UsefulnessWeights(enabled=True)
-    weights.observe_own(_own([0.5, 0.0, -0.5, 0.0]))  # half of ours teach
+    weights.observe_own(_own([0.5, 0.0, -0.5, 0.0]), [False] * 4)  # half of ours teach
     assert weights.factor("p") == 0.0, "never screened: nothing shown yet"
     factors = []
     for useful in [4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 0, 0, 0]:  # of 8
@@ -321,10 +321,10 @@ def test_a_peer_s_factor_rises_with_useful_samples_and_falls_with_useless_ones()
     assert rising == sorted(rising) and rising[0] == pytest.approx(0.2) and rising[-1] > 0.85, "toward 0.5 / 0.5"
     assert falling == sorted(falling, reverse=True) and falling[-1] < 0.5
     assert all(0.0 <= f <= 1.0 for f in factors), "never above a sample of our own"
-    weights.observe_own(_own([0.0] * 4))
-    assert weights.own_share == pytest.approx(0.4), "our share moves as a peer's does"
+    weights.observe_own(_own([0.5, -0.5, 0.5, 0.5]), [True] * 4)  # they would, but sit at the gate's bar
+    assert weights.own_share == pytest.approx(0.4), "our share moves as a peer's does, by a peer's rule"
     nothing_of_ours = UsefulnessWeights(enabled=True)
-    nothing_of_ours.observe_own(_own([0.0] * 8))
+    nothing_of_ours.observe_own(_own([0.0] * 8), [False] * 8)
     nothing_of_ours.observe_peer("p", 8, 1)
     assert nothing_of_ours.factor("p") == 1.0, "when our own groups teach nothing, any useful peer counts fully"
     assert UsefulnessWeights(enabled=False).factor("anyone") == 1.0
@@ -335,7 +335,7 @@ def test_identities_gain_no_weight_by_number_nor_by_a_new_name():
     however long they keep at it; a peer that takes a new name after a poor record starts
     below where its old name stands after the same batch."""
     weights = UsefulnessWeights(enabled=True)
-    weights.observe_own(_own([0.5, -0.5]))
+    weights.observe_own(_own([0.5, -0.5]), [False] * 2)
     for _ in range(20):
         for k in range(64):
             weights.observe_peer(f"sybil{k}", 16, 0)

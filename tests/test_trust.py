@@ -16,6 +16,7 @@ from swarmnode.learn.trust import (
     AnchorBar,
     gate_bar,
     least_likely_window,
+    own_near_bar,
     screen,
 )
 from swarmnode.protocol.wire import Completion
@@ -238,3 +239,21 @@ def test_a_sample_that_passes_a_bar_by_a_hair_is_kept_but_flagged_near_it():
     assert result.near_bar_flags == [False, True, False], "the anchored bar counts too"
     flat = screen(samples, [hair, clear, under], own, TrustSettings(near_bar=0.0), LOSS)
     assert flat.near_bar_flags == [False, False, True]
+
+
+def test_our_own_samples_are_held_to_the_near_bar_rule_a_peer_s_samples_meet():
+    """A copy of our model sends samples distributed as ours: judged by one rule, as many of
+    ours as of its sit near a bar, so the copy's usefulness can equal our own share."""
+    own = [_sample("", o) for o in _own()]
+    bar = gate_bar([s.gen_logprobs for s in own], TRUST)
+    hair, clear = np.full(12, bar + 0.5 * TRUST.near_bar), np.full(12, bar + 2 * TRUST.near_bar)
+    ours = own + [_sample("", hair), _sample("", clear)]
+    copy = [_sample("copy", s.gen_logprobs) for s in ours]
+    by_screen = screen(copy, [s.gen_logprobs for s in copy], ours, TRUST, LOSS).near_bar_flags
+    assert own_near_bar(ours, TRUST) == by_screen
+    assert by_screen[-2:] == [True, False] and not any(by_screen[:-2])
+    reference = [np.zeros(12)] * len(ours)
+    reference[0] = np.full(12, -1.0)
+    anchored = Anchor(logprobs=reference, bar=-1.0 - 0.5 * TRUST.near_bar)
+    assert own_near_bar(ours, TRUST, anchored)[0], "the anchored bar counts for ours too"
+    assert own_near_bar(ours, TRUST, anchored) == screen(copy, [s.gen_logprobs for s in copy], ours, TRUST, LOSS, anchored).near_bar_flags

@@ -189,6 +189,27 @@ def gateable(advantage: float, trust: TrustSettings) -> bool:
     return trust.gate_scope == "all" or advantage > 0
 
 
+def _headrooms(theta: np.ndarray, bar: float | None, anchor: Anchor | None, i: int, trust: TrustSettings) -> list[float]:
+    """How far above each bar (ours, the anchored one) sample i's least likely window is."""
+    window = trust.gate_window
+    return [
+        *([least_likely_window(theta, window) - bar] if bar is not None else []),
+        *([least_likely_window(anchor.logprobs[i], window) - anchor.bar] if anchor is not None else []),
+    ]
+
+
+def own_near_bar(own: list[TrainSample], trust: TrustSettings, anchor: Anchor | None = None) -> list[bool]:
+    """Which of our own samples sit under a bar of the gate or within `trust.near_bar` above
+    one (`anchor`: the reference's log-probs of our own samples and its bar): the rule a peer's
+    samples are held to for their standing, so that a copy of our model teaches us, by that
+    rule, as often as our own samples do (swarmnode.loop.usefulness)."""
+    bar = gate_bar([s.gen_logprobs for s in own], trust) if trust.likelihood_gate else None
+    return [
+        any(not h >= trust.near_bar for h in _headrooms(sample.gen_logprobs, bar, anchor, i, trust))
+        for i, sample in enumerate(own)
+    ]
+
+
 def screen(
     peers: list[TrainSample],
     theta_logprobs: list[np.ndarray],
@@ -217,11 +238,7 @@ def screen(
         peer, advantage, gen = sample.source, sample.advantage, sample.gen_logprobs
         verdict = verdicts[peer]
         verdict.samples += 1
-        # how far above each bar (ours, the anchored one) its least likely window is
-        headrooms = [
-            *([least_likely_window(theta, trust.gate_window) - bar] if bar is not None else []),
-            *([least_likely_window(anchor.logprobs[i], trust.gate_window) - anchor.bar] if anchor is not None else []),
-        ]
+        headrooms = _headrooms(theta, bar, anchor, i, trust)
         unlikely = any(not h >= 0 for h in headrooms)  # a NaN score fails: nothing unscorable passes
         near[i] = any(not h >= trust.near_bar for h in headrooms)  # by a hair: walking the gate earns no standing
         if unlikely:

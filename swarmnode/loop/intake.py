@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from swarmnode.learn.trust import Anchor, AnchorBar, Screening, screen
+from swarmnode.learn.trust import Anchor, AnchorBar, Screening, own_near_bar, screen
 from swarmnode.loop.ledger import PeerLedger
 from swarmnode.loop.pool import PROBATION_EVERY, OfferedGroup, PeerPool, fair_queue
 from swarmnode.loop.samples import Sample, ScoredGroup, score_group, train_samples
@@ -172,10 +172,12 @@ class Intake:
         queue = list(offered)
         timings["score_s"] = timings["screen_s"] = 0.0
         # measured in the first round, peers or not (its start is the run's start), then in rounds with peers
-        measure = self.anchor_bar.start is None or (queue and budget > 0)
-        anchor_bar = self._anchor_bar(own) if measure else None
+        screening_peers = bool(queue) and budget > 0
+        own_anchor = self._own_anchor(own) if self.anchor_bar.start is None or screening_peers else None
+        anchor_bar = own_anchor.bar if own_anchor else None
         screened_logprobs: list[np.ndarray] = []  # peers' samples under our model (node.adapt_share_nats)
-        self.usefulness.observe_own(own)
+        if screening_peers:  # judged by the bars the peers' samples meet this round
+            self.usefulness.observe_own(own, own_near_bar([s.train for s in own], self.config.trust, own_anchor))
         for _ in range(SCREEN_PASSES):
             missing = wanted - len(taken.kept)
             if missing <= 0 or not queue:
@@ -226,16 +228,18 @@ class Intake:
         prompt = build_prompt(self.task, problem, self.policy)
         return score_group(self.task, self.policy, group.peer_id, problem, prompt, group.completions)
 
-    def _anchor_bar(self, own: list[Sample]) -> float | None:
+    def _own_anchor(self, own: list[Sample]) -> Anchor | None:
         """This round's bar of the anchored gate, moved by our own samples as the reference
-        scores them; None when the gate is not anchored (swarmnode.learn.trust)."""
+        scores them, with those scores; None when the gate is not anchored or has no bar yet
+        (swarmnode.learn.trust)."""
         trust = self.config.trust
         if not (own and trust.likelihood_gate and trust.anchor and self.policy.has_reference):
             return None  # without own samples there is no bar this round, anchored or not
         reference = self.policy.reference_logprobs(
             [s.train.prompt_ids for s in own], [s.train.completion_ids for s in own], self.config.rollout.temperature
         )
-        return self.anchor_bar.update(reference, trust)
+        bar = self.anchor_bar.update(reference, trust)
+        return Anchor(reference, bar) if bar is not None else None
 
     def _screen(
         self, own: list[Sample], peers: list[Sample], struck: set[str], anchor_bar: float | None

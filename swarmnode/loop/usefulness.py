@@ -4,7 +4,7 @@ A peer's sample is useful when screening kept it clear of the gate's bars (by `t
 and it trained with a non-zero advantage: the rule the ledger's standing uses. With
 `node.weight_by_usefulness`, each peer has a running usefulness that starts at 0 and moves
 toward each screened batch's useful share (STANDING_WEIGHT of the way), and each of its kept
-samples counts that over our own samples' useful share (non-zero advantage), at most 1. A peer
+samples counts that over our own samples' useful share (by the same rule), at most 1. A peer
 whose groups teach as often as ours comes to count fully, one that mostly sends groups that
 teach nothing, or samples that sit at the gate's bar, counts that much less even in the
 samples that do teach, and one whose samples never taught us counts 0: its samples take no
@@ -31,14 +31,16 @@ class UsefulnessWeights:
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
-        self.own_share: float | None = None  # running share of our own samples with a non-zero advantage
+        self.own_share: float | None = None  # running useful share of our own samples, by a peer's rule
         self.usefulness: dict[str, float] = {}  # peer -> running useful share of its screened samples, from 0
 
-    def observe_own(self, own: Sequence[Sample]) -> None:
-        """Move our useful share toward this round's, as fast as a peer's moves."""
+    def observe_own(self, own: Sequence[Sample], near_bar: Sequence[bool]) -> None:
+        """Move our useful share toward this round's, as fast as a peer's moves, by the rule a
+        peer's samples are held to: a non-zero advantage, clear of the gate's bars
+        (`near_bar[i]`: own[i] is under a bar or within `trust.near_bar` above one)."""
         if not self.enabled or not own:
             return
-        share = sum(sample.train.advantage != 0 for sample in own) / len(own)
+        share = sum(sample.train.advantage != 0 and not near for sample, near in zip(own, near_bar, strict=True)) / len(own)
         self.own_share = share if self.own_share is None else self.own_share + STANDING_WEIGHT * (share - self.own_share)
 
     def observe_peer(self, peer_id: str, offered: int, useful: int) -> None:
