@@ -1,0 +1,131 @@
+"""Two tokenizations of one completion, cut where both have a boundary (issue: other families).
+
+A peer of another model family samples tokens of its own vocabulary and reports their log-probs.
+We train on the same text in our tokens, so the importance weight pi_theta / pi_gen needs both
+policies' probability of the same event. Where both segmentations have a token boundary at the
+same character, the text between two such shared boundaries (a span) is one event to both: the
+sender's log-prob of it is the sum of its tokens' log-probs, ours the sum of ours, and their
+difference is the span's log-ratio, which every one of our tokens in the span takes as its own
+(`span_log_ratios`). When the two tokenizations share every boundary, each span is one token and
+this is today's token-level weight exactly.
+
+A boundary counts only where it is clean: the tokens up to it decode to a prefix of the whole
+text. A token that ends inside a character (byte fallback, a byte-level BPE cutting a multi-byte
+character), or a decoder that rewrites earlier text once more tokens follow, leaves no boundary
+there, so the span simply grows past it. A sender's completion cut off inside a character ends
+in a replacement character: its text is taken up to the sender's last clean boundary, and the
+tokens after it are dropped with their log-probs (`sender_text`). The sender's log-prob of a span
+is that of the segmentation it sampled, a lower bound on the probability of the span's text
+under its model (other segmentations of the same text have probability too), as for any
+cross-tokenizer estimate built from sampled tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+Decode = Callable[[Sequence[int]], str]
+REPLACEMENT = "\ufffd"  # what a decoder shows for bytes that are not (yet) a whole character
+
+
+def token_ends(ids: Sequence[int], decode: Decode) -> tuple[str, list[int | None]]:
+    """The text `ids` decode to, and per token the character offset its clean prefix ends at in
+    that text (None where the tokens up to it do not decode to a prefix of the text, or end in
+    a replacement character: no boundary there). Quadratic in the length: one decode a token."""
+    text = decode(ids)
+    ends: list[int | None] = []
+    for count in range(1, len(ids) + 1):
+        prefix = decode(ids[:count])
+        clean = text.startswith(prefix) and not prefix.endswith(REPLACEMENT)
+        ends.append(len(prefix) if clean else None)
+    return text, ends
+
+
+@dataclass(frozen=True)
+class SenderText:
+    """The part of a sender's completion we can train on: its text and token boundaries."""
+
+    text: str
+    ends: list[int | None]  # per sender token, as token_ends; tokens past `text` are None
+    tokens: int  # how many of the sender's tokens `text` covers (the rest are dropped)
+
+
+def sender_text(ids: Sequence[int], decode: Decode) -> SenderText:
+    """Decode a sender's completion with its tokenizer, cut at its last clean boundary so an
+    unfinished character at the end (a completion stopped by its token limit) is dropped."""
+    text, ends = token_ends(ids, decode)
+    last = max((k for k, end in enumerate(ends) if end is not None), default=-1)
+    cut = ends[last] if last >= 0 else 0
+    return SenderText(text[:cut], ends[: last + 1] + [None] * (len(ids) - last - 1), last + 1)
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """Both tokenizations of one text, by span: the text between consecutive shared boundaries."""
+
+    spans: int
+    sender_span: np.ndarray  # int64 per sender token: its span, -1 for a token past the text
+    our_span: np.ndarray  # int64 per token of ours: its span
+
+    @property
+    def token_level(self) -> bool:
+        """Every span is one token of each: the two agree on every boundary."""
+        return len(self.sender_span) == len(self.our_span) == self.spans and bool((self.sender_span >= 0).all())
+
+
+def align(sender_ends: Sequence[int | None], our_ends: Sequence[int | None], length: int) -> Alignment:
+    """Cut a text of `length` characters at the boundaries both tokenizations have cleanly.
+
+    `sender_ends` and `our_ends` are per-token end offsets as token_ends gives them; the sender's
+    may run past `length` (dropped tokens, None). Our last token must end cleanly at `length`,
+    and so must one of the sender's: the same text, whole, on both sides."""
+    if length == 0:
+        raise ValueError("nothing to align: the text is empty")
+    if not our_ends or our_ends[-1] != length:
+        raise ValueError("our tokens do not end cleanly at the end of the text")
+    sender_clean = {end for end in sender_ends if end is not None}
+    if length not in sender_clean:
+        raise ValueError("the sender's tokens do not end cleanly at the end of the text")
+    shared = sender_clean & {end for end in our_ends if end is not None}
+    shared = {end for end in shared if end <= length}
+    span_at = {end: k for k, end in enumerate(sorted(shared))}  # the span a shared boundary closes
+    return Alignment(len(shared), _span_of(sender_ends, span_at, length), _span_of(our_ends, span_at, length))
+
+
+def _span_of(ends: Sequence[int | None], span_at: dict[int, int], length: int) -> np.ndarray:
+    """Per token, the span it lies in: the one the next shared boundary at or after it closes."""
+    spans = np.full(len(ends), -1, dtype=np.int64)
+    pending: list[int] = []  # tokens since the last shared boundary
+    for k, end in enumerate(ends):
+        pending.append(k)
+        if end is not None and end in span_at:
+            spans[pending] = span_at[end]
+            pending = []
+        if end == length:
+            break
+    return spans
+
+
+def span_sums(values: torch.Tensor, span_of: torch.Tensor, spans: int) -> torch.Tensor:
+    """Sum of per-token `values` within each span; tokens with span -1 count nowhere."""
+    inside = span_of >= 0
+    sums = torch.zeros(spans, dtype=values.dtype, device=values.device)
+    return sums.index_add(0, span_of[inside], values[inside])
+
+
+def span_log_ratios(logp_theta: torch.Tensor, our_span: torch.Tensor, span_gen: torch.Tensor) -> torch.Tensor:
+    """Per token of ours: log pi_theta(span) - log pi_gen(span) of the span it lies in, where
+    pi_theta(span) sums our tokens' log-probs and `span_gen` holds the sender's sums per span."""
+    span_theta = span_sums(logp_theta, our_span, len(span_gen))
+    return (span_theta - span_gen)[our_span]
+
+
+def span_divergence(logp_theta: torch.Tensor, our_span: torch.Tensor, span_gen: torch.Tensor, clamp: float = 20.0) -> torch.Tensor:
+    """The k3 estimate over spans (mean of exp(d) - d - 1, d = log pi_gen - log pi_theta of a
+    span): the filter's divergence where one event is a span rather than a token."""
+    d = (span_gen - span_sums(logp_theta.detach(), our_span, len(span_gen))).clamp(-clamp, clamp)
+    return (torch.expm1(d) - d).mean()

@@ -1,0 +1,134 @@
+"""Span alignment of two tokenizations of one text, on hand-made byte vocabularies."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from swarmnode.learn.alignment import (
+    align,
+    sender_text,
+    span_divergence,
+    span_log_ratios,
+    span_sums,
+    token_ends,
+)
+from swarmnode.learn.loss import sequence_divergence
+
+
+class ByteVocab:
+    """A tokenizer by greedy longest match over a list of byte strings (every single byte is in
+    it, so any text encodes); decoding joins the bytes, replacing what is not yet a character."""
+
+    def __init__(self, pieces: list[bytes]) -> None:
+        self.pieces = sorted(set(pieces) | {bytes([b]) for b in range(256)}, key=lambda p: (-len(p), p))
+        self.ids = {piece: k for k, piece in enumerate(self.pieces)}
+
+    def encode(self, text: str) -> list[int]:
+        data, ids = text.encode(), []
+        while data:
+            piece = next(p for p in self.pieces if data.startswith(p))
+            ids.append(self.ids[piece])
+            data = data[len(piece):]
+        return ids
+
+    def decode(self, ids) -> str:
+        return b"".join(self.pieces[k] for k in ids).decode("utf-8", errors="replace")
+
+
+def _aligned(sender: ByteVocab, ours: ByteVocab, text: str):
+    sent = sender_text(sender.encode(text), sender.decode)
+    our_ids = ours.encode(sent.text)
+    our_text, our_ends = token_ends(our_ids, ours.decode)
+    assert our_text == sent.text
+    return align(sent.ends, our_ends, len(sent.text)), sent, our_ids
+
+
+def test_identical_tokenizations_align_token_by_token():
+    vocab = ByteVocab([b"12", b"+", b"3", b" = ", b"<answer>"])
+    alignment, _, our_ids = _aligned(vocab, vocab, "12+3 = 15 <answer>15")
+    assert alignment.token_level and alignment.spans == len(our_ids)
+    assert list(alignment.our_span) == list(range(len(our_ids))) == list(alignment.sender_span)
+
+
+def test_a_coarser_tokenizer_s_tokens_each_cover_a_span_of_ours():
+    fine, coarse = ByteVocab([]), ByteVocab([b"123", b"45", b" + "])
+    alignment, sent, our_ids = _aligned(coarse, fine, "123 + 45")  # sender coarse: 123 | " + " | 45
+    assert alignment.spans == 3 and list(alignment.sender_span) == [0, 1, 2]
+    assert list(alignment.our_span) == [0, 0, 0, 1, 1, 1, 2, 2]
+    assert not alignment.token_level
+
+
+def test_disjoint_boundaries_leave_one_span_for_the_whole_text():
+    left, right = ByteVocab([b"ab", b"cd"]), ByteVocab([b"a", b"bc", b"d"])  # ab|cd against a|bc|d
+    alignment, _, _ = _aligned(left, right, "abcd")
+    assert alignment.spans == 1 and list(alignment.our_span) == [0, 0, 0] and list(alignment.sender_span) == [0, 0]
+
+
+def test_byte_fallback_and_an_emoji_leave_no_boundary_inside_a_character():
+    """The sender spells the emoji and the euro sign byte by byte; we have each as one token.
+    No boundary falls inside either character, so each is one span of four or three bytes."""
+    text = "x\U0001F600y€z"
+    alignment, sent, our_ids = _aligned(ByteVocab([]), ByteVocab(["\U0001F600".encode(), "€".encode()]), text)
+    assert sent.text == text and sent.tokens == len(text.encode())
+    assert alignment.spans == 5 and list(alignment.our_span) == [0, 1, 2, 3, 4]
+    assert list(alignment.sender_span) == [0, 1, 1, 1, 1, 2, 3, 3, 3, 4]
+
+
+def test_a_completion_cut_inside_a_character_is_trained_up_to_its_last_whole_one():
+    vocab = ByteVocab([])
+    ids = vocab.encode("ab€")[:-1]  # the limit stopped it after two of the euro sign's three bytes
+    sent = sender_text(ids, vocab.decode)
+    assert sent.text == "ab" and sent.tokens == 2 and sent.ends == [1, 2, None, None]
+    alignment = align(sent.ends, token_ends(vocab.encode("ab"), vocab.decode)[1], 2)
+    assert list(alignment.sender_span) == [0, 1, -1, -1], "the unfinished character's bytes are dropped"
+
+
+def test_a_text_whose_tokens_do_not_end_at_its_end_is_refused():
+    with pytest.raises(ValueError, match="sender"):
+        align([1, None], [1, 2], 2)
+    with pytest.raises(ValueError, match="our tokens"):
+        align([1, 2], [1, None], 2)
+    with pytest.raises(ValueError, match="empty"):
+        align([], [], 0)
+
+
+def test_a_span_s_ratio_is_its_log_prob_sums_and_every_token_of_ours_in_it_takes_it():
+    fine, coarse = ByteVocab([]), ByteVocab([b"123", b"45", b" + "])
+    alignment, _, _ = _aligned(coarse, fine, "123 + 45")
+    gen = torch.tensor([-1.0, -0.5, -2.0])  # the sender's log-prob of each of its tokens
+    theta = torch.tensor([-0.1, -0.2, -0.3, -0.1, -0.1, -0.1, -1.0, -0.5])
+    span_gen = span_sums(gen, torch.from_numpy(alignment.sender_span), alignment.spans)
+    log_w = span_log_ratios(theta, torch.from_numpy(alignment.our_span), span_gen)
+    expected = [-0.6 + 1.0] * 3 + [-0.3 + 0.5] * 3 + [-1.5 + 2.0] * 2
+    assert log_w.tolist() == pytest.approx(expected)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(-8.0, 0.0), min_size=1, max_size=30), st.lists(st.floats(-8.0, 0.0), min_size=30, max_size=30))
+def test_where_both_share_every_boundary_the_weights_are_today_s_token_level_ones(gen_list, theta_list):
+    """Same tokenization: per-token log-ratios and the filter's k3 divergence equal the token-level ones."""
+    vocab = ByteVocab([b"7", b"42", b"<answer>"])
+    ids = (vocab.encode("42+7=49<answer>49") * 3)[: len(gen_list)]
+    text, ends = token_ends(ids, vocab.decode)
+    alignment = align(ends, ends, len(text))
+    assert alignment.token_level
+    gen, theta = torch.tensor(gen_list, dtype=torch.float64), torch.tensor(theta_list[: len(gen_list)], dtype=torch.float64)
+    our_span = torch.from_numpy(alignment.our_span)
+    span_gen = span_sums(gen, torch.from_numpy(alignment.sender_span), alignment.spans)
+    assert torch.allclose(span_log_ratios(theta, our_span, span_gen), theta - gen, atol=1e-12, rtol=0)
+    token_level = sequence_divergence(theta[None], gen[None], torch.ones(1, len(gen)), "k3-mean")
+    assert float(span_divergence(theta, our_span, span_gen)) == pytest.approx(float(token_level[0]), abs=1e-6)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("ab1 2€\U0001F600")), min_size=1, max_size=25))
+def test_any_text_aligns_and_every_token_of_ours_lies_in_a_span(text):
+    sender, ours = ByteVocab([b"ab", b"12", b" 2", "€".encode()]), ByteVocab([b"b1", b"a", "\U0001F600".encode()])
+    alignment, sent, our_ids = _aligned(sender, ours, text)
+    assert (alignment.our_span >= 0).all() and alignment.our_span[-1] == alignment.spans - 1
+    assert np.all(np.diff(alignment.our_span) >= 0) and np.all(np.diff(alignment.sender_span[: sent.tokens]) >= 0)
+    assert set(alignment.sender_span[: sent.tokens]) == set(alignment.our_span) == set(range(alignment.spans))
