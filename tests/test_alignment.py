@@ -7,6 +7,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from transformers import LlamaForCausalLM
 
 from swarmnode.learn.alignment import (
     align,
@@ -17,6 +18,7 @@ from swarmnode.learn.alignment import (
     token_ends,
 )
 from swarmnode.learn.loss import sequence_divergence
+from swarmnode.model.tiny import TINY_LLAMA_SPEC, TINY_SPEC, build_model, build_tokenizer
 
 
 class ByteVocab:
@@ -132,3 +134,20 @@ def test_any_text_aligns_and_every_token_of_ours_lies_in_a_span(text):
     assert (alignment.our_span >= 0).all() and alignment.our_span[-1] == alignment.spans - 1
     assert np.all(np.diff(alignment.our_span) >= 0) and np.all(np.diff(alignment.sender_span[: sent.tokens]) >= 0)
     assert set(alignment.sender_span[: sent.tokens]) == set(alignment.our_span) == set(range(alignment.spans))
+
+
+def test_tiny_llama_is_another_family_whose_completions_align_with_tiny_s():
+    """The second family's tokenizer keeps numbers together and spells spaces as '▁', so on
+    arithmetic it shares few boundaries with tiny's (one digit a token); any text still
+    round-trips through it by byte fallback, and a tiny completion aligns in spans of both."""
+    tiny, other = build_tokenizer(TINY_SPEC), build_tokenizer(TINY_LLAMA_SPEC)
+    assert isinstance(build_model(other, TINY_LLAMA_SPEC), LlamaForCausalLM) and len(other) != len(tiny)
+    for text in ("Compute 123 - 45 = <answer>78</answer>", "x \U0001F600 é\n"):
+        assert other.decode(other(text, add_special_tokens=False)["input_ids"]) == text
+    completion = "<answer>1078</answer> 99"
+    tiny_ids = tiny(completion, add_special_tokens=False)["input_ids"]
+    sent = sender_text(tiny_ids, tiny.decode)
+    our_text, our_ends = token_ends(other(sent.text, add_special_tokens=False)["input_ids"], other.decode)
+    assert our_text == completion
+    alignment = align(sent.ends, our_ends, len(completion))
+    assert not alignment.token_level and alignment.spans < len(tiny_ids), "1078 and 99 are one span each"

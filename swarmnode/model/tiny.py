@@ -21,7 +21,15 @@ from pathlib import Path
 
 import torch
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers import (
+    AutoModelForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
 
 from swarmnode.tasks.arithmetic import ArithmeticTask
 
@@ -57,7 +65,19 @@ TINY_LARGE_SPEC: dict = {
 # Another expertise: the tiny shape warmed up on addition alone, so on subtraction it starts
 # far from the others and its samples are off-policy for them (and theirs for it).
 TINY_ADD_SPEC: dict = {**TINY_SPEC, "warmup_operations": "+"}
-TINY_PRESETS: dict[str, dict] = {"tiny": TINY_SPEC, "tiny-large": TINY_LARGE_SPEC, "tiny-add": TINY_ADD_SPEC}
+# Another family: a Llama with a tokenizer of its own, which keeps multi-digit numbers together
+# and marks spaces as sentencepiece does, so it shares few token boundaries with tiny's by
+# accident; bytes it has no token for fall back to byte tokens, so any text encodes.
+# Measured (greedy, 200 held-out problems): 18 % after 1100 warm-up steps at 1e-3, 4.5 % after
+# 550; the Llama shape with tiny's tokenizer reaches 19 % and tiny 41.5 %: whole-number tokens
+# and this shape generalise less to held-out pairs, so it starts as the weaker peer.
+TINY_LLAMA_SPEC: dict = {
+    **TINY_SPEC, "architecture": "llama", "tokenizer": "numbers", "vocab_size": 768, "warmup_steps": 1100,
+}
+TINY_PRESETS: dict[str, dict] = {
+    "tiny": TINY_SPEC, "tiny-large": TINY_LARGE_SPEC, "tiny-add": TINY_ADD_SPEC, "tiny-llama": TINY_LLAMA_SPEC,
+}
+BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(256)]  # sentencepiece's byte-fallback vocabulary
 
 
 def _spec_key(spec: dict) -> str:
@@ -65,32 +85,44 @@ def _spec_key(spec: dict) -> str:
 
 
 def build_tokenizer(spec: dict = TINY_SPEC) -> PreTrainedTokenizerFast:
-    """Byte-level BPE over arithmetic text; '<answer>' tags are single tokens."""
+    """BPE over arithmetic text; '<answer>' tags are single tokens. The default is byte-level
+    with one token per digit; `"tokenizer": "numbers"` is sentencepiece-like (spaces as '▁',
+    numbers merged, byte fallback)."""
     task = ArithmeticTask(seed=spec["seed"])
     corpus = []
     for i in range(4000):
         problem = task.train_problem(i)
         corpus.append(f"{problem.question}\n{task.target(problem)}")
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
-    )
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=spec["vocab_size"],
-        special_tokens=[EOS],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
+    if spec.get("tokenizer") == "numbers":
+        tokenizer = Tokenizer(models.BPE(byte_fallback=True))
+        tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="never")
+        tokenizer.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Metaspace(prepend_scheme="never")])
+        trainer = trainers.BpeTrainer(
+            vocab_size=spec["vocab_size"],
+            special_tokens=[EOS, *BYTE_TOKENS],
+            initial_alphabet=["▁", *map(chr, range(33, 127))],  # printable ASCII whole, the rest by bytes
+            show_progress=False,
+        )
+    else:
+        tokenizer = Tokenizer(models.BPE())
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+        )
+        tokenizer.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=spec["vocab_size"],
+            special_tokens=[EOS],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
     tokenizer.train_from_iterator(corpus, trainer)
     tokenizer.add_tokens([AddedToken(t, normalized=False) for t in ("<answer>", "</answer>")])
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=EOS, pad_token=EOS)
 
 
-def build_model(
-    tokenizer: PreTrainedTokenizerFast, spec: dict = TINY_SPEC, **overrides: int
-) -> Qwen2ForCausalLM:
-    """A randomly initialised Qwen2 sized by the spec (overrides make other sizes for tests)."""
+def build_model(tokenizer: PreTrainedTokenizerFast, spec: dict = TINY_SPEC, **overrides: int) -> PreTrainedModel:
+    """A randomly initialised Qwen2 (or Llama, by the spec's architecture) sized by the spec
+    (overrides make other sizes for tests)."""
     sizes = {
         k: spec[k]
         for k in (
@@ -103,20 +135,15 @@ def build_model(
         )
     }
     sizes.update(overrides)
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        tie_word_embeddings=True,
-        bos_token_id=tokenizer.eos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        **sizes,
-    )
+    ids = {"bos_token_id": tokenizer.eos_token_id, "eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id}
     torch.manual_seed(spec["seed"])
-    return Qwen2ForCausalLM(config)
+    if spec.get("architecture") == "llama":
+        return LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), tie_word_embeddings=True, **ids, **sizes))
+    return Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tokenizer), tie_word_embeddings=True, **ids, **sizes))
 
 
 def supervised_warmup(
-    model: Qwen2ForCausalLM,
+    model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerFast,
     steps: int,
     batch: int,
@@ -202,7 +229,7 @@ def ensure_tiny(spec: dict = TINY_SPEC) -> Path:
     return path
 
 
-def load_tiny(spec: dict = TINY_SPEC) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
+def load_tiny(spec: dict = TINY_SPEC) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
     path = ensure_tiny(spec)
     tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)

@@ -21,7 +21,7 @@ class Flag:
 JOIN_FLAGS: dict[str, Flag] = {  # parameter name of `join` -> what it sets
     "model": Flag(
         "model.name",
-        "'tiny', 'tiny-large' or 'tiny-add' (built locally), a hub id (Qwen/Qwen2.5-3B), a short name "
+        "'tiny', 'tiny-large', 'tiny-add' or 'tiny-llama' (built locally), a hub id (Qwen/Qwen2.5-3B), a short name "
         "(Qwen2.5-3B) or a local directory",
     ),
     "lora_rank": Flag("model.lora.rank", "LoRA rank; 0 trains all weights"),
