@@ -1,8 +1,10 @@
 import math
 
+import numpy as np
 import pytest
 import torch
 
+from swarmnode.learn.alignment import SpanBatch, Spans
 from swarmnode.learn.loss import group_advantages, objective_terms, sequence_divergence, soft_filter_weights
 from swarmnode.settings.config import LossSettings
 from swarmnode.settings.registry import OBJECTIVES
@@ -32,7 +34,7 @@ def test_on_policy_samples_make_all_objectives_agree():
         theta, gen, mask, adv = _case()
         terms = objective_terms(theta, gen, mask, adv, LossSettings(objective=name))
         terms.loss_sum.backward()
-        losses.append(float(terms.loss_sum))
+        losses.append(float(terms.loss_sum.detach()))
         grads.append(theta.grad.clone())
         assert terms.filtered.sum() == 0
         assert terms.weight_max == pytest.approx(1.0)
@@ -45,7 +47,7 @@ def test_hand_computed_value_and_gradient():
     # Per-sequence token mean of A*R with R = 1: loss = -sum_i A_i; d/dlogp = -A_i * w / |a_i|.
     theta, gen, mask, adv = _case()
     terms = objective_terms(theta, gen, mask, adv, LossSettings(objective="nois"))
-    assert float(terms.loss_sum) == pytest.approx(-(1.0 - 0.5 - 0.5))
+    assert float(terms.loss_sum.detach()) == pytest.approx(-(1.0 - 0.5 - 0.5))
     terms.loss_sum.backward()
     expected = -(adv[:, None] / mask.sum(-1, keepdim=True)) * mask
     assert torch.allclose(theta.grad, expected)
@@ -159,3 +161,44 @@ def test_unknown_objective_is_a_clear_error():
     theta, gen, mask, adv = _case()
     with pytest.raises(ValueError, match="unknown objective"):
         objective_terms(theta, gen, mask, adv, LossSettings.model_construct(objective="ppo"))
+
+
+def _token_spans(gen: torch.Tensor, mask: torch.Tensor) -> SpanBatch:
+    lengths = mask.sum(-1).tolist()
+    return SpanBatch.of([Spans.token_level(gen[b, :n].numpy()) for b, n in enumerate(lengths)], gen.shape[1])
+
+
+@pytest.mark.parametrize("objective", OBJECTIVES.names)
+@pytest.mark.parametrize("estimator", ["k3-mean", "k1-mean", "k3-sum"])
+def test_spans_of_one_token_each_give_exactly_the_token_level_objective(objective, estimator):
+    """A sample in our own tokens is its own spans: loss, gradient, weights, filter and
+    divergence are the very same numbers with and without spans."""
+    settings = LossSettings(objective=objective, divergence=estimator, filter_g=0.05)
+    results = []
+    for spans in (False, True):
+        theta, gen, mask, adv = _case(gen_offset=0.4)
+        gen[1, 0] -= 3.0  # one token far off, truncated
+        terms = objective_terms(theta, gen, mask, adv, settings, spans=_token_spans(gen, mask) if spans else None)
+        terms.loss_sum.backward()
+        results.append((terms, theta.grad.clone()))
+    (plain, plain_grad), (spanned, spanned_grad) = results
+    assert torch.equal(plain.loss_sum.detach(), spanned.loss_sum.detach()) and torch.equal(plain_grad, spanned_grad)
+    assert torch.equal(plain.divergence, spanned.divergence) and torch.equal(plain.filtered, spanned.filtered)
+    assert (plain.weight_sum, plain.weight_max, plain.truncated_tokens) == (
+        spanned.weight_sum, spanned.weight_max, spanned.truncated_tokens,
+    )
+
+
+def test_each_token_of_a_span_takes_the_span_s_weight_and_the_filter_counts_spans():
+    """Two of our tokens in one span, whose sender put log-prob -1.0 on it where we put -0.5:
+    both tokens get min(e^0.5, C), and the divergence is the k3 of that one span, not a token's."""
+    theta = torch.tensor([[-0.2, -0.3, -0.7]], requires_grad=True)
+    mask = torch.ones(1, 3, dtype=torch.bool)
+    spans = SpanBatch.of([Spans(np.array([0, 0, 1]), np.array([-1.0, -0.7], dtype=np.float32))], 3)
+    settings = LossSettings(objective="f-tis", trunc_c=10.0)
+    terms = objective_terms(theta, torch.full((1, 3), float("nan")), mask, torch.tensor([-1.0]), settings, spans=spans)
+    assert terms.weight_sum == pytest.approx(2 * math.exp(0.5) + 1.0) and terms.weight_max == pytest.approx(math.exp(0.5))
+    d = -1.0 + 0.5  # log pi_gen - log pi_theta of the first span; the second is on-policy
+    assert float(terms.divergence[0]) == pytest.approx((math.expm1(d) - d) / 2)
+    capped = objective_terms(theta, torch.zeros(1, 3), mask, torch.tensor([-1.0]), LossSettings(objective="f-tis", trunc_c=1.2), spans=spans)
+    assert capped.truncated_tokens == 2, "the span's weight is truncated for both of its tokens"

@@ -1,7 +1,10 @@
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
 
+from swarmnode.learn.alignment import Spans
 from swarmnode.learn.loss import TrainSample
 from swarmnode.model.batching import OutOfMemory
 from swarmnode.model.policy import Policy
@@ -261,3 +264,25 @@ def test_a_seed_fixes_the_lora_adapters_and_leaves_torch_s_generator_alone(token
     first, again, other = adapters(7, draws_before=1), adapters(7, draws_before=50), adapters(8, draws_before=1)
     assert first and all(torch.equal(first[n], again[n]) for n in first)
     assert not all(torch.equal(first[n], other[n]) for n in first)
+
+
+def test_a_step_on_samples_by_span_is_the_token_level_step_when_each_span_is_a_token(make_policy):
+    """The training step takes samples whose generator's log-probs are per span (a peer of another
+    tokenizer): with one token a span it is the same update, bit for bit; with coarser spans
+    (here two tokens each) it trains, with the span's weight on each of its tokens."""
+    results = []
+    for spans in ("none", "token", "pairs"):
+        policy = make_policy(micro_batch=4)
+        samples = _samples(policy)
+        if spans != "none":
+            samples = [
+                replace(s, spans=Spans.token_level(s.gen_logprobs) if spans == "token" else Spans(
+                    np.arange(len(s.completion_ids)) // 2, np.full((len(s.completion_ids) + 1) // 2, -2.0, np.float32)
+                ))
+                for s in samples
+            ]
+        result = policy.train_step(samples, LossSettings(objective="f-tis"), 1.0)
+        results.append((result, torch.cat([p.detach().flatten() for p in policy.model.parameters()])))
+    (plain, plain_weights), (token, token_weights), (pairs, pairs_weights) = results
+    assert torch.equal(plain_weights, token_weights) and plain.loss == token.loss
+    assert np.isfinite(pairs.loss) and not torch.equal(plain_weights, pairs_weights)

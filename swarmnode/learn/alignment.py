@@ -129,3 +129,51 @@ def span_divergence(logp_theta: torch.Tensor, our_span: torch.Tensor, span_gen: 
     span): the filter's divergence where one event is a span rather than a token."""
     d = (span_gen - span_sums(logp_theta.detach(), our_span, len(span_gen))).clamp(-clamp, clamp)
     return (torch.expm1(d) - d).mean()
+
+
+@dataclass(frozen=True)
+class Spans:
+    """One sample's spans as the loss takes them: per token of ours its span, per span the
+    sender's log-prob (Alignment.our_span and the sender's log-probs summed by span_sums)."""
+
+    of_token: np.ndarray  # int64 per completion token of ours
+    gen: np.ndarray  # float32 per span
+
+    @staticmethod
+    def token_level(gen_logprobs: np.ndarray) -> Spans:
+        """Each token its own span: what a sample of our own tokenizer is."""
+        return Spans(np.arange(len(gen_logprobs), dtype=np.int64), np.asarray(gen_logprobs, dtype=np.float32))
+
+
+@dataclass(frozen=True)
+class SpanBatch:
+    """Spans of a padded batch of sequences: the loss's events when a row's tokens are not the
+    generator's own. Row b's tokens are grouped into spans 0..S_b-1; padding belongs to none."""
+
+    of_token: torch.Tensor  # [B, T] int64, -1 on padding
+    gen: torch.Tensor  # [B, S] the generator's log-prob of each span, 0 past a row's spans
+    mask: torch.Tensor  # [B, S] 1 for a real span
+
+    @staticmethod
+    def of(rows: Sequence[Spans], width: int, device: torch.device | str = "cpu") -> SpanBatch:
+        spans = max((len(row.gen) for row in rows), default=0)
+        of_token = torch.full((len(rows), width), -1, dtype=torch.int64)
+        gen = torch.zeros((len(rows), spans), dtype=torch.float32)
+        mask = torch.zeros((len(rows), spans), dtype=torch.float32)
+        for b, row in enumerate(rows):
+            of_token[b, : len(row.of_token)] = torch.from_numpy(row.of_token)
+            gen[b, : len(row.gen)] = torch.from_numpy(row.gen)
+            mask[b, : len(row.gen)] = 1.0
+        return SpanBatch(of_token.to(device), gen.to(device), mask.to(device))
+
+    def sums(self, per_token: torch.Tensor) -> torch.Tensor:
+        """[B, T] per-token values summed within each span: [B, S]."""
+        rows, spans = self.gen.shape
+        slot = torch.where(self.of_token >= 0, self.of_token + spans * torch.arange(rows, device=per_token.device)[:, None], rows * spans)
+        total = torch.zeros(rows * spans + 1, dtype=per_token.dtype, device=per_token.device)  # the last slot takes padding
+        return total.index_add(0, slot.flatten(), per_token.flatten())[:-1].view(rows, spans)
+
+    def spread(self, per_span: torch.Tensor) -> torch.Tensor:
+        """[B, S] per-span values given to each token of the span: [B, T] (0 on padding)."""
+        values = per_span.gather(1, self.of_token.clamp_min(0))
+        return torch.where(self.of_token >= 0, values, torch.zeros_like(values))

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from swarmnode.learn.alignment import SpanBatch, Spans
 from swarmnode.protocol.wire import Completion
 from swarmnode.settings.config import LossSettings
 from swarmnode.settings.registry import DIVERGENCES, OBJECTIVES
@@ -37,13 +38,15 @@ from swarmnode.settings.registry import DIVERGENCES, OBJECTIVES
 class TrainSample:
     """One completion as the loss takes it: its prompt's ids, the completion (token ids and the
     generator's log-probs), its advantage, who generated it and how much its importance
-    weights count (screening's weight budget)."""
+    weights count (screening's weight budget). A completion a peer of another tokenizer sent is
+    in our tokens, and its generator's log-probs are per span (`spans`), not per token."""
 
     prompt_ids: list[int]
     completion: Completion
     advantage: float
     source: str = ""  # the peer that generated it; "" for this node's own
     weight_scale: float = 1.0  # multiplies its importance weights (a peer's weight budget)
+    spans: Spans | None = None  # when its tokens are ours, not its generator's: the generator's log-probs by span
 
     @property
     def completion_ids(self) -> np.ndarray:
@@ -156,18 +159,29 @@ def objective_terms(
     settings: LossSettings,
     logp_old: torch.Tensor | None = None,
     weight_scale: torch.Tensor | None = None,
+    spans: SpanBatch | None = None,
 ) -> ObjectiveTerms:
     """Compute the objective for sequences shaped [B, T] (mask from lengths, 1 = real token).
 
     `logp_theta` carries the gradient; `logp_gen` is what the generator reported; `logp_old`
     is the policy the PPO ratio is taken against (defaults to `logp_theta` detached);
     `weight_scale` [B] multiplies each sequence's weights (swarmnode.learn.trust's weight budget).
+    With `spans` (tokens that are not the generator's own: swarmnode.learn.alignment), the
+    generator's log-probs are per span (`spans.gen`; `logp_gen` is not read): each token's
+    importance weight is its span's, and the divergence is taken over spans. Token-level spans
+    give exactly the values without them.
     """
     choice = OBJECTIVES.get(settings.objective)  # an unknown name is an error, not a fallback
     mask_f = mask.to(logp_theta.dtype)
     current = logp_theta.detach()
     old = current if logp_old is None else logp_old
-    log_w = (current - logp_gen).clamp(-settings.log_ratio_clamp, settings.log_ratio_clamp)
+    if spans is None:  # the events the weights and the divergence are taken over: tokens, or spans
+        event_theta, event_gen, event_mask = current, logp_gen, mask
+        log_w = current - logp_gen
+    else:
+        event_theta, event_gen, event_mask = spans.sums(current), spans.gen.to(current.dtype), spans.mask
+        log_w = spans.spread(event_theta - event_gen)
+    log_w = log_w.clamp(-settings.log_ratio_clamp, settings.log_ratio_clamp)
     weight, truncated = WEIGHTINGS[choice.weighting](log_w, settings)
     if choice.weighting == "vanilla" and settings.vis_clip:
         weight, truncated = _clipped_against_generator(weight, advantages, settings.clip_eps)
@@ -178,7 +192,7 @@ def objective_terms(
     surrogate = torch.minimum(ratio * adv, ratio.clamp(1.0 - settings.clip_eps, 1.0 + settings.clip_eps) * adv)
     per_token = weight * surrogate * mask_f
     per_sequence = per_token.sum(-1) / mask_f.sum(-1).clamp_min(1.0)
-    divergence = sequence_divergence(current, logp_gen, mask, settings.divergence, settings.log_ratio_clamp)
+    divergence = sequence_divergence(event_theta, event_gen, event_mask, settings.divergence, settings.log_ratio_clamp)
     filtered = torch.zeros_like(advantages, dtype=torch.bool)
     if choice.filtered and settings.filter_shape == "soft":
         per_sequence = per_sequence * soft_filter_weights(advantages, divergence, settings.filter_g).to(per_sequence.dtype)

@@ -17,6 +17,7 @@ from peft.tuners.lora import LoraLayer
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
+from swarmnode.learn.alignment import SpanBatch, Spans
 from swarmnode.learn.loss import ObjectiveStats, ObjectiveTerms, TrainSample, objective_terms
 from swarmnode.model.batching import AdaptiveBatch
 from swarmnode.model.logprobs import chunked_logprobs, decoder_and_head, logprobs_from_logits
@@ -346,7 +347,11 @@ class Policy:
                 )
             advantages = torch.tensor([s.advantage for s in chunk], device=self.device)
             scales = torch.tensor([s.weight_scale for s in chunk], device=self.device)
-            terms = objective_terms(logp, gen, mask, advantages, objective, weight_scale=scales)
+            spans = None  # a sample in our tokens but another generator's needs every row by span
+            if any(s.spans is not None for s in chunk):
+                rows = [s.spans or Spans.token_level(s.gen_logprobs) for s in chunk]
+                spans = SpanBatch.of(rows, logp.shape[1], self.device)
+            terms = objective_terms(logp, gen, mask, advantages, objective, weight_scale=scales, spans=spans)
             (terms.loss_sum / total).backward()
             loss_value += float(terms.loss_sum.detach()) / total
             parts.append(terms)
