@@ -10,12 +10,14 @@ from hypothesis import strategies as st
 from transformers import LlamaForCausalLM
 
 from swarmnode.learn.alignment import (
+    Tokenization,
     align,
     sender_text,
     span_divergence,
     span_log_ratios,
     span_sums,
     token_ends,
+    translate,
 )
 from swarmnode.learn.loss import sequence_divergence
 from swarmnode.model.tiny import TINY_LLAMA_SPEC, TINY_SPEC, build_model, build_tokenizer
@@ -151,3 +153,44 @@ def test_tiny_llama_is_another_family_whose_completions_align_with_tiny_s():
     assert our_text == completion
     alignment = align(sent.ends, our_ends, len(completion))
     assert not alignment.token_level and alignment.spans < len(tiny_ids), "1078 and 99 are one span each"
+
+
+def _side(tokenizer) -> Tokenization:
+    return Tokenization(
+        decode=lambda ids: tokenizer.decode(list(ids)),
+        encode=lambda text: tokenizer(text, add_special_tokens=False)["input_ids"],
+        eos=tokenizer.eos_token_id,
+    )
+
+
+def test_a_finished_tiny_completion_translates_into_tiny_llama_tokens_with_its_log_prob_kept():
+    """Every log-prob the sender reported lands in exactly one span, the text is the same on
+    both sides, and the sender's EOS is a span of its own on our EOS."""
+    tiny, other = build_tokenizer(TINY_SPEC), build_tokenizer(TINY_LLAMA_SPEC)
+    ids = np.array([*tiny("<answer>1078</answer>", add_special_tokens=False)["input_ids"], tiny.eos_token_id])
+    logprobs = -np.linspace(0.1, 1.0, len(ids)).astype(np.float32)
+    translated = translate(ids, logprobs, _side(tiny), _side(other))
+    assert translated is not None and translated.tokens[-1] == other.eos_token_id
+    assert other.decode(translated.tokens[:-1]) == "<answer>1078</answer>"
+    assert len(translated.spans.of_token) == len(translated.tokens)
+    assert translated.spans.gen.sum() == pytest.approx(logprobs.sum(), rel=1e-6)
+    assert translated.spans.gen[-1] == pytest.approx(logprobs[-1]) and translated.spans.of_token[-1] == len(translated.spans.gen) - 1
+    back = translate(translated.tokens, translated.spans.gen[translated.spans.of_token], _side(other), _side(tiny))
+    assert back is not None and list(back.tokens) == list(ids), "and back again: the same tokens"
+
+
+def test_a_completion_that_does_not_survive_our_tokenizer_is_not_translated():
+    tiny = build_tokenizer(TINY_SPEC)
+    ids = np.array(tiny("12+3", add_special_tokens=False)["input_ids"])
+    lossy = Tokenization(decode=lambda ids: "", encode=lambda text: [1], eos=0)  # decodes to other text
+    assert translate(ids, np.zeros(len(ids), np.float32), _side(tiny), lossy) is None
+
+
+def test_an_unfinished_character_drops_the_eos_after_it():
+    vocab = ByteVocab([])
+    eos = len(vocab.pieces)  # an id past the vocabulary, decoding to nothing
+    side = Tokenization(decode=lambda ids: vocab.decode([i for i in ids if i != eos]), encode=vocab.encode, eos=eos)
+    ids = np.array([*vocab.encode("ab€")[:-1], eos])
+    translated = translate(ids, np.full(len(ids), -0.5, np.float32), side, side)
+    assert translated is not None and list(translated.tokens) == vocab.encode("ab"), "no EOS: it ends unfinished"
+    assert list(translated.spans.gen) == [-0.5, -0.5]

@@ -177,3 +177,55 @@ class SpanBatch:
         """[B, S] per-span values given to each token of the span: [B, T] (0 on padding)."""
         values = per_span.gather(1, self.of_token.clamp_min(0))
         return torch.where(self.of_token >= 0, values, torch.zeros_like(values))
+
+
+@dataclass(frozen=True)
+class Tokenization:
+    """What translating needs of one side's tokenizer: decode, encode (no special tokens
+    added) and its end-of-sequence id."""
+
+    decode: Decode
+    encode: Callable[[str], list[int]]
+    eos: int
+
+
+@dataclass(frozen=True)
+class Translated:
+    """A sender's completion in our tokens, with the sender's log-probs by span."""
+
+    tokens: np.ndarray  # int32, ours
+    spans: Spans
+
+
+def translate(ids: np.ndarray, logprobs: np.ndarray, sender: Tokenization, ours: Tokenization) -> Translated | None:
+    """A completion of another tokenizer as we would train on it, or None when it cannot be.
+
+    The text is the sender's tokens decoded by its tokenizer (up to its last whole character)
+    and encoded by ours; it must decode back to the same text, or the sample is not the one the
+    sender generated (None). A final end-of-sequence token is that same event to both, so it is
+    a span of its own: our EOS against the sender's log-prob of its EOS. When the tail of the
+    text was dropped (an unfinished character), so is a final EOS: the completion ends unfinished.
+    """
+    ids = np.asarray(ids)
+    finished = len(ids) > 0 and int(ids[-1]) == sender.eos
+    body = ids[:-1] if finished else ids
+    sent = sender_text([int(i) for i in body], sender.decode)
+    finished = finished and sent.tokens == len(body)
+    our_ids = ours.encode(sent.text) if sent.text else []
+    if sent.text:
+        our_text, our_ends = token_ends(our_ids, ours.decode)
+        if our_text != sent.text or our_ends[-1] != len(sent.text):
+            return None
+        alignment = align(sent.ends, our_ends, len(sent.text))
+        inside = alignment.sender_span >= 0
+        span_gen = np.bincount(alignment.sender_span[inside], weights=np.asarray(logprobs[: len(body)], np.float64)[inside], minlength=alignment.spans)
+        of_token, spans = alignment.our_span, alignment.spans
+    else:
+        span_gen, of_token, spans = np.zeros(0), np.zeros(0, np.int64), 0
+    if finished:
+        our_ids = [*our_ids, ours.eos]
+        of_token = np.append(of_token, spans)
+        span_gen = np.append(span_gen, float(logprobs[-1]))
+    if not our_ids:
+        return None
+    return Translated(np.asarray(our_ids, np.int32), Spans(np.asarray(of_token, np.int64), span_gen.astype(np.float32)))
