@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from swarmnode.learn.alignment import Spans
 from swarmnode.learn.loss import TrainSample, group_advantages, objective_terms
 from swarmnode.learn.trust import (
     ANCHOR_FOLLOW,
@@ -142,6 +145,21 @@ def test_a_falsified_low_log_prob_buys_no_weight():
     unbudgeted = _screen(["liar"] * 8, [1.0] * 8, [np.full(12, -20.0)] * 8, theta, own, TrustSettings(weight_budget=False), LOSS)
     assert unbudgeted.weight_scale == [1.0] * 8  # off: the weights stand (the strike still counts)
     assert unbudgeted.verdicts["liar"].strikes
+
+
+def test_by_span_a_low_log_prob_buys_no_weight_either_but_is_no_proof():
+    """A peer of another tokenizer reports log-probs per span of its own segmentation, whose
+    probability is only a lower bound on its text's: a high weight there is held to the budget
+    like any other, but proves no lie, so it is no strike."""
+    own, theta = _own(), _own(8, seed=3)
+    by_span = [
+        replace(_sample("other", np.zeros(12), 1.0), spans=Spans(np.arange(12) // 3, np.full(4, -20.0, np.float32)))
+        for _ in range(8)
+    ]
+    result = screen(by_span, theta, [_sample("", o) for o in own], TRUST, LOSS)
+    verdict = result.verdicts["other"]
+    assert verdict.weight_mean == pytest.approx(LOSS.trunc_c) and result.weight_scale == [pytest.approx(1 / LOSS.trunc_c)] * 8
+    assert verdict.strikes == []
 
 
 @settings(max_examples=60, deadline=None)

@@ -56,6 +56,13 @@ class TrainSample:
     def gen_logprobs(self) -> np.ndarray:
         return self.completion.logprobs
 
+    def log_ratios(self, logp_theta: np.ndarray) -> np.ndarray:
+        """Per token: log pi_theta - log pi_gen, where pi_theta is `logp_theta` on our tokens;
+        by span when the tokens are not the generator's own."""
+        if self.spans is None:
+            return logp_theta - self.gen_logprobs
+        return self.spans.log_ratios(logp_theta)
+
 
 def group_advantages(rewards: torch.Tensor, scale_by_std: bool = False, eps: float = 1e-4) -> torch.Tensor:
     """A_i = r_i - mean within one group; divided by (std + eps) when `scale_by_std` (GRPO's

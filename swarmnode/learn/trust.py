@@ -118,10 +118,10 @@ class Anchor:
     bar: float
 
 
-def token_weights(logp_theta: np.ndarray, logp_gen: np.ndarray, loss: LossSettings, weighting: str) -> np.ndarray:
-    """Per-token importance weights under `weighting` (none, vanilla, truncated), as the loss
-    computes them."""
-    log_w = torch.from_numpy(np.asarray(logp_theta - logp_gen, dtype=np.float32))
+def token_weights(log_ratios: np.ndarray, loss: LossSettings, weighting: str) -> np.ndarray:
+    """Per-token importance weights under `weighting` (none, vanilla, truncated) from the
+    log-ratios log pi_theta - log pi_gen (TrainSample.log_ratios), as the loss computes them."""
+    log_w = torch.from_numpy(np.asarray(log_ratios, dtype=np.float32))
     weights, _ = WEIGHTINGS[weighting](log_w.clamp(-loss.log_ratio_clamp, loss.log_ratio_clamp), loss)
     return weights.numpy()
 
@@ -232,10 +232,11 @@ def screen(
     verdicts: dict[str, PeerVerdict] = defaultdict(PeerVerdict)
     weighting = OBJECTIVES.get(loss.objective).weighting
     weight_sums: dict[str, float] = defaultdict(float)
-    capped_sums: dict[str, float] = defaultdict(float)
+    capped_sums: dict[str, float] = defaultdict(float)  # over tokens of its own tokenizer: where a mean above 1 is a lie
     token_counts: dict[str, int] = defaultdict(int)
+    provable_tokens: dict[str, int] = defaultdict(int)
     for i, (sample, theta) in enumerate(zip(peers, theta_logprobs)):
-        peer, advantage, gen = sample.source, sample.advantage, sample.gen_logprobs
+        peer, advantage = sample.source, sample.advantage
         verdict = verdicts[peer]
         verdict.samples += 1
         headrooms = _headrooms(theta, bar, anchor, i, trust)
@@ -248,13 +249,17 @@ def screen(
                 keep[i] = False
                 verdict.gated += 1
                 continue
-        weight_sums[peer] += float(token_weights(theta, gen, loss, weighting).sum())
-        capped_sums[peer] += float(token_weights(theta, gen, loss, "truncated").sum())
+        log_ratios = sample.log_ratios(theta)
+        weight_sums[peer] += float(token_weights(log_ratios, loss, weighting).sum())
         token_counts[peer] += len(theta)
+        if sample.spans is None:  # by span, the sender's log-prob is one segmentation's: no proof
+            capped_sums[peer] += float(token_weights(log_ratios, loss, "truncated").sum())
+            provable_tokens[peer] += len(theta)
     for peer, verdict in verdicts.items():
         if token_counts[peer]:
             verdict.weight_mean = weight_sums[peer] / token_counts[peer]
-            verdict.capped_weight_mean = capped_sums[peer] / token_counts[peer]
+        if provable_tokens[peer]:
+            verdict.capped_weight_mean = capped_sums[peer] / provable_tokens[peer]
         if trust.weight_budget and verdict.weight_mean > 1.0:
             verdict.weight_scale = 1.0 / verdict.weight_mean
         if verdict.capped_weight_mean > trust.max_weight_mean:
