@@ -567,8 +567,8 @@ def run_eclipse(directory: Path, fakes: int | None, args: argparse.Namespace) ->
 
 
 def public_run_id(tree: dict) -> str:
-    """The run id of nodes with this config: a hash of public settings and the public model's
-    tokenizer, so an attacker computes it as well as a peer does."""
+    """The run id of nodes with this config: a hash of public settings, so an attacker computes
+    it as well as a peer does."""
     with tempfile.TemporaryDirectory(prefix="swarmnode-run-id-") as scratch:
         path = Path(scratch) / "config.yaml"
         path.write_text(yaml.safe_dump(tree))

@@ -177,7 +177,7 @@ def compose_node(
 
 def run_id_for(config: Config, task: Task, policy: Policy) -> str:
     """The run id of a node with this config, task and policy (see protocol.records.run_id)."""
-    return run_id(config, task.fingerprint, policy.fingerprint, policy.use_chat_template)
+    return run_id(config, task.fingerprint, policy.use_chat_template)
 
 
 def solo_peer_id(config: Config) -> str:

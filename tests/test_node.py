@@ -10,13 +10,15 @@ from swarmnode.assemble import compose_node, run_id_for
 from swarmnode.loop.ledger import PeerLedger
 from swarmnode.model import checkpoint
 from swarmnode.model.batching import OutOfMemory
+from swarmnode.model.policy import Policy
+from swarmnode.model.tiny import TINY_LLAMA_SPEC, build_model, build_tokenizer
 from swarmnode.ops.exporter import metrics_page
 from swarmnode.ops.metrics import eval_lines, read_metrics, round_lines
 from swarmnode.ops.reporting import make_reporters
 from swarmnode.protocol import wire
 from swarmnode.protocol.batches import assigned_prompt_ids, batch_split
 from swarmnode.rollout.hf import HFGenerator
-from swarmnode.settings.config import ReportSettings, load_config
+from swarmnode.settings.config import LoraSettings, ReportSettings, TrainSettings, load_config
 from swarmnode.swarm.local import InMemoryHub, solo_link
 from swarmnode.tasks import ArithmeticTask
 
@@ -34,9 +36,9 @@ def _config(tmp_path, name, **sets):
     return load_config(None, overrides)
 
 
-def _node(tmp_path, make_policy, name, hub=None, staleness=1, max_rejects=3, sets=None, **policy_kwargs):
+def _node(tmp_path, make_policy, name, hub=None, staleness=1, max_rejects=3, sets=None, policy=None, **policy_kwargs):
     config = _config(tmp_path, name, **{"node.staleness": staleness, "swarm.max_rejects": max_rejects, **(sets or {})})
-    policy = make_policy(**policy_kwargs)
+    policy = policy or make_policy(**policy_kwargs)
     task = ArithmeticTask()
     run = run_id_for(config, task, policy)
     ledger = PeerLedger(config.swarm)
@@ -68,6 +70,25 @@ def test_heterogeneous_nodes_train_on_each_others_samples(tmp_path, make_policy)
     assert all(rec.weight_mean <= 1.0 + 1e-5 for rec in last)
     assert all(rec.weight_max <= 2.0 + 1e-6 for rec in last)
     assert any(rec.divergence_mean > 0.01 for rec in last)
+
+
+def test_nodes_of_two_tokenizer_families_train_on_each_others_samples(tmp_path, make_policy):
+    """tiny next to a Llama of another tokenizer: one run, and each trains on the other's
+    samples, put into its own tokens by span, with no strike either way."""
+    hub = InMemoryHub()
+    tiny = _node(tmp_path, make_policy, "tiny", hub)
+    tokenizer = build_tokenizer(TINY_LLAMA_SPEC)
+    model = build_model(tokenizer, TINY_LLAMA_SPEC, hidden_size=64, intermediate_size=128, num_hidden_layers=1)
+    llama_policy = Policy(model.eval(), tokenizer, "tiny-llama", TrainSettings(lr=1e-3), LoraSettings(rank=0),
+                          use_chat_template=False, seed=0)
+    llama = _node(tmp_path, make_policy, "llama", hub, policy=llama_policy)
+    assert tiny.run_id == llama.run_id and tiny.policy.fingerprint != llama.policy.fingerprint
+    history = [_step_together([tiny, llama], r) for r in range(3)]
+    for records in history:
+        for rec in records:
+            # random weights now and then write a lone piece of a character: no text, left out
+            assert 9 <= rec.peer_samples <= 12 and rec.peers == 1 and rec.rejected == 0
+    assert all(abs(rec.weight_max - 1.0) > 1e-3 and rec.divergence_mean > 0.01 for rec in history[-1])
 
 
 def test_a_node_alone_does_not_wait_for_min_peers(tmp_path, make_policy):

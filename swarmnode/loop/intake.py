@@ -9,10 +9,12 @@ log-probs that claim more weight than an honest generator's.
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -23,6 +25,7 @@ from swarmnode.loop.samples import Sample, ScoredGroup, score_group, train_sampl
 from swarmnode.loop.share import AdaptiveShare
 from swarmnode.loop.usefulness import UsefulnessWeights
 from swarmnode.loop.waiting import WaitRule
+from swarmnode.model.families import Families, UnknownFamily
 from swarmnode.model.policy import Policy
 from swarmnode.protocol import wire
 from swarmnode.protocol.batches import batch_split, check_batch
@@ -33,6 +36,8 @@ from swarmnode.tasks.base import Task
 
 SCREEN_PASSES = 3  # rounds of score-and-screen to fill the peers' share when the gate drops samples
 
+
+log = logging.getLogger(__name__)
 
 @dataclass
 class Taken:
@@ -82,6 +87,12 @@ class Intake:
         self.anchor_bar = AnchorBar(config.trust.anchor_slack)
         self.share = AdaptiveShare(config)
         self.usefulness = UsefulnessWeights(config.node.weight_by_usefulness)
+        self.unread: set[str] = set()  # tokenizers a peer sent that this node cannot read
+
+    @cached_property
+    def families(self) -> Families:
+        """The tokenizers this node reads peers' batches in: ours, and those it knows of."""
+        return Families(self.policy.tokenizer)
 
     # -- collecting ----------------------------------------------------------------------------
 
@@ -125,24 +136,37 @@ class Intake:
                 continue
             try:
                 batch = self.verify(item)
+            except UnknownFamily as unknown:
+                self._note_unread(item.peer_id, unknown.fingerprint)
+                continue
             except wire.WireError as err:
                 self.reject(item.peer_id, str(err))
                 continue
             self.ledger.delivered(item.peer_id)
             delivered.add(item.peer_id)
+            family = "" if batch.tokenizer_fingerprint == self.families.own.fingerprint else batch.tokenizer_fingerprint
             groups = [
-                OfferedGroup(item.peer_id, batch.round, g.prompt_id, g.completions(), now)
+                OfferedGroup(item.peer_id, batch.round, g.prompt_id, g.completions(), now, family)
                 for g in batch.groups[: self.config.node.peer_quota]
             ]
             self.pool.add(item.peer_id, batch.round, groups, our_round)
         return delivered
 
     def verify(self, item: Received) -> wire.RolloutBatch:
-        """The batch, decoded and checked as one this node may train on; WireError if not."""
-        batch = wire.decode(item.payload, self.config.wire, self.policy.vocab_size)
-        check_batch(batch, item.peer_id, item.round, self.config, self.run_id, self.policy.fingerprint,
-                    self.task.num_train)
+        """The batch, decoded and checked as one this node may train on; WireError if not,
+        UnknownFamily when it is in a tokenizer this node cannot read."""
+        batch = wire.decode(item.payload, self.config.wire)
+        family = self.families.get(batch.tokenizer_fingerprint)
+        if family is None:
+            raise UnknownFamily(batch.tokenizer_fingerprint)
+        check_batch(batch, item.peer_id, item.round, self.config, self.run_id, family.vocab_size, self.task.num_train)
         return batch
+
+    def _note_unread(self, peer_id: str, fingerprint: str) -> None:
+        """Say once per tokenizer that a peer's batches go unread: no fault of the peer's."""
+        if fingerprint not in self.unread:
+            self.unread.add(fingerprint)
+            log.warning("peer %s sends batches in a tokenizer this node cannot read (%s): left unread", peer_id[:12], fingerprint)
 
     def reject(self, peer_id: str, reason: str) -> None:
         self.ledger.reject(peer_id, reason)
@@ -226,7 +250,9 @@ class Intake:
     def _score(self, group: OfferedGroup) -> ScoredGroup:
         problem = self.task.train_problem(group.prompt_id)
         prompt = build_prompt(self.task, problem, self.policy)
-        return score_group(self.task, self.policy, group.peer_id, problem, prompt, group.completions)
+        sender = self.families.get(group.family) if group.family else None
+        translation = (sender.tokenization, self.families.own.tokenization) if sender else None
+        return score_group(self.task, self.policy, group.peer_id, problem, prompt, group.completions, translation)
 
     def _own_anchor(self, own: list[Sample]) -> Anchor | None:
         """This round's bar of the anchored gate, moved by our own samples as the reference

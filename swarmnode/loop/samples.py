@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
 import torch
 
+from swarmnode.learn.alignment import Spans, Tokenization, translate
 from swarmnode.learn.loss import TrainSample, group_advantages
 from swarmnode.model.policy import Policy
 from swarmnode.protocol.wire import Completion
@@ -27,8 +29,9 @@ class ScoredGroup:
     peer_id: str  # OWN for ours
     problem: Problem
     prompt_ids: list[int]
-    completions: list[Completion]
+    completions: list[Completion]  # in our tokens
     rewards: list[float]
+    spans: list[Spans] | None = None  # per completion, when its generator's tokenizer is not ours
 
     @property
     def own(self) -> bool:
@@ -55,17 +58,35 @@ class Sample:
 
 def score_group(
     task: Task, policy: Policy, peer_id: str, problem: Problem, prompt_ids: list[int], completions: list[Completion],
+    translation: tuple[Tokenization, Tokenization] | None = None,
 ) -> ScoredGroup:
-    """Decode each completion and score it with our own task."""
+    """Decode each completion and score it with our own task. With `translation` (the sender's
+    tokenizer, ours) the completions are first put into our tokens, their log-probs by span
+    (swarmnode.learn.alignment.translate); one that cannot be is left out of the group."""
+    spans: list[Spans] | None = None
+    if translation is not None:
+        translated = [t for c in completions if (t := translate(c.tokens, c.logprobs, *translation)) is not None]
+        completions = [Completion(t.tokens, _spread(t.spans)) for t in translated]
+        spans = [t.spans for t in translated]
     rewards = [task.reward(policy.decode(c.tokens), problem) for c in completions]
-    return ScoredGroup(peer_id, problem, prompt_ids, completions, rewards)
+    return ScoredGroup(peer_id, problem, prompt_ids, completions, rewards, spans)
+
+
+def _spread(spans: Spans) -> np.ndarray:
+    """Per token, an equal part of its span's log-prob: a stand-in where a per-token value is
+    read (the loss and screening read the spans)."""
+    counts = np.bincount(spans.of_token, minlength=len(spans.gen))
+    return (spans.gen / np.maximum(counts, 1))[spans.of_token].astype(np.float32)
 
 
 def train_samples(groups: list[ScoredGroup], scale_by_std: bool) -> list[Sample]:
     """Every completion of the groups with its group-relative advantage."""
     samples: list[Sample] = []
     for group in groups:
+        if not group.completions:
+            continue
         advantages = group_advantages(torch.tensor(group.rewards), scale_by_std)
-        for completion, advantage, reward in zip(group.completions, advantages.tolist(), group.rewards):
-            samples.append(Sample(TrainSample(group.prompt_ids, completion, advantage, group.peer_id), reward))
+        spans = group.spans or [None] * len(group.completions)
+        for completion, advantage, reward, span in zip(group.completions, advantages.tolist(), group.rewards, spans):
+            samples.append(Sample(TrainSample(group.prompt_ids, completion, advantage, group.peer_id, spans=span), reward))
     return samples

@@ -49,19 +49,21 @@ def batch_split(config: Config, own_share: float | None = None) -> tuple[int, in
 
 
 def check_batch(
-    batch: wire.RolloutBatch, sender: str, round_: int, config: Config, run_id: str, tokenizer: str, num_train: int
+    batch: wire.RolloutBatch, sender: str, round_: int, config: Config, run_id: str, vocab_size: int, num_train: int
 ) -> None:
     """WireError unless `batch` is one this node may train on: this run, from its sender, of
-    the round it was published as, our tokenizer, the sender's assigned prompts, the run's
-    group size and completion length."""
+    the round it was published as, token ids inside the vocabulary of the tokenizer it names
+    (`vocab_size`), the sender's assigned prompts, the run's group size and completion length
+    (in the sender's own tokens)."""
     if batch.run_id != run_id:
         raise wire.WireError(f"run id {batch.run_id} is not this run ({run_id})")
     if batch.peer_id != sender:
         raise wire.WireError(f"claims to be {batch.peer_id} but came from {sender}")
     if batch.round != round_:
         raise wire.WireError(f"round {batch.round} published as round {round_}")
-    if batch.tokenizer_fingerprint != tokenizer:
-        raise wire.WireError("tokenizer differs from ours")
+    highest = max((int(g.tokens.max()) for g in batch.groups if len(g.tokens)), default=-1)
+    if highest >= vocab_size:
+        raise wire.WireError(f"token id {highest} outside the vocabulary of the tokenizer it names ({vocab_size})")
     if not batch.groups:
         raise wire.WireError("a batch without groups")
     expected = assigned_prompt_ids(config.node.seed, batch.peer_id, batch.round, len(batch.groups), num_train)

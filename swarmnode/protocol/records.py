@@ -21,15 +21,17 @@ from swarmnode.settings.config import Config
 from swarmnode.tasks.base import fingerprint_of
 
 WIRE_VERSION = 2  # the rollout message layout (swarmnode.protocol.wire; 2: no sender's model info)
-RUN_ID_SCHEME = "swarmnode-run-v2"  # what the run id hashes
+RUN_ID_SCHEME = "swarmnode-run-v3"  # what the run id hashes (v3: not the tokenizer)
 DHT_NAMESPACE = "swarmnode/v3"  # prefix of every DHT key (v3: heartbeats and manifests in shards)
 PAYLOAD_PROTOCOL = "/swarmnode/payload/4"  # libp2p stream protocol for payloads (3: newest-after requests; 4: whom-do-you-know)
 CHECKPOINT_FORMAT = 1  # checkpoint directory layout (local only, not in the run id)
 
 
-def run_id(config: Config, task_fingerprint: str, tokenizer_fingerprint: str, chat_template: bool) -> str:
+def run_id(config: Config, task_fingerprint: str, chat_template: bool) -> str:
     """Hash of everything that must match for two nodes' samples to be usable together:
-    the protocol versions, task and data, tokenizer, prompt template, sampling and seed."""
+    the protocol versions, task and data, whether prompts go through a chat template, group
+    size, sampling and seed. Not the tokenizer: a peer of another model family is in the same
+    run, and its batches name their tokenizer (swarmnode.model.families)."""
     r = config.rollout
     return fingerprint_of(
         RUN_ID_SCHEME,
@@ -37,7 +39,6 @@ def run_id(config: Config, task_fingerprint: str, tokenizer_fingerprint: str, ch
         f"dht={DHT_NAMESPACE}",
         f"payload={PAYLOAD_PROTOCOL}",
         task_fingerprint,
-        tokenizer_fingerprint,
         str(chat_template),
         str(r.group_size),
         str(r.max_new_tokens),
