@@ -88,7 +88,8 @@ def test_nodes_of_two_tokenizer_families_train_on_each_others_samples(tmp_path, 
         for rec in records:
             # random weights now and then write a lone piece of a character: no text, left out
             assert 9 <= rec.peer_samples <= 12 and rec.peers == 1 and rec.rejected == 0
-    assert all(abs(rec.weight_max - 1.0) > 1e-3 and rec.divergence_mean > 0.01 for rec in history[-1])
+    # the other family's samples are off-policy, by span: weights away from 1, a divergence
+    assert all(rec.weight_mean < 0.99 and rec.divergence_mean > 0.01 for rec in history[-1])
 
 
 def test_a_node_alone_does_not_wait_for_min_peers(tmp_path, make_policy):
