@@ -10,9 +10,10 @@
 
 Settings (swarmnode/lab/ablation.py): same (tiny twice, the control), size (tiny + tiny-large),
 expertise (tiny + tiny-add, warmed up on addition only), lora (tiny full + tiny LoRA r=16),
-swarm4 (all four kinds). `--accounting shared`: the batch stays --prompts groups and each of N
-members generates 1/N of it (node.own_share = 1/N); `on-top`: each generates its whole batch,
-peers' groups come on top. Alone = each member by itself with its whole batch.
+swarm4 (all four kinds), family (tiny + tiny-llama: another tokenizer, trained on by span).
+`--accounting shared`: the batch stays --prompts groups and each of N members generates 1/N
+of it (node.own_share = 1/N); `on-top`: each generates its whole batch, peers' groups come on
+top. Alone = each member by itself with its whole batch.
 
 Matching (swarmnode/lab/ablation.py): `--match step` (the default) trains every condition
 for --rounds rounds. `--match time` gives each condition the modelled time that --rounds

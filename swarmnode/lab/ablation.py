@@ -78,6 +78,7 @@ TINY = Member("tiny")
 LARGE = Member("tiny-large", ("model.name=tiny-large",))
 ADD = Member("tiny-add", ("model.name=tiny-add",))
 LORA = Member("tiny-lora", ("model.lora.rank=16", "train.lr=3e-4"))
+LLAMA = Member("tiny-llama", ("model.name=tiny-llama",))
 
 SETTINGS: dict[str, Setting] = {
     s.name: s
@@ -87,6 +88,7 @@ SETTINGS: dict[str, Setting] = {
         Setting("expertise", "tiny next to tiny-add (tiny's shape, warmed up on addition only)", (TINY, ADD)),
         Setting("lora", "tiny full fine-tuning next to tiny with LoRA r=16", (TINY, LORA)),
         Setting("swarm4", "tiny, tiny-large, tiny-add and tiny LoRA together", (TINY, LARGE, ADD, LORA)),
+        Setting("family", "tiny next to tiny-llama (another tokenizer and architecture: trained on by span)", (TINY, LLAMA)),
     )
 }
 
