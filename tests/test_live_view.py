@@ -68,3 +68,28 @@ def test_status_keeps_every_narrow_column_whole_in_80_columns_for_three_busy_pee
     text = out.getvalue()
     assert all(len(line) <= 80 for line in text.splitlines()), text
     assert "eval_acc" in text and text.count("0.512 ▁▄▇█") == 3 and "LoRA r=8" in text, text
+
+
+def test_status_counts_the_families_in_80_columns_and_names_each_peer_s_when_wide():
+    """Two families: the title says so in 80 columns, and `--wide` names each row's."""
+    def rows(families):
+        return [
+            PeerRow(Heartbeat.parse({"peer": "Qm" + "x" * 44, "run": "r" * 16, "time": 1.0, "round": 1234,
+                                     "model": model, "tokenizer": family, "eval_acc": 0.512,
+                                     "evals": [0.40, 0.45, 0.50, 0.512]}),
+                    123.0, "training", asked=True, answered_ms=12345.0, reached="local")
+            for model, family in zip(("tiny", "tiny-llama"), families)
+        ]
+
+    def shown(rows_, wide=False):
+        out = io.StringIO()
+        Console(file=out, width=200 if wide else 80).print(render_table(rows_, wide))
+        return out.getvalue()
+
+    families = ("3f2a9c1d0e7b6a55", "b7e1c2d3a4f50617")
+    mixed = shown(rows(families))
+    assert "2 peer(s) of 2 families" in mixed and all(len(line) <= 80 for line in mixed.splitlines()), mixed
+    assert "0.512" in mixed and "3f2a9c1d" not in mixed
+    assert "families" not in shown(rows(families[:1] * 2))
+    wide = shown(rows(families), wide=True)
+    assert "family" in wide and "3f2a9c1d" in wide and "b7e1c2d3" in wide, wide

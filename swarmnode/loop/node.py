@@ -382,6 +382,7 @@ class Node:
         return NodeStatus(
             round=round_,
             model=self.policy.name,
+            tokenizer=self.policy.fingerprint,
             params=self.policy.num_params,
             lora=self.policy.lora_rank or 0,
             backend=self.generator.name,

@@ -13,7 +13,7 @@ from swarmnode.protocol.records import EVAL_HISTORY, PeerRow
 
 COLUMNS = [  # (title, justify, in the narrow table); `filtered_frac` keeps the metric's one name
     ("peer", "left", True), ("run", "left", True), ("answered", "left", True), ("state", "left", True),
-    ("model", "left", True),
+    ("model", "left", True), ("family", "left", False),
     ("params", "right", False), ("train", "left", True), ("backend", "left", False), ("device", "left", False),
     ("round", "right", True), ("reward", "right", False), ("eval_acc", "right", True), ("tok/s", "right", False),
     ("published", "right", False), ("consumed", "right", False), ("filtered_frac", "right", False),
@@ -55,6 +55,7 @@ def _cells(row: PeerRow, wide: bool) -> dict[str, str]:
         "state": f"[{STATE_COLOURS.get(row.state, 'white')}]{row.state}[/] {row.age_s:.0f}s",
         # in 80 columns the hub's organisation can go: the model's own name says what it is
         "model": _fmt(h.model) if wide else _fmt(h.model).rsplit("/", 1)[-1],
+        "family": _fmt(h.tokenizer and h.tokenizer[:8]),
         "params": f"{h.params / 1e6:.2f}M" if h.params is not None else "-",
         "train": f"LoRA r={h.lora}" if h.lora else "full",
         "backend": _fmt(h.backend),
@@ -87,10 +88,13 @@ def render_table(rows: list[PeerRow], wide: bool = False) -> Table:
     it answered us and by which path, then its claims: state, model, training, round,
     held-out accuracy with its last evaluations drawn), `wide` for every column (with the
     reach it claims).
-    One run shows in the title instead of a column."""
+    One run shows in the title instead of a column; so does the number of families (the
+    tokenizers peers claim) when there are several, which `wide` names row by row."""
     runs = sorted({row.heartbeat.run for row in rows})
     one_run = len(runs) == 1
-    title = f"swarmnode: {len(rows)} peer(s)" + (f" in run {runs[0][:16]}" if one_run else "")
+    families = len({row.heartbeat.tokenizer for row in rows})
+    title = (f"swarmnode: {len(rows)} peer(s)" + (f" of {families} families" if families > 1 else "")
+             + (f" in run {runs[0][:16]}" if one_run else ""))
     shown = [(name, justify) for name, justify, narrow in COLUMNS
              if (wide or narrow) and not (name == "run" and one_run and not wide)]
     table = Table(title=title, title_justify="left", caption=CAPTION, caption_justify="left",

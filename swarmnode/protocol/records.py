@@ -68,6 +68,7 @@ class NodeStatus(_PeerRecord):
 
     round: int = -1
     model: str | None = Field(None, max_length=256)
+    tokenizer: str | None = Field(None, max_length=64)  # its tokenizer's fingerprint: its family
     params: int | None = None
     lora: int = 0
     backend: str | None = Field(None, max_length=32)
