@@ -193,6 +193,27 @@ def test_rogue_payloads_are_rejected_and_counted(tmp_path, make_policy):
     assert record.own_samples == 12 and state.payload_tokens > 0
 
 
+def test_a_batch_in_a_tokenizer_we_cannot_read_is_left_unread_but_a_lie_in_one_still_counts(tmp_path, make_policy):
+    """Another tokenizer is no fault: a batch in one this node does not know is not trained on
+    and not counted against its sender. What holds whatever the tokenizer (its round) is still
+    checked, and so are token ids against the vocabulary of a tokenizer the batch names."""
+    hub = InMemoryHub()
+    honest = _node(tmp_path, make_policy, "honest", hub, staleness=3, max_rejects=10)
+    rogue = _node(tmp_path, make_policy, "rogue", hub)
+    rogue.produce(0), rogue.produce(2)
+    batch, later = (wire.decode(hub.payloads[(rogue.run_id, "rogue", r)]) for r in (0, 2))
+    hub.payloads.clear()
+    rogue.exchange.publish(0, wire.encode(wire.RolloutBatch(batch.run_id, "rogue", 0, "f00dfeedf00dfeed", batch.groups)))
+    record = honest.consume(0, honest.produce(0))
+    assert record.peer_samples == 0 and honest.rejected.get("rogue", 0) == 0
+    hub.payloads.clear()
+    rogue.exchange.publish(1, wire.encode(wire.RolloutBatch(batch.run_id, "rogue", 0, "f00dfeedf00dfeed", batch.groups)))
+    beyond = [wire.CompletionGroup(g.prompt_id, g.lengths, g.tokens + honest.policy.vocab_size, g.logprobs) for g in later.groups]
+    rogue.exchange.publish(2, wire.encode(wire.RolloutBatch(batch.run_id, "rogue", 2, batch.tokenizer_fingerprint, beyond)))
+    honest.consume(2, honest.produce(2))
+    assert honest.rejected["rogue"] == 2, "round 0 published as round 1; ids outside the vocabulary it names"
+
+
 def test_a_batch_must_hold_the_first_prompts_of_its_assignment_and_some(tmp_path, make_policy):
     """Any own share is accepted as the first k prompts of the peer's assignment; skipping the
     first one (cherry-picking by dropping) and an empty batch are refused and counted."""

@@ -157,9 +157,11 @@ class Intake:
         UnknownFamily when it is in a tokenizer this node cannot read."""
         batch = wire.decode(item.payload, self.config.wire)
         family = self.families.get(batch.tokenizer_fingerprint)
+        # every check that holds whatever the tokenizer comes first: a lie there is a lie
+        check_batch(batch, item.peer_id, item.round, self.config, self.run_id,
+                    family.vocab_size if family else None, self.task.num_train)
         if family is None:
             raise UnknownFamily(batch.tokenizer_fingerprint)
-        check_batch(batch, item.peer_id, item.round, self.config, self.run_id, family.vocab_size, self.task.num_train)
         return batch
 
     def _note_unread(self, peer_id: str, fingerprint: str) -> None:

@@ -49,12 +49,14 @@ def batch_split(config: Config, own_share: float | None = None) -> tuple[int, in
 
 
 def check_batch(
-    batch: wire.RolloutBatch, sender: str, round_: int, config: Config, run_id: str, vocab_size: int, num_train: int
+    batch: wire.RolloutBatch, sender: str, round_: int, config: Config, run_id: str, vocab_size: int | None,
+    num_train: int,
 ) -> None:
     """WireError unless `batch` is one this node may train on: this run, from its sender, of
     the round it was published as, token ids inside the vocabulary of the tokenizer it names
-    (`vocab_size`), the sender's assigned prompts, the run's group size and completion length
-    (in the sender's own tokens)."""
+    (`vocab_size`; None: a tokenizer this node does not know, whose ids it cannot judge), the
+    sender's assigned prompts, the run's group size and completion length (in the sender's own
+    tokens)."""
     if batch.run_id != run_id:
         raise wire.WireError(f"run id {batch.run_id} is not this run ({run_id})")
     if batch.peer_id != sender:
@@ -62,7 +64,7 @@ def check_batch(
     if batch.round != round_:
         raise wire.WireError(f"round {batch.round} published as round {round_}")
     highest = max((int(g.tokens.max()) for g in batch.groups if len(g.tokens)), default=-1)
-    if highest >= vocab_size:
+    if vocab_size is not None and highest >= vocab_size:
         raise wire.WireError(f"token id {highest} outside the vocabulary of the tokenizer it names ({vocab_size})")
     if not batch.groups:
         raise wire.WireError("a batch without groups")
