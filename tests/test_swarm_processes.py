@@ -47,7 +47,7 @@ BASE = tiny_cpu({
     },
 })
 KINDS = {"a": {"model": {"name": "tiny"}}, "b": {"model": {"name": "tiny", "lora": {"rank": 8}}},
-         "c": {"model": {"name": "tiny-large"}}}
+         "c": {"model": {"name": "tiny-llama"}}}  # another tokenizer family: trained on by span
 
 
 class NodeProcess:
@@ -118,8 +118,8 @@ def wait_for(condition, timeout: float, what: str, nodes=()):
 
 @pytest.fixture(scope="module")
 def swarm(tmp_path_factory):
-    for spec in TINY_PRESETS.values():  # build once here rather than in three racing processes
-        ensure_tiny(spec)
+    for name in {kind["model"]["name"] for kind in KINDS.values()}:  # built here, not in racing processes
+        ensure_tiny(TINY_PRESETS[name])
     root = tmp_path_factory.mktemp("swarm")
     nodes = {name: NodeProcess(root, name) for name in "abc"}
     nodes["a"].start([])
@@ -137,7 +137,7 @@ def _trained_with_peers(node: NodeProcess, since: int = 1) -> bool:
     return bool(rounds) and all(r["peer_samples"] > 0 for r in rounds)
 
 
-def test_three_heterogeneous_nodes_train_on_each_others_samples(swarm):
+def test_three_heterogeneous_nodes_of_two_tokenizer_families_train_on_each_others_samples(swarm):
     nodes, _ = swarm
     live = list(nodes.values())
     # 20 rounds (a few seconds): the three start within a second of each other, and a fast node
@@ -163,11 +163,12 @@ def test_status_lists_the_three_peers_with_their_models(swarm):
     expected = {n.info["peer_id"]: n for n in nodes.values()}
     assert set(peers) == set(expected)
     models = {expected[p].name: (h["model"], h["lora"], h["state"]) for p, h in peers.items()}
-    assert models == {"a": ("tiny", 0, "training"), "b": ("tiny", 8, "training"), "c": ("tiny-large", 0, "training")}
+    assert models == {"a": ("tiny", 0, "training"), "b": ("tiny", 8, "training"), "c": ("tiny-llama", 0, "training")}
+    assert peers[nodes["a"].info["peer_id"]]["tokenizer"] != peers[nodes["c"].info["peer_id"]]["tokenizer"]
     table = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "80"})
-    assert table.returncode == 0 and "3 peer(s)" in table.stdout, table.stderr
+    assert table.returncode == 0 and "3 peer(s) of 2 families" in table.stdout, table.stderr
     assert all(len(line) <= 80 for line in table.stdout.splitlines()), table.stdout
-    for shown in ("tiny-large", "LoRA r=8", "eval_acc", "answered", "local", "training"):
+    for shown in ("tiny-llama", "LoRA r=8", "eval_acc", "answered", "local", "training"):
         assert shown in table.stdout, (shown, table.stdout)
     assert "Checking that identity" not in table.stderr, "no daemon chatter"
     from_file = [sys.executable, "-m", "swarmnode", "status", "--json",
