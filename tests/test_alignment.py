@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from transformers import LlamaForCausalLM
 
 from swarmnode.learn.alignment import (
+    MAX_PENDING,
     Tokenization,
     align,
     sender_text,
@@ -21,6 +22,8 @@ from swarmnode.learn.alignment import (
 )
 from swarmnode.learn.loss import sequence_divergence
 from swarmnode.model.tiny import TINY_LLAMA_SPEC, TINY_SPEC, build_model, build_tokenizer
+
+_TINY, _LLAMA = build_tokenizer(TINY_SPEC), build_tokenizer(TINY_LLAMA_SPEC)
 
 
 class ByteVocab:
@@ -194,3 +197,51 @@ def test_an_unfinished_character_drops_the_eos_after_it():
     translated = translate(ids, np.full(len(ids), -0.5, np.float32), side, side)
     assert translated is not None and list(translated.tokens) == vocab.encode("ab"), "no EOS: it ends unfinished"
     assert list(translated.spans.gen) == [-0.5, -0.5]
+
+
+def _prefix_ends(ids, decode):
+    """The definition token_ends streams: where each prefix's own decoding ends in the text."""
+    text = decode(ids)
+    ends = []
+    for count in range(1, len(ids) + 1):
+        prefix = decode(ids[:count])
+        ends.append(len(prefix) if text.startswith(prefix) and not prefix.endswith("\ufffd") else None)
+    return ends
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("0123456789+-= <>/answerCé€\U0001F600\n")), min_size=1, max_size=60))
+def test_streamed_boundaries_are_where_each_prefix_s_own_decoding_ends(text):
+    """Linear work, the same boundaries as decoding every prefix, for both families' tokenizers
+    and a byte vocabulary (pieces of characters included)."""
+    for tokenizer in (_TINY, _LLAMA):
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        assert token_ends(ids, tokenizer.decode)[1] == _prefix_ends(ids, tokenizer.decode)
+    vocab = ByteVocab([b"12", "€".encode()[:2]])
+    ids = vocab.encode(text)
+    assert token_ends(ids, vocab.decode)[1] == _prefix_ends(ids, vocab.decode)
+
+
+def test_tokens_that_never_make_a_character_end_the_boundaries_after_a_while():
+    """Lone continuation bytes never decode cleanly: after MAX_PENDING of them nothing more is
+    decoded, so such junk costs linear work, not quadratic."""
+    vocab = ByteVocab([])
+    ids = vocab.encode("ab") + [vocab.ids[b"\x80"]] * 1000
+    calls = []
+    text, ends = token_ends(ids, lambda part: calls.append(len(part)) or vocab.decode(part))
+    assert ends[:2] == [1, 2] and ends[2:] == [None] * 1000
+    assert sum(calls) < 40 * MAX_PENDING + len(ids)
+
+
+def test_a_translation_longer_than_our_limit_is_cut_at_its_last_whole_span():
+    """Numbers kept whole in the sender's tokens are a digit a token in ours: past our own
+    generation limit the completion ends at a span boundary, unfinished (no EOS)."""
+    ids = np.array([*_LLAMA("<answer>1078</answer>", add_special_tokens=False)["input_ids"], _LLAMA.eos_token_id])
+    logprobs = np.full(len(ids), -0.25, np.float32)
+    whole = translate(ids, logprobs, _side(_LLAMA), _side(_TINY))
+    assert whole is not None and len(whole.tokens) == 7, "<answer> 1 0 7 8 </answer> EOS"
+    cut = translate(ids, logprobs, _side(_LLAMA), _side(_TINY), max_tokens=4)
+    assert cut is not None and len(cut.tokens) <= 4 and _TINY.eos_token_id not in cut.tokens
+    assert "<answer>1078</answer>".startswith(_TINY.decode(cut.tokens))
+    assert len(cut.spans.gen) == cut.spans.of_token[-1] + 1 and list(cut.spans.of_token) == list(whole.spans.of_token[: len(cut.tokens)])
+    assert translate(ids, logprobs, _side(_LLAMA), _side(_TINY), max_tokens=len(whole.tokens)).tokens.tolist() == whole.tokens.tolist()

@@ -284,6 +284,15 @@ def _own(advantages: list[float]) -> list[Sample]:
     return [Sample(TrainSample([1], completion, advantage), 0.0) for advantage in advantages]
 
 
+def test_completions_that_cannot_be_put_into_our_tokens_taught_nothing(tmp_path):
+    """A peer of another tokenizer whose every completion fails to translate (a lone piece of a
+    character, say) trains nothing, and its standing counts them as screened and useless."""
+    intake = _scored_intake(tmp_path, {0: [1.0] * 4})
+    intake._score = lambda group: ScoredGroup(group.peer_id, Problem(0, "1+1", "2"), [1], [], [], [], untranslated=4)
+    taken = intake.take(0, _groups("p", 0, 1), own=[], timings={})
+    assert taken.kept == [] and intake.ledger.standing("p") == 0.0 and intake.ledger.peers["p"].screened == 4
+
+
 def test_with_weight_by_usefulness_a_peer_counts_what_it_taught_over_what_ours_teach(tmp_path):
     """Our own samples all teach (advantage != 0). Each round the same three peers send a group
     that all teaches, one that teaches in half its samples and one that teaches nothing: their

@@ -32,16 +32,36 @@ Decode = Callable[[Sequence[int]], str]
 REPLACEMENT = "\ufffd"  # what a decoder shows for bytes that are not (yet) a whole character
 
 
+MAX_PENDING = 16  # tokens without a whole character among them before a completion's boundaries end
+
+
 def token_ends(ids: Sequence[int], decode: Decode) -> tuple[str, list[int | None]]:
-    """The text `ids` decode to, and per token the character offset its clean prefix ends at in
-    that text (None where the tokens up to it do not decode to a prefix of the text, or end in
-    a replacement character: no boundary there). Quadratic in the length: one decode a token."""
+    """The text `ids` decode to, and per token the character offset where the text of the tokens
+    up to it ends (None where they end inside a character, shown as a replacement character,
+    or where the decoder rewrote what came before: no boundary there).
+
+    Decoded incrementally, as a streaming detokenizer does: each step decodes a window that
+    starts one emitted chunk back, so a decoder that treats the first token of a call apart
+    (sentencepiece's leading space) sees the same context every time, and each emitted piece
+    must continue the whole text where the last one ended. The work is linear in the length;
+    after MAX_PENDING tokens without a clean end, the rest has no boundaries (a completion that
+    is not text anyway)."""
     text = decode(ids)
     ends: list[int | None] = []
+    emitted, start, read = 0, 0, 0  # characters accounted for; the window's first token; tokens emitted
     for count in range(1, len(ids) + 1):
-        prefix = decode(ids[:count])
-        clean = text.startswith(prefix) and not prefix.endswith(REPLACEMENT)
-        ends.append(len(prefix) if clean else None)
+        if count - read > MAX_PENDING:
+            ends += [None] * (len(ids) - len(ends))
+            break
+        context = decode(ids[start:read]) if read > start else ""
+        window = decode(ids[start:count])
+        piece = window[len(context):]
+        if piece and window.startswith(context) and not window.endswith(REPLACEMENT) and text.startswith(piece, emitted):
+            emitted += len(piece)
+            ends.append(emitted)
+            start, read = read, count
+        else:
+            ends.append(None)
     return text, ends
 
 
@@ -93,7 +113,9 @@ def align(sender_ends: Sequence[int | None], our_ends: Sequence[int | None], len
     shared = sender_clean & {end for end in our_ends if end is not None}
     shared = {end for end in shared if end <= length}
     span_at = {end: k for k, end in enumerate(sorted(shared))}  # the span a shared boundary closes
-    return Alignment(len(shared), _span_of(sender_ends, span_at, length), _span_of(our_ends, span_at, length))
+    our_span = _span_of(our_ends, span_at, length)
+    our_span[our_span < 0] = len(shared) - 1  # tokens of ours after the text's end that add no text: the last span
+    return Alignment(len(shared), _span_of(sender_ends, span_at, length), our_span)
 
 
 def _span_of(ends: Sequence[int | None], span_at: dict[int, int], length: int) -> np.ndarray:
@@ -202,7 +224,9 @@ class Translated:
     spans: Spans
 
 
-def translate(ids: np.ndarray, logprobs: np.ndarray, sender: Tokenization, ours: Tokenization) -> Translated | None:
+def translate(
+    ids: np.ndarray, logprobs: np.ndarray, sender: Tokenization, ours: Tokenization, max_tokens: int | None = None,
+) -> Translated | None:
     """A completion of another tokenizer as we would train on it, or None when it cannot be.
 
     The text is the sender's tokens decoded by its tokenizer (up to its last whole character)
@@ -210,6 +234,8 @@ def translate(ids: np.ndarray, logprobs: np.ndarray, sender: Tokenization, ours:
     sender generated (None). A final end-of-sequence token is that same event to both, so it is
     a span of its own: our EOS against the sender's log-prob of its EOS. When the tail of the
     text was dropped (an unfinished character), so is a final EOS: the completion ends unfinished.
+    More than `max_tokens` of ours (our own generation limit: what memory was planned for) are
+    cut at the last span that fits, as if our generator had stopped there, unfinished.
     """
     ids = np.asarray(ids)
     finished = len(ids) > 0 and int(ids[-1]) == sender.eos
@@ -231,6 +257,12 @@ def translate(ids: np.ndarray, logprobs: np.ndarray, sender: Tokenization, ours:
         our_ids = [*our_ids, ours.eos]
         of_token = np.append(of_token, spans)
         span_gen = np.append(span_gen, float(logprobs[-1]))
+    if max_tokens is not None and len(our_ids) > max_tokens:
+        cut = max_tokens
+        while cut > 0 and of_token[cut - 1] == of_token[cut]:  # whole spans only
+            cut -= 1
+        our_ids, of_token = our_ids[:cut], of_token[:cut]
+        span_gen = span_gen[: int(of_token[-1]) + 1] if cut else span_gen[:0]
     if not our_ids:
         return None
     return Translated(np.asarray(our_ids, np.int32), Spans(np.asarray(of_token, np.int64), span_gen.astype(np.float32)))

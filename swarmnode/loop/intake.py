@@ -38,6 +38,7 @@ SCREEN_PASSES = 3  # rounds of score-and-screen to fill the peers' share when th
 
 
 log = logging.getLogger(__name__)
+UNREAD_NAMED = 8  # tokenizers this node names in its log when it cannot read them; later ones go unnamed
 
 @dataclass
 class Taken:
@@ -92,7 +93,7 @@ class Intake:
     @cached_property
     def families(self) -> Families:
         """The tokenizers this node reads peers' batches in: ours, and those it knows of."""
-        return Families(self.policy.tokenizer)
+        return Families(self.policy.tokenizer, self.policy.vocab_size)
 
     # -- collecting ----------------------------------------------------------------------------
 
@@ -137,7 +138,8 @@ class Intake:
             try:
                 batch = self.verify(item)
             except UnknownFamily as unknown:
-                self._note_unread(item.peer_id, unknown.fingerprint)
+                self._note_unread(item.peer_id, unknown, round_=our_round)
+                delivered.add(item.peer_id)  # it did deliver, a batch that teaches us nothing
                 continue
             except wire.WireError as err:
                 self.reject(item.peer_id, str(err))
@@ -164,11 +166,16 @@ class Intake:
             raise UnknownFamily(batch.tokenizer_fingerprint)
         return batch
 
-    def _note_unread(self, peer_id: str, fingerprint: str) -> None:
-        """Say once per tokenizer that a peer's batches go unread: no fault of the peer's."""
-        if fingerprint not in self.unread:
-            self.unread.add(fingerprint)
-            log.warning("peer %s sends batches in a tokenizer this node cannot read (%s): left unread", peer_id[:12], fingerprint)
+    def _note_unread(self, peer_id: str, unknown: UnknownFamily, round_: int) -> None:
+        """A batch in a tokenizer this node cannot read: no fault of the sender's, no strike,
+        but it taught us nothing, so its sender's standing counts it as useless (no wait for
+        it, its groups last). Said once for the first UNREAD_NAMED tokenizers."""
+        self.ledger.delivered(peer_id)
+        self.ledger.screened(peer_id, 1, 0, round_)
+        if len(self.unread) < UNREAD_NAMED and unknown.fingerprint not in self.unread:
+            self.unread.add(unknown.fingerprint)
+            log.warning("peer %s sends batches in a tokenizer this node cannot read (%s): left unread",
+                        peer_id[:12], unknown.fingerprint[:16])
 
     def reject(self, peer_id: str, reason: str) -> None:
         self.ledger.reject(peer_id, reason)
@@ -216,14 +223,16 @@ class Intake:
             taken.lags += [self.pool.lag(group) for group in chunk]
             taken.peers.update(group.peer_id for group in chunk)
             t = time.perf_counter()
-            samples = train_samples([self._score(group) for group in chunk], self.config.loss.advantage_std)
+            scored = [self._score(group) for group in chunk]
+            samples = train_samples(scored, self.config.loss.advantage_std)
+            untranslated = Counter({g.peer_id: g.untranslated for g in scored if g.untranslated})
             timings["score_s"] += time.perf_counter() - t
             t = time.perf_counter()
             screening, theta = self._screen(own, samples, struck, anchor_bar)
             if self.share.enabled:
                 screened_logprobs += theta if theta is not None else self._theta(samples)
             timings["screen_s"] += time.perf_counter() - t
-            self._note_standing(round_, samples, screening)  # first: a peer's factor counts this batch too
+            self._note_standing(round_, samples, screening, untranslated)  # first: a peer's factor counts this batch too
             factors = {s.peer_id: self.usefulness.factor(s.peer_id) for s in samples}
             kept = [
                 sample.screened(scale * factors[sample.peer_id], advantage)
@@ -254,7 +263,8 @@ class Intake:
         prompt = build_prompt(self.task, problem, self.policy)
         sender = self.families.get(group.family) if group.family else None
         translation = (sender.tokenization, self.families.own.tokenization) if sender else None
-        return score_group(self.task, self.policy, group.peer_id, problem, prompt, group.completions, translation)
+        return score_group(self.task, self.policy, group.peer_id, problem, prompt, group.completions, translation,
+                           self.config.rollout.max_new_tokens)
 
     def _own_anchor(self, own: list[Sample]) -> Anchor | None:
         """This round's bar of the anchored gate, moved by our own samples as the reference
@@ -296,12 +306,15 @@ class Intake:
                 self.reject(peer, verdict.strikes[0])
         return screening, theta
 
-    def _note_standing(self, round_: int, samples: list[Sample], screening: Screening) -> None:
+    def _note_standing(
+        self, round_: int, samples: list[Sample], screening: Screening, untranslated: Counter[str] | None = None,
+    ) -> None:
         """Tell the ledger how many of each peer's screened samples were useful: kept, not
         under a bar of the gate nor just above one (`trust.near_bar`: samples that pass by a
         hair are how a gate is walked), and trained with a non-zero advantage (a group all
-        right or all wrong teaches nothing, nor do wrong answers whose right ones were gated)."""
-        offered: Counter[str] = Counter()
+        right or all wrong teaches nothing, nor do wrong answers whose right ones were gated).
+        Completions that could not be put into our tokens (`untranslated`) taught nothing."""
+        offered: Counter[str] = Counter(untranslated or {})
         useful: Counter[str] = Counter()
         for sample, kept, near, advantage in zip(
             samples, screening.keep, screening.near_bar_flags, screening.advantages

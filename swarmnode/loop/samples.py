@@ -32,6 +32,7 @@ class ScoredGroup:
     completions: list[Completion]  # in our tokens
     rewards: list[float]
     spans: list[Spans] | None = None  # per completion, when its generator's tokenizer is not ours
+    untranslated: int = 0  # its completions that could not be put into our tokens (left out)
 
     @property
     def own(self) -> bool:
@@ -58,18 +59,21 @@ class Sample:
 
 def score_group(
     task: Task, policy: Policy, peer_id: str, problem: Problem, prompt_ids: list[int], completions: list[Completion],
-    translation: tuple[Tokenization, Tokenization] | None = None,
+    translation: tuple[Tokenization, Tokenization] | None = None, max_tokens: int | None = None,
 ) -> ScoredGroup:
     """Decode each completion and score it with our own task. With `translation` (the sender's
-    tokenizer, ours) the completions are first put into our tokens, their log-probs by span
-    (swarmnode.learn.alignment.translate); one that cannot be is left out of the group."""
+    tokenizer, ours) the completions are first put into our tokens, their log-probs by span, at
+    most `max_tokens` of ours (swarmnode.learn.alignment.translate); one that cannot be is left
+    out of the group, whose advantages are then taken over the rest."""
     spans: list[Spans] | None = None
+    untranslated = 0
     if translation is not None:
-        translated = [t for c in completions if (t := translate(c.tokens, c.logprobs, *translation)) is not None]
+        translated = [t for c in completions if (t := translate(c.tokens, c.logprobs, *translation, max_tokens)) is not None]
+        untranslated = len(completions) - len(translated)
         completions = [Completion(t.tokens, _spread(t.spans)) for t in translated]
         spans = [t.spans for t in translated]
     rewards = [task.reward(policy.decode(c.tokens), problem) for c in completions]
-    return ScoredGroup(peer_id, problem, prompt_ids, completions, rewards, spans)
+    return ScoredGroup(peer_id, problem, prompt_ids, completions, rewards, spans, untranslated)
 
 
 def _spread(spans: Spans) -> np.ndarray:

@@ -51,10 +51,12 @@ def family_of(tokenizer: PreTrainedTokenizerBase) -> Family:
 
 class Families:
     """Families by fingerprint: ours from the start, the presets' when a batch first names one
-    we do not know."""
+    we do not know. Our own family's vocabulary is our model's (`own_vocab_size`: its
+    embedding rows, which may be more than the tokenizer's tokens, as Qwen2.5's are)."""
 
-    def __init__(self, own: PreTrainedTokenizerBase) -> None:
-        self.own = family_of(own)
+    def __init__(self, own: PreTrainedTokenizerBase, own_vocab_size: int | None = None) -> None:
+        mine = family_of(own)
+        self.own = Family(mine.fingerprint, own_vocab_size or mine.vocab_size, mine.tokenization)
         self._known: dict[str, Family] = {self.own.fingerprint: self.own}
         self._presets_built = False
 
