@@ -333,6 +333,7 @@ def main() -> None:
     started = time.perf_counter()
     control = control_runs(setting, conditions, args, shape)
     runs = train(setting, conditions, args, shape)
+    save(args.out / "ablation.json", setting, args.accounting, shape, runs)  # first: a failure below loses no run
     print_gains(setting, args, runs)
     print_diagnostics(runs)
     if setting.name == CONTROL or control:
@@ -341,7 +342,6 @@ def main() -> None:
         print("\nno control run (--no-control): the gains above are not checked against two copies of one model")
     plot(runs, args.out / "ablation.png", f"{setting.name}, {args.accounting}, {args.seeds} seed(s)",
          CostModel(args.gen_share))
-    save(args.out / "ablation.json", setting, args.accounting, shape, runs)
     print(f"\ncurves: {args.out / 'ablation.png'}, records: {args.out / 'ablation.json'}; "
           f"total {time.perf_counter() - started:.0f} s")
 

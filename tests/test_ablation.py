@@ -227,3 +227,22 @@ def test_time_matched_gains_are_paired_at_each_budget_of_alone_s_curve():
     gains = {(g.condition, g.alone_rounds): g for g in budget_gains(runs)}
     assert gains[("f-tis", 10)].seeds == 1 and gains[("f-tis", 10)].gain == pytest.approx(0.08)
     assert gains[("f-tis", 20)].seeds == 2
+
+
+def test_against_a_time_matched_nois_run_step_means_alone_s_round_count_on_both_sides():
+    """Alone trains 20 rounds, nois and f-tis 40 in that time (evaluated at 20 on the way).
+    Step-matched against nois compares both at round 20, time-matched at their ends; a seed
+    never evaluated at round 20 is left out rather than turned into a nan that breaks the mean."""
+    def seeded(seed: int, fits: float, nois: float, f_20: bool = True) -> list[ConditionRun]:
+        return [
+            ConditionRun(ALONE, "shared", seed, [_curved("a", [(10, 0.5), (20, 0.6)], 20)]),
+            ConditionRun("nois", "shared", seed, [_curved("a", [(20, nois), (40, nois + 0.1)], 40, matched=40)]),
+            ConditionRun("f-tis", "shared", seed, [_curved("a", [(20, fits), (40, fits + 0.2)] if f_20 else [(40, fits + 0.2)], 40, matched=40)]),
+        ]
+
+    runs = seeded(0, 0.60, 0.50) + seeded(1, 0.70, 0.50) + seeded(2, 0.90, 0.50, f_20=False)
+    step = {g.condition: g for g in paired_gains(runs, baseline="nois", match="step")}
+    time = {g.condition: g for g in paired_gains(runs, baseline="nois", match="time")}
+    assert step["f-tis"].gain == pytest.approx(0.15) and step["f-tis"].seeds == 2, "0.10 and 0.20 at round 20"
+    assert time["f-tis"].gain == pytest.approx((0.2 + 0.3 + 0.5) / 3) and time["f-tis"].seeds == 3
+    assert step[ALONE].gain == pytest.approx(0.10), "alone at 20 against nois at 20"

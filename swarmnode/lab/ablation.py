@@ -344,20 +344,31 @@ def by_member(runs: list[ConditionRun]) -> dict[tuple[str, str], list[tuple[int,
 def paired_gains(runs: list[ConditionRun], baseline: str = ALONE, match: str = "step",
                  cost: CostModel | None = None) -> list[Gain]:
     """Every (condition, member) against the same member under `baseline` (alone, or an
-    objective such as nois), seed by seed; [] when no run has that condition. `step`: at the
-    baseline's round count (a time-matched run is evaluated there on its way); `time`: at the
-    end of each run (a time-matched run ends when its modelled time is spent)."""
+    objective such as nois), seed by seed; [] when no run has that condition. `step`: at
+    alone's round count (a time-matched run is evaluated there on its way), the baseline too;
+    `time`: at the end of each run (a time-matched run ends when its modelled time is spent).
+    A seed either side was not evaluated at is left out."""
     cost = cost or CostModel()
     base = {(r.seed, m.label): m for r in runs if r.condition == baseline for m in r.members}
     if not base:
         return []
+    steps = {(r.seed, m.label): len(m.rounds) for r in runs if r.condition == ALONE for m in r.members}
     gains = []
     for (condition, label), seeded in by_member(runs).items():
-        pairs = [(m, base[(seed, label)]) for seed, m in seeded if (seed, label) in base]
+        pairs, upto, theirs = [], [], []
+        for seed, m in seeded:
+            if (seed, label) not in base:
+                continue
+            a = base[(seed, label)]
+            at = steps.get((seed, label), len(a.rounds)) if match == "step" else m.time_matched_at or len(m.rounds)
+            baseline_accuracy = a.accuracy_at(at) if match == "step" else a.after
+            if not (math.isnan(m.accuracy_at(at)) or math.isnan(baseline_accuracy)):
+                pairs.append((m, a))
+                upto.append(at)
+                theirs.append(baseline_accuracy)
         if pairs:
-            upto = [(len(a.rounds) if match == "step" else m.time_matched_at) or len(m.rounds) for m, a in pairs]
             accuracy = [m.accuracy_at(n) for (m, _), n in zip(pairs, upto)]
-            diffs = [acc - a.after for acc, (_, a) in zip(accuracy, pairs)]
+            diffs = [acc - base_acc for acc, base_acc in zip(accuracy, theirs)]
             tokens = sum(sum(r.wire_tokens for r in m.rounds[:n]) for (m, _), n in zip(pairs, upto))
             times = [m.modelled_time(a, cost, n) / a.modelled_time(a, cost) for (m, a), n in zip(pairs, upto)]
             gains.append(
