@@ -11,16 +11,16 @@ from transformers import LlamaForCausalLM
 
 from swarmnode.learn.alignment import (
     MAX_PENDING,
+    SpanBatch,
     Tokenization,
     align,
     sender_text,
-    span_divergence,
-    span_log_ratios,
-    span_sums,
+    spans_of,
     token_ends,
     translate,
 )
 from swarmnode.learn.loss import sequence_divergence
+from swarmnode.model.families import family_of
 from swarmnode.model.tiny import TINY_LLAMA_SPEC, TINY_SPEC, build_model, build_tokenizer
 
 _TINY, _LLAMA = build_tokenizer(TINY_SPEC), build_tokenizer(TINY_LLAMA_SPEC)
@@ -106,10 +106,9 @@ def test_a_text_whose_tokens_do_not_end_at_its_end_is_refused():
 def test_a_span_s_ratio_is_its_log_prob_sums_and_every_token_of_ours_in_it_takes_it():
     fine, coarse = ByteVocab([]), ByteVocab([b"123", b"45", b" + "])
     alignment, _, _ = _aligned(coarse, fine, "123 + 45")
-    gen = torch.tensor([-1.0, -0.5, -2.0])  # the sender's log-prob of each of its tokens
-    theta = torch.tensor([-0.1, -0.2, -0.3, -0.1, -0.1, -0.1, -1.0, -0.5])
-    span_gen = span_sums(gen, torch.from_numpy(alignment.sender_span), alignment.spans)
-    log_w = span_log_ratios(theta, torch.from_numpy(alignment.our_span), span_gen)
+    gen = np.array([-1.0, -0.5, -2.0])  # the sender's log-prob of each of its tokens
+    theta = np.array([-0.1, -0.2, -0.3, -0.1, -0.1, -0.1, -1.0, -0.5])
+    log_w = spans_of(alignment, gen).log_ratios(theta)
     expected = [-0.6 + 1.0] * 3 + [-0.3 + 0.5] * 3 + [-1.5 + 2.0] * 2
     assert log_w.tolist() == pytest.approx(expected)
 
@@ -123,12 +122,13 @@ def test_where_both_share_every_boundary_the_weights_are_today_s_token_level_one
     text, ends = token_ends(ids, vocab.decode)
     alignment = align(ends, ends, len(text))
     assert alignment.token_level
-    gen, theta = torch.tensor(gen_list, dtype=torch.float64), torch.tensor(theta_list[: len(gen_list)], dtype=torch.float64)
-    our_span = torch.from_numpy(alignment.our_span)
-    span_gen = span_sums(gen, torch.from_numpy(alignment.sender_span), alignment.spans)
-    assert torch.allclose(span_log_ratios(theta, our_span, span_gen), theta - gen, atol=1e-12, rtol=0)
-    token_level = sequence_divergence(theta[None], gen[None], torch.ones(1, len(gen)), "k3-mean")
-    assert float(span_divergence(theta, our_span, span_gen)) == pytest.approx(float(token_level[0]), abs=1e-6)
+    gen, theta = np.array(gen_list, np.float32), np.array(theta_list[: len(gen_list)], np.float32)
+    spans = spans_of(alignment, gen)
+    np.testing.assert_allclose(spans.log_ratios(theta), theta.astype(np.float64) - gen, atol=1e-12, rtol=0)
+    batch = SpanBatch.of([spans], len(theta))
+    by_span = sequence_divergence(batch.sums(torch.from_numpy(theta)[None]), batch.gen, batch.mask, "k3-mean")
+    token_level = sequence_divergence(torch.from_numpy(theta)[None], torch.from_numpy(gen)[None], torch.ones(1, len(gen)), "k3-mean")
+    assert float(by_span[0]) == pytest.approx(float(token_level[0]), abs=1e-6)
 
 
 @settings(max_examples=100, deadline=None)
@@ -159,11 +159,7 @@ def test_tiny_llama_is_another_family_whose_completions_align_with_tiny_s():
 
 
 def _side(tokenizer) -> Tokenization:
-    return Tokenization(
-        decode=lambda ids: tokenizer.decode(list(ids)),
-        encode=lambda text: tokenizer(text, add_special_tokens=False)["input_ids"],
-        eos=tokenizer.eos_token_id,
-    )
+    return family_of(tokenizer).tokenization  # as a node reads a peer's tokens
 
 
 def test_a_finished_tiny_completion_translates_into_tiny_llama_tokens_with_its_log_prob_kept():

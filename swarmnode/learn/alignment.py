@@ -6,7 +6,7 @@ policies' probability of the same event. Where both segmentations have a token b
 same character, the text between two such shared boundaries (a span) is one event to both: the
 sender's log-prob of it is the sum of its tokens' log-probs, ours the sum of ours, and their
 difference is the span's log-ratio, which every one of our tokens in the span takes as its own
-(`span_log_ratios`). When the two tokenizations share every boundary, each span is one token and
+(`Spans.log_ratios`, `SpanBatch`). When the two tokenizations share every boundary, each span is one token and
 this is today's token-level weight exactly.
 
 A boundary counts only where it is clean: the tokens up to it decode to a prefix of the whole
@@ -132,31 +132,10 @@ def _span_of(ends: Sequence[int | None], span_at: dict[int, int], length: int) -
     return spans
 
 
-def span_sums(values: torch.Tensor, span_of: torch.Tensor, spans: int) -> torch.Tensor:
-    """Sum of per-token `values` within each span; tokens with span -1 count nowhere."""
-    inside = span_of >= 0
-    sums = torch.zeros(spans, dtype=values.dtype, device=values.device)
-    return sums.index_add(0, span_of[inside], values[inside])
-
-
-def span_log_ratios(logp_theta: torch.Tensor, our_span: torch.Tensor, span_gen: torch.Tensor) -> torch.Tensor:
-    """Per token of ours: log pi_theta(span) - log pi_gen(span) of the span it lies in, where
-    pi_theta(span) sums our tokens' log-probs and `span_gen` holds the sender's sums per span."""
-    span_theta = span_sums(logp_theta, our_span, len(span_gen))
-    return (span_theta - span_gen)[our_span]
-
-
-def span_divergence(logp_theta: torch.Tensor, our_span: torch.Tensor, span_gen: torch.Tensor, clamp: float = 20.0) -> torch.Tensor:
-    """The k3 estimate over spans (mean of exp(d) - d - 1, d = log pi_gen - log pi_theta of a
-    span): the filter's divergence where one event is a span rather than a token."""
-    d = (span_gen - span_sums(logp_theta.detach(), our_span, len(span_gen))).clamp(-clamp, clamp)
-    return (torch.expm1(d) - d).mean()
-
-
 @dataclass(frozen=True)
 class Spans:
     """One sample's spans as the loss takes them: per token of ours its span, per span the
-    sender's log-prob (Alignment.our_span and the sender's log-probs summed by span_sums)."""
+    sender's log-prob (`spans_of`)."""
 
     of_token: np.ndarray  # int64 per completion token of ours
     gen: np.ndarray  # float32 per span
@@ -167,9 +146,18 @@ class Spans:
         return Spans(np.arange(len(gen_logprobs), dtype=np.int64), np.asarray(gen_logprobs, dtype=np.float32))
 
     def log_ratios(self, logp_theta: np.ndarray) -> np.ndarray:
-        """Per token of ours: log pi_theta - log pi_gen of its span (span_log_ratios, in numpy)."""
+        """Per token of ours: log pi_theta - log pi_gen of its span."""
         span_theta = np.bincount(self.of_token, weights=np.asarray(logp_theta, np.float64), minlength=len(self.gen))
         return (span_theta - self.gen)[self.of_token]
+
+
+def spans_of(alignment: Alignment, sender_logprobs: np.ndarray) -> Spans:
+    """Our tokens' spans, with the sender's log-prob of each: the sum of its tokens' in the
+    span (its tokens past the aligned text count nowhere)."""
+    inside = alignment.sender_span >= 0
+    logprobs = np.asarray(sender_logprobs, np.float64)[: len(alignment.sender_span)]
+    gen = np.bincount(alignment.sender_span[inside], weights=logprobs[inside], minlength=alignment.spans)
+    return Spans(alignment.our_span, gen.astype(np.float32))
 
 
 @dataclass(frozen=True)
@@ -247,10 +235,8 @@ def translate(
         our_text, our_ends = token_ends(our_ids, ours.decode)
         if our_text != sent.text or our_ends[-1] != len(sent.text):
             return None
-        alignment = align(sent.ends, our_ends, len(sent.text))
-        inside = alignment.sender_span >= 0
-        span_gen = np.bincount(alignment.sender_span[inside], weights=np.asarray(logprobs[: len(body)], np.float64)[inside], minlength=alignment.spans)
-        of_token, spans = alignment.our_span, alignment.spans
+        aligned = spans_of(align(sent.ends, our_ends, len(sent.text)), logprobs[: len(body)])
+        of_token, span_gen, spans = aligned.of_token, aligned.gen, len(aligned.gen)
     else:
         span_gen, of_token, spans = np.zeros(0), np.zeros(0, np.int64), 0
     if finished:
