@@ -212,6 +212,9 @@ class _RecordingExchange:
         self.held.append(wait.held)
         return []
 
+    def tokenizers(self) -> list:
+        return []
+
 
 class _Live:
     def __init__(self, peers: list[str]) -> None:

@@ -10,6 +10,7 @@ from swarmnode.assemble import compose_node, run_id_for
 from swarmnode.loop.ledger import PeerLedger
 from swarmnode.model import checkpoint
 from swarmnode.model.batching import OutOfMemory
+from swarmnode.model.families import Families
 from swarmnode.model.policy import Policy
 from swarmnode.model.tiny import TINY_LLAMA_SPEC, build_model, build_tokenizer
 from swarmnode.ops.exporter import metrics_page
@@ -92,6 +93,37 @@ def test_nodes_of_two_tokenizer_families_train_on_each_others_samples(tmp_path, 
     assert all(rec.weight_mean < 0.99 and rec.divergence_mean > 0.01 for rec in history[-1])
 
 
+def test_a_node_that_does_not_know_a_peer_s_tokenizer_fetches_it_once_and_reads_its_next_batches(tmp_path, make_policy):
+    """tiny knows no preset here: llama's first batch is left unread (no strike), tiny asks
+    llama for the document its batch names, and from the next round on trains on its samples;
+    the document is fetched once, however many batches name it."""
+    hub = InMemoryHub()
+    tiny = _node(tmp_path, make_policy, "tiny", hub)
+    tiny.intake.families = Families(tiny.policy.tokenizer, tiny.policy.vocab_size, presets=False)
+    tokenizer = build_tokenizer(TINY_LLAMA_SPEC)
+    model = build_model(tokenizer, TINY_LLAMA_SPEC, hidden_size=64, intermediate_size=128, num_hidden_layers=1)
+    llama_policy = Policy(model.eval(), tokenizer, "tiny-llama", TrainSettings(lr=1e-3), LoraSettings(rank=0),
+                          use_chat_template=False, seed=0)
+    llama = _node(tmp_path, make_policy, "llama", hub, policy=llama_policy)
+    fetched = []
+    handed_out = tiny.exchange.tokenizers
+
+    def recording() -> list:
+        documents = handed_out()
+        fetched.extend(digest for digest, _ in documents)
+        return documents
+
+    tiny.exchange.tokenizers = recording
+    first = _step_together([tiny, llama], 0)[0]
+    assert first.peer_samples == 0 and first.rejected == 0
+    assert tiny.intake.families.get(llama.intake.families.own.digest) is None
+    for round_ in (1, 2):
+        later = _step_together([tiny, llama], round_)[0]
+        assert later.peer_samples >= 9 and later.rejected == 0
+    assert fetched == [llama.intake.families.own.digest], "one fetch, then the family is known"
+    assert tiny.intake.families.get(fetched[0]).fingerprint == llama.policy.fingerprint
+
+
 def test_a_node_alone_does_not_wait_for_min_peers(tmp_path, make_policy):
     """`--solo` on a config that asks for peers (the demo's baseline runs): nobody can come."""
     node = _node(tmp_path, make_policy, "alone", sets={"swarm.enabled": False, "swarm.min_peers": 2,
@@ -170,17 +202,17 @@ def test_rogue_payloads_are_rejected_and_counted(tmp_path, make_policy):
     # 1: garbage bytes, 2: claims another peer's identity, 3: prompts it was not assigned,
     # 4: another run id. Published under distinct rounds so each is gathered.
     forged = wire.RolloutBatch(
-        batch.run_id, "honest", 1, batch.tokenizer_fingerprint, batch.groups
+        batch.run_id, "honest", 1, batch.tokenizer_digest, batch.groups
     )
     cherry = wire.RolloutBatch(
         batch.run_id,
         "rogue",
         2,
-        batch.tokenizer_fingerprint,
+        batch.tokenizer_digest,
         [wire.CompletionGroup(g.prompt_id + 1, g.lengths, g.tokens, g.logprobs) for g in batch.groups],
     )
     other_run = wire.RolloutBatch(
-        "other", "rogue", 3, batch.tokenizer_fingerprint, batch.groups
+        "other", "rogue", 3, batch.tokenizer_digest, batch.groups
     )
     hub.payloads.clear()
     rogue.exchange.publish(0, b"SNRB\xff\xff\xff\xff garbage")
@@ -210,7 +242,7 @@ def test_a_batch_in_a_tokenizer_we_cannot_read_is_left_unread_but_a_lie_in_one_s
     hub.payloads.clear()
     rogue.exchange.publish(1, wire.encode(wire.RolloutBatch(batch.run_id, "rogue", 0, "f00dfeedf00dfeed", batch.groups)))
     beyond = [wire.CompletionGroup(g.prompt_id, g.lengths, g.tokens + honest.policy.vocab_size, g.logprobs) for g in later.groups]
-    rogue.exchange.publish(2, wire.encode(wire.RolloutBatch(batch.run_id, "rogue", 2, batch.tokenizer_fingerprint, beyond)))
+    rogue.exchange.publish(2, wire.encode(wire.RolloutBatch(batch.run_id, "rogue", 2, batch.tokenizer_digest, beyond)))
     honest.consume(2, honest.produce(2))
     assert honest.rejected["rogue"] == 2, "round 0 published as round 1; ids outside the vocabulary it names"
 
@@ -229,7 +261,7 @@ def test_a_batch_must_hold_the_first_prompts_of_its_assignment_and_some(tmp_path
 
     def reissue(round_, groups):
         b = batches.get(round_, batches[0])
-        return wire.encode(wire.RolloutBatch(b.run_id, "peer", round_, b.tokenizer_fingerprint, groups))
+        return wire.encode(wire.RolloutBatch(b.run_id, "peer", round_, b.tokenizer_digest, groups))
 
     peer.exchange.publish(0, reissue(0, batches[0].groups[:2]))  # a smaller own share: fine
     peer.exchange.publish(1, reissue(1, batches[1].groups[1:]))  # its first prompt left out

@@ -24,7 +24,13 @@ from hivemind.utils.timed_storage import get_dht_time
 
 from swarmnode.lab.adversary import ManyKeySigner, cheap_signer
 from swarmnode.loop.ledger import PeerLedger
-from swarmnode.protocol.records import MAX_CLOCK_SKEW_S, Heartbeat, NodeStatus, RecordError
+from swarmnode.protocol.records import (
+    MAX_CLOCK_SKEW_S,
+    Heartbeat,
+    NodeStatus,
+    RecordError,
+    tokenizer_document_digest,
+)
 from swarmnode.settings.config import SwarmSettings, load_config
 from swarmnode.swarm.base import GatherWait, SwarmLink
 from swarmnode.swarm.hivemind import dht as records
@@ -320,6 +326,64 @@ def test_lying_peers_are_counted_and_unreachable_ones_are_not(start_runtime):
     rogue.shutdown()
     assert ex.gather(GatherWait(timeout_s=3, wait_for={rogue.peer_id})) == []
     assert ledger.counts[rogue.peer_id] == 2
+
+
+def _handed_out_tokenizers(exchange, within_s: float = 10.0) -> list[tuple[str, bytes]]:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if got := exchange.tokenizers():
+            return got
+        time.sleep(0.05)
+    return []
+
+
+def test_a_tokenizer_document_is_fetched_once_checked_against_its_digest_and_bounded_in_size_and_time(
+    start_runtime, monkeypatch
+):
+    monkeypatch.setattr(payloads, "TOKENIZER_EVERY_S", 0.0)  # each of this test's requests answered
+    server_side = start_runtime("server")
+    asker = start_runtime("asker", server_side.visible_maddrs())
+    ledger = PeerLedger(SwarmSettings(max_rejects=10))
+    ex = _link(asker, ledger=ledger).exchange
+    served = _link(server_side).exchange
+    document = os.urandom(300_000)
+    digest = tokenizer_document_digest(document)
+    served.offer_tokenizer(digest, document)
+    ex.want_tokenizer(server_side.peer_id, digest)
+    assert _handed_out_tokenizers(ex) == [(digest, document)]
+    requests = []
+    real_serve = served.server._serve_tokenizer
+
+    async def counting(*args):
+        requests.append(args[2])
+        await real_serve(*args)
+
+    served.server._serve_tokenizer = counting
+    ex.want_tokenizer(server_side.peer_id, digest)  # named again by a later batch: cached, not fetched
+    assert _handed_out_tokenizers(ex, within_s=1.0) == [] and requests == []
+    # other bytes under a digest: refused, and a strike (the stream binds the bytes to their sender)
+    promised = tokenizer_document_digest(b"promised")
+    served.offer_tokenizer(promised, b"other bytes")
+    ex.want_tokenizer(server_side.peer_id, promised)
+    deadline = time.monotonic() + 10
+    while ledger.counts[server_side.peer_id] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ledger.counts[server_side.peer_id] == 1 and ex.tokenizers() == [] and requests == [promised]
+    # larger than the receiver takes: refused before it is read, no strike (an honest one may be large)
+    with pytest.raises(payloads.FetchError, match="above 1000") as refused:
+        asker.call(payloads.fetch_tokenizer(asker.p2p, server_side.peer_id, RUN, digest, max_bytes=1000), timeout=15)
+    assert not refused.value.misbehaved
+    # a peer that never answers costs the fetch its deadline only
+
+    async def silent(*args):
+        await asyncio.sleep(30)
+
+    served.server._serve_tokenizer = silent
+    started = time.monotonic()
+    with pytest.raises(payloads.FetchError) as stalled:
+        asker.call(payloads.fetch_tokenizer(asker.p2p, server_side.peer_id, RUN, digest, timeout_s=1.0), timeout=15)
+    assert stalled.value.slow and not stalled.value.misbehaved and time.monotonic() - started < 5
+    assert ledger.counts[server_side.peer_id] == 1
 
 
 def test_a_dht_lookup_that_never_answers_costs_a_gather_its_deadline_only(start_runtime, monkeypatch):

@@ -29,11 +29,11 @@ def make_batch(groups: int = 2, per_group: int = 12, length: int = 256, seed: in
 
 
 def assert_same(a: RolloutBatch, b: RolloutBatch) -> None:
-    assert (a.run_id, a.peer_id, a.round, a.tokenizer_fingerprint) == (
+    assert (a.run_id, a.peer_id, a.round, a.tokenizer_digest) == (
         b.run_id,
         b.peer_id,
         b.round,
-        b.tokenizer_fingerprint,
+        b.tokenizer_digest,
     )
     assert len(a.groups) == len(b.groups)
     for x, y in zip(a.groups, b.groups):

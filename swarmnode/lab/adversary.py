@@ -175,7 +175,7 @@ class LivenessAttacker:
         donors = self._template.groups
         batch = wire.RolloutBatch(
             run_id=self.run_id, peer_id=self.runtime.peer_id, round=self._announced,
-            tokenizer_fingerprint=self._template.tokenizer_fingerprint,
+            tokenizer_digest=self._template.tokenizer_digest,
             groups=[_junk_group(i, donors[n % len(donors)]) if self.attack == "crowd" else
                     wire.CompletionGroup(i, donors[n % len(donors)].lengths, donors[n % len(donors)].tokens,
                                          donors[n % len(donors)].logprobs)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from swarmnode.model.families import family_of
 from swarmnode.model.policy import Policy
 from swarmnode.protocol import wire
 from swarmnode.protocol.batches import assigned_prompt_ids
@@ -77,13 +78,14 @@ class UsefulCrowd:
         self.exchanges, self.run_id, self.config, self.task = exchanges, run_id, config, task
         self.public, self.payload, self.groups = public, payload, groups
         self._cache: dict[int, wire.CompletionGroup] = {}  # prompt id -> its group
+        self.digest = family_of(public.tokenizer).digest  # the public model's tokenizer, as its batches name it
 
     def publish(self, round_: int) -> None:
         for exchange in self.exchanges:
             ids = assigned_prompt_ids(self.config.node.seed, exchange.peer_id, round_, self.groups, self.task.num_train)
             batch = wire.RolloutBatch(
                 run_id=self.run_id, peer_id=exchange.peer_id, round=round_,
-                tokenizer_fingerprint=self.public.fingerprint, groups=[self._group(i) for i in ids],
+                tokenizer_digest=self.digest, groups=[self._group(i) for i in ids],
             )
             exchange.publish(round_, wire.encode(batch), batch.num_tokens)
 

@@ -111,6 +111,15 @@ class PoisoningExchange:
     def gather(self, *args, **kwargs):
         return self.inner.gather(*args, **kwargs)
 
+    def offer_tokenizer(self, digest: str, document: bytes) -> None:
+        self.inner.offer_tokenizer(digest, document)
+
+    def want_tokenizer(self, peer_id: str, digest: str) -> None:
+        self.inner.want_tokenizer(peer_id, digest)
+
+    def tokenizers(self) -> list[tuple[str, bytes]]:
+        return self.inner.tokenizers()
+
     def linger(self, *args, **kwargs) -> None:
         self.inner.linger(*args, **kwargs)
 

@@ -25,7 +25,7 @@ from swarmnode.loop.samples import Sample, ScoredGroup, score_group, train_sampl
 from swarmnode.loop.share import AdaptiveShare
 from swarmnode.loop.usefulness import UsefulnessWeights
 from swarmnode.loop.waiting import WaitRule
-from swarmnode.model.families import Families, UnknownFamily
+from swarmnode.model.families import Families, Family, UnknownFamily
 from swarmnode.model.policy import Policy
 from swarmnode.protocol import wire
 from swarmnode.protocol.batches import batch_split, check_batch
@@ -93,7 +93,9 @@ class Intake:
     @cached_property
     def families(self) -> Families:
         """The tokenizers this node reads peers' batches in: ours, and those it knows of."""
-        return Families(self.policy.tokenizer, self.policy.vocab_size)
+        families = Families(self.policy.tokenizer, self.policy.vocab_size)
+        self.exchange.offer_tokenizer(families.own.digest, families.own_document)
+        return families
 
     # -- collecting ----------------------------------------------------------------------------
 
@@ -132,11 +134,14 @@ class Intake:
         hold its groups (at most `node.peer_quota`) in the pool; returns who delivered."""
         delivered: set[str] = set()
         now = time.monotonic()
+        for digest, document in self.exchange.tokenizers():  # fetched since the last round, hashes checked
+            if self.families.learn(digest, document) is None:
+                log.warning("a peer's tokenizer %s is not one this node can load: its batches stay unread", digest[:16])
         for item in received:
             if self.ledger.is_banned(item.peer_id):
                 continue
             try:
-                batch = self.verify(item)
+                batch, family = self.verify(item)
             except UnknownFamily as unknown:
                 self._note_unread(item.peer_id, unknown, round_=our_round)
                 delivered.add(item.peer_id)  # it did deliver, a batch that teaches us nothing
@@ -146,36 +151,41 @@ class Intake:
                 continue
             self.ledger.delivered(item.peer_id)
             delivered.add(item.peer_id)
-            family = "" if batch.tokenizer_fingerprint == self.families.own.fingerprint else batch.tokenizer_fingerprint
+            label = "" if self.families.is_own(family) else family.digest
             groups = [
-                OfferedGroup(item.peer_id, batch.round, g.prompt_id, g.completions(), now, family)
+                OfferedGroup(item.peer_id, batch.round, g.prompt_id, g.completions(), now, label)
                 for g in batch.groups[: self.config.node.peer_quota]
             ]
             self.pool.add(item.peer_id, batch.round, groups, our_round)
         return delivered
 
-    def verify(self, item: Received) -> wire.RolloutBatch:
-        """The batch, decoded and checked as one this node may train on; WireError if not,
-        UnknownFamily when it is in a tokenizer this node cannot read."""
+    def verify(self, item: Received) -> tuple[wire.RolloutBatch, Family]:
+        """The batch, decoded and checked as one this node may train on, and the family of its
+        tokenizer; WireError if not, UnknownFamily when it is in a tokenizer this node cannot
+        read (yet)."""
         batch = wire.decode(item.payload, self.config.wire)
-        family = self.families.get(batch.tokenizer_fingerprint)
+        family = self.families.get(batch.tokenizer_digest)
         # every check that holds whatever the tokenizer comes first: a lie there is a lie
         check_batch(batch, item.peer_id, item.round, self.config, self.run_id,
                     family.vocab_size if family else None, self.task.num_train)
         if family is None:
-            raise UnknownFamily(batch.tokenizer_fingerprint)
-        return batch
+            raise UnknownFamily(batch.tokenizer_digest)
+        return batch, family
 
     def _note_unread(self, peer_id: str, unknown: UnknownFamily, round_: int) -> None:
-        """A batch in a tokenizer this node cannot read: no fault of the sender's, no strike,
-        but it taught us nothing, so its sender's standing counts it as useless (no wait for
-        it, its groups last). Said once for the first UNREAD_NAMED tokenizers."""
+        """A batch in a tokenizer this node cannot read yet: no fault of the sender's, no
+        strike, but it taught us nothing, so its sender's standing counts it as useless (no
+        wait for it, its groups last). The sender is asked for its tokenizer's document (the
+        exchange asks each digest once, from one peer at a time), so its next batches are
+        read. Said once for the first UNREAD_NAMED tokenizers."""
         self.ledger.delivered(peer_id)
         self.ledger.screened(peer_id, 1, 0, round_)
-        if len(self.unread) < UNREAD_NAMED and unknown.fingerprint not in self.unread:
-            self.unread.add(unknown.fingerprint)
-            log.warning("peer %s sends batches in a tokenizer this node cannot read (%s): left unread",
-                        peer_id[:12], unknown.fingerprint[:16])
+        if unknown.digest not in self.families.unreadable:
+            self.exchange.want_tokenizer(peer_id, unknown.digest)
+        if len(self.unread) < UNREAD_NAMED and unknown.digest not in self.unread:
+            self.unread.add(unknown.digest)
+            log.info("peer %s sends batches in a tokenizer this node does not know yet (%s): asking it for it",
+                     peer_id[:12], unknown.digest[:16])
 
     def reject(self, peer_id: str, reason: str) -> None:
         self.ledger.reject(peer_id, reason)

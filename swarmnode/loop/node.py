@@ -121,7 +121,7 @@ class Node:
             run_id=self.run_id,
             peer_id=self.peer_id,
             round=round_,
-            tokenizer_fingerprint=self.policy.fingerprint,
+            tokenizer_digest=self.intake.families.own.digest,
             groups=[wire.CompletionGroup.of(p.id, g) for p, g in zip(problems, groups)],
         )
         t = time.perf_counter()

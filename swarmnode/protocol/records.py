@@ -12,6 +12,7 @@ The node's own metrics lines (metrics.jsonl) are swarmnode.ops.lines: they never
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -20,10 +21,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from swarmnode.settings.config import Config
 from swarmnode.tasks.base import fingerprint_of
 
-WIRE_VERSION = 2  # the rollout message layout (swarmnode.protocol.wire; 2: no sender's model info)
+WIRE_VERSION = 3  # the rollout message layout (swarmnode.protocol.wire; 2: no sender's model info; 3: the tokenizer named by its document's digest)
 RUN_ID_SCHEME = "swarmnode-run-v3"  # what the run id hashes (v3: not the tokenizer)
 DHT_NAMESPACE = "swarmnode/v3"  # prefix of every DHT key (v3: heartbeats and manifests in shards)
-PAYLOAD_PROTOCOL = "/swarmnode/payload/4"  # libp2p stream protocol for payloads (3: newest-after requests; 4: whom-do-you-know)
+PAYLOAD_PROTOCOL = "/swarmnode/payload/5"  # libp2p stream protocol for payloads (3: newest-after requests; 4: whom-do-you-know; 5: tokenizer documents)
 CHECKPOINT_FORMAT = 1  # checkpoint directory layout (local only, not in the run id)
 
 
@@ -47,6 +48,16 @@ def run_id(config: Config, task_fingerprint: str, chat_template: bool) -> str:
         repr(r.top_p),
         str(config.node.seed),
     )
+
+
+MAX_TOKENIZER_DOCUMENT_BYTES = 32 << 20  # a tokenizer document as fetched (compressed JSON; the largest hub
+# tokenizers' JSON is about 33 MiB raw, a third of that compressed)
+
+
+def tokenizer_document_digest(document: bytes) -> str:
+    """The name a batch gives its sender's tokenizer: the SHA-256 of its document
+    (swarmnode.model.families), so whoever serves the document, its bytes hash to the name."""
+    return hashlib.sha256(document).hexdigest()
 
 
 EVAL_HISTORY = 8  # held-out accuracies a heartbeat carries, oldest first: `status` draws them

@@ -81,7 +81,7 @@ class RolloutBatch:
     run_id: str
     peer_id: str
     round: int
-    tokenizer_fingerprint: str
+    tokenizer_digest: str  # its sender's tokenizer document's SHA-256 (swarmnode.model.families)
     groups: list[CompletionGroup] = field(default_factory=list)
 
     @property
@@ -104,7 +104,7 @@ def encode(batch: RolloutBatch) -> bytes:
         "run": batch.run_id,
         "peer": batch.peer_id,
         "round": int(batch.round),
-        "tok": batch.tokenizer_fingerprint,
+        "tok": batch.tokenizer_digest,
         "groups": [[int(g.prompt_id), [int(x) for x in g.lengths]] for g in batch.groups],
     }
     header_bytes = msgpack.packb(header, use_bin_type=True)
@@ -168,7 +168,7 @@ def decode(
         run_id=fields["run"],
         peer_id=fields["peer"],
         round=fields["round"],
-        tokenizer_fingerprint=fields["tok"],
+        tokenizer_digest=fields["tok"],
         groups=groups,
     )
 

@@ -126,6 +126,22 @@ class RolloutExchange(Protocol):
         """Before leaving: keep serving until `peers` fetched our batch of `round_`, or the timeout."""
         ...
 
+    def offer_tokenizer(self, digest: str, document: bytes) -> None:
+        """Serve our tokenizer's document (swarmnode.model.families) to peers that ask for it
+        by `digest`, the name our batches give it."""
+        ...
+
+    def want_tokenizer(self, peer_id: str, digest: str) -> None:
+        """Fetch the tokenizer document `digest` from `peer_id`, whose batch named it, in the
+        background: one digest is asked of one peer at a time, each peer once, and never again
+        once fetched."""
+        ...
+
+    def tokenizers(self) -> list[tuple[str, bytes]]:
+        """(digest, document) fetched since the last call, each document's SHA-256 checked
+        against its digest (a peer that served other bytes got a strike)."""
+        ...
+
     def close(self) -> None: ...
 
 

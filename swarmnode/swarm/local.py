@@ -16,8 +16,9 @@ from __future__ import annotations
 import threading
 import time
 
-from swarmnode.protocol.records import Heartbeat, NodeStatus
+from swarmnode.protocol.records import Heartbeat, NodeStatus, tokenizer_document_digest
 from swarmnode.swarm.base import NO_WAIT, GatherWait, PeerStanding, Received, SwarmLink, is_proven
+from swarmnode.swarm.tokenizer_wants import TokenizerWants
 
 
 class InMemoryHub:
@@ -28,6 +29,7 @@ class InMemoryHub:
         self.lock = threading.Condition()
         self.payloads: dict[tuple[str, str, int], bytes] = {}  # (run, peer, round) -> payload
         self.status: dict[tuple[str, str], Heartbeat] = {}  # (run, peer) -> last status
+        self.tokenizers: dict[tuple[str, str], dict[str, bytes]] = {}  # (run, peer) -> digest -> document it serves
 
     def join(self, peer_id: str, run_id: str, standing: PeerStanding) -> SwarmLink:
         """Both seams for one member of `run_id`, whose node keeps `standing`; members of other
@@ -70,6 +72,8 @@ class InMemoryExchange:
         self.run_id = run_id
         self.standing = standing
         self._newest: dict[str, int] = {}  # peer -> newest round handed out
+        self._wants = TokenizerWants()
+        self._fetched: list[tuple[str, bytes]] = []  # tokenizer documents not yet handed out
 
     def publish(self, round_: int, payload: bytes, tokens: int = 0) -> None:
         self.hub.publish(self.run_id, self.peer_id, round_, payload)
@@ -96,6 +100,28 @@ class InMemoryExchange:
 
     def linger(self, round_: int, peers: set[str], timeout_s: float) -> None:
         """Nothing to wait for: the hub keeps what was published after a member leaves."""
+
+    def offer_tokenizer(self, digest: str, document: bytes) -> None:
+        with self.hub.lock:
+            self.hub.tokenizers.setdefault((self.run_id, self.peer_id), {})[digest] = document
+
+    def want_tokenizer(self, peer_id: str, digest: str) -> None:
+        """Fetched at once, by the rule the hivemind exchange keeps (swarm.tokenizer_wants)."""
+        self._wants.want(peer_id, digest)
+        while (job := self._wants.next()) is not None:
+            peer, wanted = job
+            with self.hub.lock:
+                document = self.hub.tokenizers.get((self.run_id, peer), {}).get(wanted)
+            matches = document is not None and tokenizer_document_digest(document) == wanted
+            if document is not None and not matches:
+                self.standing.reject(peer, "served a tokenizer document that does not match its digest")
+            self._wants.settle(matches)
+            if matches:
+                self._fetched.append((wanted, document))
+
+    def tokenizers(self) -> list[tuple[str, bytes]]:
+        fetched, self._fetched = self._fetched, []
+        return fetched
 
     def close(self) -> None:
         """Nothing to release; leaving is the membership's to say."""

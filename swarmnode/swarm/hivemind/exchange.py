@@ -23,6 +23,7 @@ import contextlib
 import functools
 import logging
 import random
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable
@@ -34,9 +35,16 @@ from swarmnode.settings.config import SwarmSettings
 from swarmnode.swarm.base import NO_WAIT, GatherWait, PeerStanding, Received, is_proven
 from swarmnode.swarm.hivemind.dht import Manifest, owner_or_none, owner_peer_id, payload_digest
 from swarmnode.swarm.hivemind.introductions import Introductions
-from swarmnode.swarm.hivemind.payloads import FetchError, PayloadServer, fetch_newest, fetch_payload
+from swarmnode.swarm.hivemind.payloads import (
+    FetchError,
+    PayloadServer,
+    fetch_newest,
+    fetch_payload,
+    fetch_tokenizer,
+)
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 from swarmnode.swarm.hivemind.shards import ShardedFamily, manifest_family
+from swarmnode.swarm.tokenizer_wants import TokenizerWants
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +128,10 @@ class HivemindExchange:
         self._held: frozenset[str] = frozenset()  # peers whose groups the node holds unused (its last gather)
         self._rng = random.Random()  # breaks ties among equally useful peers for the pull set
         self._backoff = Backoff()  # strangers whose downloads failed: on the swarm loop only
+        self._tokenizer_wants = TokenizerWants()  # on the swarm loop
+        self._tokenizer_fetch: asyncio.Task | None = None
+        self._tokenizers_lock = threading.Lock()
+        self._tokenizers_ready: list[tuple[str, bytes]] = []  # fetched, not yet handed out
         self.introductions = Introductions(runtime, run_id, ledger.known_peers)  # discovery without the DHT
         server.introductions = self.introductions.ours
         server.is_known = ledger.known
@@ -187,6 +199,44 @@ class HivemindExchange:
             if peers <= served:
                 return
             time.sleep(self.settings.poll_interval_s)
+
+    def offer_tokenizer(self, digest: str, document: bytes) -> None:
+        self.runtime.loop.call_soon_threadsafe(self.server.tokenizer_documents.__setitem__, digest, document)
+
+    def want_tokenizer(self, peer_id: str, digest: str) -> None:
+        self.runtime.loop.call_soon_threadsafe(self._want_tokenizer, peer_id, digest)
+
+    def tokenizers(self) -> list[tuple[str, bytes]]:
+        with self._tokenizers_lock:
+            fetched, self._tokenizers_ready = self._tokenizers_ready, []
+        return fetched
+
+    def _want_tokenizer(self, peer_id: str, digest: str) -> None:
+        self._tokenizer_wants.want(peer_id, digest)
+        self._fetch_next_tokenizer()
+
+    def _fetch_next_tokenizer(self) -> None:
+        """Start the next tokenizer fetch the rule allows (swarm.tokenizer_wants: one at a time)."""
+        job = self._tokenizer_wants.next()
+        if job is None:
+            return
+        peer, digest = job
+        self._tokenizer_fetch = asyncio.create_task(fetch_tokenizer(self.runtime.p2p, peer, self.run_id, digest))
+        self._tokenizer_fetch.add_done_callback(lambda done: self._tokenizer_settled(peer, digest, done))
+
+    def _tokenizer_settled(self, peer: str, digest: str, task: asyncio.Task) -> None:
+        if task.cancelled():
+            return
+        err = task.exception()
+        if err is None:
+            with self._tokenizers_lock:
+                self._tokenizers_ready.append((digest, task.result()))
+        else:
+            if isinstance(err, FetchError) and err.misbehaved:
+                self.ledger.reject(peer, f"tokenizer document: {err}")
+            log.info("could not fetch tokenizer %s from %s: %s", digest[:16], peer[:12], err)
+        self._tokenizer_wants.settle(err is None)
+        self._fetch_next_tokenizer()
 
     def close(self) -> None:
         """Stop downloads in flight; the runtime owns the daemon and the handler."""
@@ -429,6 +479,8 @@ class HivemindExchange:
             self._lookup.cancel()
         if self._announcer is not None:
             self._announcer.cancel()
+        if self._tokenizer_fetch is not None:
+            self._tokenizer_fetch.cancel()
         for task in list(self._inflight.values()):
             task.cancel()
         self._inflight.clear()

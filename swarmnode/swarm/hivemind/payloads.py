@@ -11,6 +11,11 @@ Protocol `/swarmnode/payload/4` on a libp2p stream, three requests (each at most
       The stream itself authenticates the sender (libp2p's secure channel binds it to the peer
       id); the receiver refuses a length above its limit before reading and a round not after
       the one it asked for.
+  {"run": str, "tokenizer": str}  the document of the tokenizer our batches name by this digest
+      (swarmnode.model.families): response = 1 status byte (0 ok, 1 not served, 2 not now) + u64
+      length + the document. Answered once per TOKENIZER_EVERY_S a requester (an honest one
+      asks once); the receiver refuses a length above MAX_TOKENIZER_DOCUMENT_BYTES before
+      reading, and bytes whose SHA-256 is not the digest (a lie: a strike).
   {"run": str, "whom": true}  whom do you know? (peer exchange, swarm.hivemind.exchange):
       response = 1 status byte (0 ok, 2 not now) + u32 length + a msgpack list of at most
       MAX_INTRODUCTIONS [peer id, [multiaddr, ...]] of peers that delivered valid batches to the
@@ -34,7 +39,11 @@ from collections.abc import Callable
 import msgpack
 from hivemind.p2p import P2P, PeerID
 
-from swarmnode.protocol.records import PAYLOAD_PROTOCOL
+from swarmnode.protocol.records import (
+    MAX_TOKENIZER_DOCUMENT_BYTES,
+    PAYLOAD_PROTOCOL,
+    tokenizer_document_digest,
+)
 from swarmnode.swarm.hivemind.dht import payload_digest
 
 log = logging.getLogger(__name__)
@@ -58,6 +67,8 @@ WHOM_EVERY_S = 5.0  # a requester gets at most one answer to 'whom do you know?'
 REMEMBERED_REQUESTERS = 64  # peers that downloaded from us (and, apart, that asked), newest kept: tried as strangers too
 FLOOR_GRACE_S = 5.0  # a download's first bytes may take this long (dialling, a busy server) ...
 FLOOR_BYTES_PER_S = 256 * 1024  # ... then the payload must keep coming at least this fast
+TOKENIZER_EVERY_S = 600.0  # a requester gets our tokenizer's document at most this often
+TOKENIZER_FETCH_TIMEOUT_S = FLOOR_GRACE_S + MAX_TOKENIZER_DOCUMENT_BYTES / FLOOR_BYTES_PER_S  # the largest at the floor rate
 
 
 class FetchError(RuntimeError):
@@ -97,6 +108,8 @@ class PayloadServer:
         self.served = 0
         self.served_to: dict[int, set[str]] = {}  # round -> peers that downloaded it
         self._pinned: set[int] = set()  # rounds whose manifest is (or is being put) in the DHT
+        self.tokenizer_documents: dict[str, bytes] = {}  # digest -> our tokenizer's document (swarmnode.model.families)
+        self._served_tokenizer: dict[str, float] = {}  # requester -> when it last got a tokenizer document
 
     def put(self, round_: int, payload: bytes) -> None:
         """Serve this round, and the `keep_rounds` newest with it (besides the pinned one)."""
@@ -178,13 +191,16 @@ class PayloadServer:
     def _serve_timeout_s(self) -> float:
         """How long one answer may take: our largest payload at the floor rate a receiver
         holds us to, after the grace."""
-        largest = max((len(p) for p in self._payloads.values()), default=0)
+        largest = max((len(p) for p in [*self._payloads.values(), *self.tokenizer_documents.values()]), default=0)
         return FLOOR_GRACE_S + largest / FLOOR_BYTES_PER_S
 
     async def _answer(self, requester: str, request: dict, writer: asyncio.StreamWriter) -> None:
         ours = request.get("run") == self.run_id
         if request.get("whom") is True:
             await self._introduce(requester, ours, writer)
+            return
+        if isinstance(request.get("tokenizer"), str):
+            await self._serve_tokenizer(requester, ours, request["tokenizer"], writer)
             return
         if isinstance(request.get("after"), int):
             if not ours:  # said apart from 'nothing newer', so a node of another run is never counted as ours
@@ -207,14 +223,26 @@ class PayloadServer:
                 await writer.drain()
                 return
             writer.write(struct.pack(">BQ", OK, len(self._payloads[round_])))
-        view = memoryview(self._payloads[round_])
-        for offset in range(0, len(view), CHUNK_BYTES):
-            writer.write(view[offset : offset + CHUNK_BYTES])
-            await writer.drain()
+        await _send(writer, self._payloads[round_])
         self.served += 1
         self.served_to.setdefault(round_, set()).add(requester)
         _remember(self.requesters, requester)
         self.askers.pop(requester, None)
+        await writer.drain()
+
+    async def _serve_tokenizer(self, requester: str, ours: bool, digest: str, writer: asyncio.StreamWriter) -> None:
+        document = self.tokenizer_documents.get(digest) if ours else None
+        now = time.monotonic()
+        if document is None:
+            writer.write(struct.pack(">BQ", NOT_FOUND, 0))
+        elif now - self._served_tokenizer.get(requester, -TOKENIZER_EVERY_S) < TOKENIZER_EVERY_S:
+            writer.write(struct.pack(">BQ", NOTHING_NEWER, 0))  # not now: asking again costs us a document each time
+        else:
+            self._served_tokenizer[requester] = now
+            for peer in [p for p, at in self._served_tokenizer.items() if now - at >= TOKENIZER_EVERY_S]:
+                del self._served_tokenizer[peer]  # bounded: only requesters within the interval are kept
+            writer.write(struct.pack(">BQ", OK, len(document)))
+            await _send(writer, document)
         await writer.drain()
 
     async def _introduce(self, requester: str, ours: bool, writer: asyncio.StreamWriter) -> None:
@@ -243,6 +271,13 @@ class PayloadServer:
         await writer.drain()
 
 
+async def _send(writer: asyncio.StreamWriter, data: bytes) -> None:
+    view = memoryview(data)
+    for offset in range(0, len(view), CHUNK_BYTES):
+        writer.write(view[offset : offset + CHUNK_BYTES])
+        await writer.drain()
+
+
 async def _read_request(reader: asyncio.StreamReader) -> dict:
     (length,) = struct.unpack(">I", await reader.readexactly(4))
     if length > MAX_REQUEST_BYTES:
@@ -266,6 +301,16 @@ async def fetch_newest(
     """Ask a peer directly for its newest payload of a round after `after`: (round, payload),
     or None when it has nothing newer."""
     return await _bounded(_fetch_newest(p2p, peer_id, run_id, after, max_bytes), peer_id, timeout_s)
+
+
+async def fetch_tokenizer(
+    p2p: P2P, peer_id: str, run_id: str, digest: str, max_bytes: int = MAX_TOKENIZER_DOCUMENT_BYTES,
+    timeout_s: float = TOKENIZER_FETCH_TIMEOUT_S,
+) -> bytes:
+    """The tokenizer document `digest` from the peer whose batch named it: at most `max_bytes`
+    (a larger one is refused before it is read), within `timeout_s` and the floor rate, and
+    bytes whose SHA-256 is `digest` (others are a lie: FetchError with misbehaved)."""
+    return await _bounded(_fetch_tokenizer(p2p, peer_id, run_id, digest, max_bytes), peer_id, timeout_s)
 
 
 def _remember(peers: OrderedDict[str, None], requester: str) -> None:
@@ -401,6 +446,26 @@ async def _fetch_newest(p2p: P2P, peer_id: str, run_id: str, after: int, max_byt
         return round_, await _read_payload(reader, peer_id, length)
     finally:
         writer.close()
+
+
+async def _fetch_tokenizer(p2p: P2P, peer_id: str, run_id: str, digest: str, max_bytes: int) -> bytes:
+    reader, writer = await _ask(p2p, peer_id, {"run": run_id, "tokenizer": digest})
+    try:
+        status, length = struct.unpack(">BQ", await _read_header(reader, peer_id, 9))
+        if status == NOT_FOUND:  # restarted with another tokenizer, say: not provably a lie
+            raise FetchError(f"{peer_id} serves no tokenizer {digest[:16]}", misbehaved=False, gone=True)
+        if status == NOTHING_NEWER:
+            raise FetchError(f"{peer_id} will not serve its tokenizer again so soon", misbehaved=False)
+        if status != OK:
+            raise FetchError(f"{peer_id} answered a tokenizer request with status {status}", misbehaved=True)
+        if length > max_bytes:  # an honest peer may have a tokenizer this large: refused, not blamed
+            raise FetchError(f"{peer_id} offers a tokenizer document of {length} bytes, above {max_bytes}", misbehaved=False)
+        document = await _read_payload(reader, peer_id, length)
+    finally:
+        writer.close()
+    if tokenizer_document_digest(document) != digest:
+        raise FetchError(f"{peer_id} served a tokenizer document that does not match the digest it named", misbehaved=True)
+    return document
 
 
 async def _fetch(p2p: P2P, peer_id: str, run_id: str, round_: int, size: int, digest: bytes) -> bytes:

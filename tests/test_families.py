@@ -1,0 +1,95 @@
+"""Tokenizer documents and the families a node reads: what crosses the wire once per family,
+how it is checked, and the rule that bounds what a crowd can make a node fetch."""
+
+from __future__ import annotations
+
+import zlib
+
+import msgpack
+import pytest
+
+from swarmnode.model import families
+from swarmnode.model.families import BadTokenizer, Families, tokenizer_document, tokenizer_from_document
+from swarmnode.model.tiny import TINY_LLAMA_SPEC, TINY_SPEC, build_tokenizer
+from swarmnode.protocol.records import tokenizer_document_digest
+from swarmnode.swarm.tokenizer_wants import MAX_DIGESTS_PER_PEER, TokenizerWants
+
+TEXT = "<answer>12345</answer> and 7 + 8 = 15\n"
+
+
+@pytest.mark.parametrize("spec", [TINY_SPEC, TINY_LLAMA_SPEC], ids=["tiny", "tiny-llama"])
+def test_a_tokenizer_document_loads_into_a_tokenizer_that_reads_tokens_as_the_sender_s(spec):
+    sender = build_tokenizer(spec)
+    loaded = tokenizer_from_document(tokenizer_document(sender))
+    ids = sender(TEXT, add_special_tokens=False)["input_ids"] + [sender.eos_token_id]
+    assert loaded.decode(ids) == sender.decode(ids) and loaded.eos_token_id == sender.eos_token_id
+    assert loaded(TEXT, add_special_tokens=False)["input_ids"] == ids[:-1]
+
+
+def _document(json_text: bytes, eos: object = 0) -> bytes:
+    return msgpack.packb({"json": zlib.compress(json_text), "eos": eos})
+
+
+def test_what_is_no_tokenizer_is_refused_with_a_clear_error_and_a_json_bomb_within_its_bound(monkeypatch):
+    honest = build_tokenizer(TINY_SPEC).backend_tokenizer.to_str().encode()
+    for bad in [b"", b"\x93\x01\x02\x03", msgpack.packb({"json": b"not zlib", "eos": 0}), _document(b"{not json"),
+                _document(honest, eos=10**9), _document(honest, eos="0"), msgpack.packb({"json": zlib.compress(honest)})]:
+        with pytest.raises(BadTokenizer):
+            tokenizer_from_document(bad)
+    monkeypatch.setattr(families, "MAX_JSON_BYTES", len(honest) - 1)
+    with pytest.raises(BadTokenizer, match="beyond"):  # inflating past the bound stops there
+        tokenizer_from_document(_document(honest))
+    monkeypatch.setattr(families, "MAX_TOKENIZER_DOCUMENT_BYTES", 100)
+    with pytest.raises(BadTokenizer, match="bytes"):
+        tokenizer_from_document(_document(honest))
+
+
+def test_a_node_learns_a_fetched_family_once_reads_its_own_vocabulary_as_its_own_and_keeps_a_bounded_number(monkeypatch):
+    tiny, llama = build_tokenizer(TINY_SPEC), build_tokenizer(TINY_LLAMA_SPEC)
+    known = Families(tiny, presets=False)
+    document = tokenizer_document(llama)
+    digest = tokenizer_document_digest(document)
+    assert known.get(digest) is None, "without presets, a node knows only its own tokenizer"
+    family = known.learn(digest, document)
+    assert family is known.get(digest) and family.fingerprint != known.own.fingerprint and not known.is_own(family)
+    assert family.vocab_size == len(llama) and known.learned == 1
+    assert known.learn(digest, document) is family and known.learned == 1, "learned once"
+    # our own tokenizer serialised otherwise (another version of the library): another digest, read as ours
+    restyled = msgpack.packb({"json": zlib.compress(tiny.backend_tokenizer.to_str(pretty=True).encode()), "eos": 0})
+    same = known.learn(tokenizer_document_digest(restyled), restyled)
+    assert tokenizer_document_digest(restyled) != known.own.digest and known.is_own(same)
+    assert known.learn("junk", b"junk") is None and "junk" in known.unreadable
+    monkeypatch.setattr(families, "MAX_FAMILIES", known.learned)
+    other = tokenizer_document(build_tokenizer({**TINY_LLAMA_SPEC, "vocab_size": 700}))
+    beyond = tokenizer_document_digest(other)
+    assert known.learn(beyond, other) is None and beyond in known.unreadable, "a crowd's families are bounded"
+
+
+def test_the_presets_are_known_without_a_fetch():
+    known = Families(build_tokenizer(TINY_SPEC))
+    llama = tokenizer_document_digest(tokenizer_document(build_tokenizer(TINY_LLAMA_SPEC)))
+    assert known.get(llama) is not None and known.learned == 0
+
+
+def test_a_digest_is_asked_of_one_peer_at_a_time_until_fetched_and_a_crowd_of_names_is_bounded():
+    wants = TokenizerWants()
+    wants.want("a", "d1")
+    wants.want("b", "d1")
+    assert wants.next() == ("a", "d1") and wants.next() is None, "one fetch at a time"
+    wants.settle(fetched=False)  # a failed: the next peer that named it is asked
+    assert wants.next() == ("b", "d1")
+    wants.settle(fetched=True)
+    wants.want("c", "d1")
+    assert wants.next() is None, "a fetched digest is never asked again"
+    wants.want("a", "d1")
+    assert wants.next() is None
+    for i in range(MAX_DIGESTS_PER_PEER + 3):  # one identity naming ever new tokenizers
+        wants.want("liar", f"junk{i}")
+        job = wants.next()
+        if job is not None:
+            wants.settle(fetched=False)
+    assert sum(1 for i in range(MAX_DIGESTS_PER_PEER + 3) if ("liar", f"junk{i}") in wants._asked) == MAX_DIGESTS_PER_PEER
+    crowd = TokenizerWants()
+    for i in range(1000):
+        crowd.want(f"id{i}", f"digest{i}")
+    assert len(crowd._waiting) <= 32
