@@ -48,7 +48,7 @@ def make_payload(shape: str, peer: str, round_: int) -> tuple[bytes, int]:
                 p, lengths, rng.integers(0, 150_000, n, dtype=np.int32), -rng.random(n, dtype=np.float32)
             )
         )
-    batch = wire.RolloutBatch(RUN, peer, round_, "tok", groups)
+    batch = wire.RolloutBatch(RUN, peer, round_, "0" * 64, groups)
     return wire.encode(batch), batch.num_tokens
 
 

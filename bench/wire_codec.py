@@ -43,7 +43,7 @@ def codec_throughput(repeats: int = 30) -> None:
             )
         )
     batch = wire.RolloutBatch(
-        "run", "peer", 0, "fp", groups
+        "run", "peer", 0, "0" * 64, groups
     )
     data = wire.encode(batch)
     header = len(data) - batch.num_tokens * wire.BYTES_PER_TOKEN

@@ -12,7 +12,7 @@ from swarmnode.model import families
 from swarmnode.model.families import BadTokenizer, Families, tokenizer_document, tokenizer_from_document
 from swarmnode.model.tiny import TINY_LLAMA_SPEC, TINY_SPEC, build_tokenizer
 from swarmnode.protocol.records import tokenizer_document_digest
-from swarmnode.swarm.tokenizer_wants import MAX_DIGESTS_PER_PEER, TokenizerWants
+from swarmnode.swarm.tokenizer_wants import MAX_DIGESTS_PER_PEER, MAX_WAITING, RETRY_S, TokenizerWants
 
 TEXT = "<answer>12345</answer> and 7 + 8 = 15\n"
 
@@ -33,7 +33,8 @@ def _document(json_text: bytes, eos: object = 0) -> bytes:
 def test_what_is_no_tokenizer_is_refused_with_a_clear_error_and_a_json_bomb_within_its_bound(monkeypatch):
     honest = build_tokenizer(TINY_SPEC).backend_tokenizer.to_str().encode()
     for bad in [b"", b"\x93\x01\x02\x03", msgpack.packb({"json": b"not zlib", "eos": 0}), _document(b"{not json"),
-                _document(honest, eos=10**9), _document(honest, eos="0"), msgpack.packb({"json": zlib.compress(honest)})]:
+                _document(honest, eos=10**9), _document(honest, eos=5000), _document(honest, eos="0"),
+                _document(honest, eos=[None] * 1000), msgpack.packb({"json": zlib.compress(honest)})]:
         with pytest.raises(BadTokenizer):
             tokenizer_from_document(bad)
     monkeypatch.setattr(families, "MAX_JSON_BYTES", len(honest) - 1)
@@ -44,7 +45,7 @@ def test_what_is_no_tokenizer_is_refused_with_a_clear_error_and_a_json_bomb_with
         tokenizer_from_document(_document(honest))
 
 
-def test_a_node_learns_a_fetched_family_once_reads_its_own_vocabulary_as_its_own_and_keeps_a_bounded_number(monkeypatch):
+def test_a_node_learns_a_fetched_family_once_reads_its_own_vocabulary_as_its_own_and_keeps_the_recent_ones(monkeypatch):
     tiny, llama = build_tokenizer(TINY_SPEC), build_tokenizer(TINY_LLAMA_SPEC)
     known = Families(tiny, presets=False)
     document = tokenizer_document(llama)
@@ -59,10 +60,13 @@ def test_a_node_learns_a_fetched_family_once_reads_its_own_vocabulary_as_its_own
     same = known.learn(tokenizer_document_digest(restyled), restyled)
     assert tokenizer_document_digest(restyled) != known.own.digest and known.is_own(same)
     assert known.learn("junk", b"junk") is None and "junk" in known.unreadable
-    monkeypatch.setattr(families, "MAX_FAMILIES", known.learned)
+    # a crowd's families make way for newer ones in turn: none locks a real family out
+    monkeypatch.setattr(families, "MAX_FAMILIES", 2)
+    known.get(digest)  # read lately: kept
     other = tokenizer_document(build_tokenizer({**TINY_LLAMA_SPEC, "vocab_size": 700}))
-    beyond = tokenizer_document_digest(other)
-    assert known.learn(beyond, other) is None and beyond in known.unreadable, "a crowd's families are bounded"
+    newest = known.learn(tokenizer_document_digest(other), other)
+    assert newest is not None and newest.vocab_size != family.vocab_size
+    assert known.get(digest) is family and known.get(tokenizer_document_digest(restyled)) is None, "the least recently read went"
 
 
 def test_the_presets_are_known_without_a_fetch():
@@ -71,8 +75,9 @@ def test_the_presets_are_known_without_a_fetch():
     assert known.get(llama) is not None and known.learned == 0
 
 
-def test_a_digest_is_asked_of_one_peer_at_a_time_until_fetched_and_a_crowd_of_names_is_bounded():
-    wants = TokenizerWants()
+def test_a_digest_is_asked_of_one_peer_at_a_time_known_peers_first_and_a_crowd_of_names_is_bounded():
+    now = [0.0]
+    wants = TokenizerWants(clock=lambda: now[0])
     wants.want("a", "d1")
     wants.want("b", "d1")
     assert wants.next() == ("a", "d1") and wants.next() is None, "one fetch at a time"
@@ -80,16 +85,25 @@ def test_a_digest_is_asked_of_one_peer_at_a_time_until_fetched_and_a_crowd_of_na
     assert wants.next() == ("b", "d1")
     wants.settle(fetched=True)
     wants.want("c", "d1")
-    assert wants.next() is None, "a fetched digest is never asked again"
-    wants.want("a", "d1")
-    assert wants.next() is None
+    assert wants.next() is None, "a fetched digest is not asked again"
     for i in range(MAX_DIGESTS_PER_PEER + 3):  # one identity naming ever new tokenizers
         wants.want("liar", f"junk{i}")
-        job = wants.next()
-        if job is not None:
+        if wants.next() is not None:
             wants.settle(fetched=False)
-    assert sum(1 for i in range(MAX_DIGESTS_PER_PEER + 3) if ("liar", f"junk{i}") in wants._asked) == MAX_DIGESTS_PER_PEER
-    crowd = TokenizerWants()
+    assert wants._per_peer["liar"] == MAX_DIGESTS_PER_PEER
+    crowd = TokenizerWants(clock=lambda: now[0])
     for i in range(1000):
         crowd.want(f"id{i}", f"digest{i}")
-    assert len(crowd._waiting) <= 32
+    crowd.want("honest", "real")  # the queue is full of strangers' digests ...
+    assert len(crowd._waiting) <= MAX_WAITING and "real" not in crowd._waiting
+    crowd._waiting.popitem(last=False)
+    crowd.want("honest", "real")
+    assert crowd.next(known=lambda peer: peer == "honest") == ("honest", "real"), "... a known peer's goes first"
+    crowd.settle(fetched=False)
+    crowd.want("honest", "real")
+    assert crowd.next(known=lambda peer: peer == "honest") != ("honest", "real")
+    crowd.settle(fetched=False)
+    now[0] += RETRY_S  # a failed fetch (a busy peer, a restart) is tried again later, and so is a forgotten family
+    crowd.want("honest", "real")
+    wants.want("c", "d1")
+    assert crowd.next(known=lambda peer: peer == "honest") == ("honest", "real") and wants.next() == ("c", "d1")

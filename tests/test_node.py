@@ -235,12 +235,12 @@ def test_a_batch_in_a_tokenizer_we_cannot_read_is_left_unread_but_a_lie_in_one_s
     rogue.produce(0), rogue.produce(2)
     batch, later = (wire.decode(hub.payloads[(rogue.run_id, "rogue", r)]) for r in (0, 2))
     hub.payloads.clear()
-    rogue.exchange.publish(0, wire.encode(wire.RolloutBatch(batch.run_id, "rogue", 0, "f00dfeedf00dfeed", batch.groups)))
+    rogue.exchange.publish(0, wire.encode(wire.RolloutBatch(batch.run_id, "rogue", 0, "f00dfeed" * 8, batch.groups)))
     record = honest.consume(0, honest.produce(0))
     assert record.peer_samples == 0 and honest.rejected.get("rogue", 0) == 0
     assert honest.ledger.standing("rogue") == 0.0, "it taught nothing: no wait for it, its groups last"
     hub.payloads.clear()
-    rogue.exchange.publish(1, wire.encode(wire.RolloutBatch(batch.run_id, "rogue", 0, "f00dfeedf00dfeed", batch.groups)))
+    rogue.exchange.publish(1, wire.encode(wire.RolloutBatch(batch.run_id, "rogue", 0, "f00dfeed" * 8, batch.groups)))
     beyond = [wire.CompletionGroup(g.prompt_id, g.lengths, g.tokens + honest.policy.vocab_size, g.logprobs) for g in later.groups]
     rogue.exchange.publish(2, wire.encode(wire.RolloutBatch(batch.run_id, "rogue", 2, batch.tokenizer_digest, beyond)))
     honest.consume(2, honest.produce(2))

@@ -24,7 +24,7 @@ def make_batch(groups: int = 2, per_group: int = 12, length: int = 256, seed: in
             )
         )
     return RolloutBatch(
-        "run-abc", "peer-1", 7, "tok-fp", out
+        "run-abc", "peer-1", 7, "ab" * 32, out
     )
 
 
@@ -80,7 +80,7 @@ def batches(draw):
         draw(text),
         draw(text),
         draw(st.integers(0, 2**40)),
-        draw(text),
+        draw(st.text(alphabet="0123456789abcdef", min_size=64, max_size=64)),
         groups,
     )
 
@@ -141,7 +141,7 @@ def test_limits_are_enforced_before_allocation():
         wire.decode(data, WireSettings(), vocab_size=100)
 
 
-GOOD_HEADER = {"v": WIRE_VERSION, "run": "r", "peer": "p", "round": 0, "tok": "t"}
+GOOD_HEADER = {"v": WIRE_VERSION, "run": "r", "peer": "p", "round": 0, "tok": "0" * 64}
 
 
 def raw_message(header: dict) -> bytes:

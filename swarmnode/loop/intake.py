@@ -94,7 +94,8 @@ class Intake:
     def families(self) -> Families:
         """The tokenizers this node reads peers' batches in: ours, and those it knows of."""
         families = Families(self.policy.tokenizer, self.policy.vocab_size)
-        self.exchange.offer_tokenizer(families.own.digest, families.own_document)
+        if families.own_document is not None:
+            self.exchange.offer_tokenizer(families.own.digest, families.own_document)
         return families
 
     # -- collecting ----------------------------------------------------------------------------

@@ -42,7 +42,7 @@ class OfferedGroup:
     prompt_id: int
     completions: list[Completion]  # with the log-probs its sender reported
     arrived: float = 0.0  # time.monotonic() when this node accepted it
-    family: str = ""  # its sender's tokenizer fingerprint when not ours ("": ours)
+    family: str = ""  # the digest of its sender's tokenizer when not ours ("": ours; swarmnode.model.families)
 
 
 class PeerPool:

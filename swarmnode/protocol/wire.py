@@ -190,6 +190,10 @@ def _unpack_header(raw: bytes, limits: WireSettings) -> object:
         raise WireError(f"malformed header: {type(err).__name__}: {err}") from None
 
 
+def _is_digest(value: str) -> bool:
+    return len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+
+
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -205,6 +209,8 @@ def _check_header(header: object, limits: WireSettings) -> dict:
     for key in ("run", "peer", "tok"):
         if not isinstance(header[key], str) or not header[key]:
             raise WireError(f"header field {key!r} must be a non-empty string")
+    if not _is_digest(header["tok"]):
+        raise WireError("header field 'tok' must be a SHA-256 digest (64 lowercase hex characters)")
     if not _is_int(header["round"]) or not 0 <= header["round"] < 2**53:
         raise WireError("round must be a non-negative integer")
     groups = header["groups"]

@@ -133,8 +133,8 @@ class RolloutExchange(Protocol):
 
     def want_tokenizer(self, peer_id: str, digest: str) -> None:
         """Fetch the tokenizer document `digest` from `peer_id`, whose batch named it, in the
-        background: one digest is asked of one peer at a time, each peer once, and never again
-        once fetched."""
+        background, as swarmnode.swarm.tokenizer_wants allows (one fetch at a time, known
+        peers first, a few digests a peer)."""
         ...
 
     def tokenizers(self) -> list[tuple[str, bytes]]:

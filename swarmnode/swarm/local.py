@@ -108,7 +108,7 @@ class InMemoryExchange:
     def want_tokenizer(self, peer_id: str, digest: str) -> None:
         """Fetched at once, by the rule the hivemind exchange keeps (swarm.tokenizer_wants)."""
         self._wants.want(peer_id, digest)
-        while (job := self._wants.next()) is not None:
+        while (job := self._wants.next(self.standing.known)) is not None:
             peer, wanted = job
             with self.hub.lock:
                 document = self.hub.tokenizers.get((self.run_id, peer), {}).get(wanted)

@@ -204,7 +204,10 @@ class HivemindExchange:
         self.runtime.loop.call_soon_threadsafe(self.server.tokenizer_documents.__setitem__, digest, document)
 
     def want_tokenizer(self, peer_id: str, digest: str) -> None:
-        self.runtime.loop.call_soon_threadsafe(self._want_tokenizer, peer_id, digest)
+        try:
+            self.runtime.loop.call_soon_threadsafe(self._want_tokenizer, peer_id, digest)
+        except RuntimeError:  # the swarm loop closed (shutting down): nothing to fetch for
+            log.debug("not fetching tokenizer %s: the swarm is closed", digest[:16])
 
     def tokenizers(self) -> list[tuple[str, bytes]]:
         with self._tokenizers_lock:
@@ -217,7 +220,7 @@ class HivemindExchange:
 
     def _fetch_next_tokenizer(self) -> None:
         """Start the next tokenizer fetch the rule allows (swarm.tokenizer_wants: one at a time)."""
-        job = self._tokenizer_wants.next()
+        job = self._tokenizer_wants.next(self.ledger.known)
         if job is None:
             return
         peer, digest = job

@@ -1,6 +1,6 @@
 """Rollout payloads peer to peer: the receiver pulls a batch straight from its producer.
 
-Protocol `/swarmnode/payload/4` on a libp2p stream, three requests (each at most 1 KiB):
+Protocol `/swarmnode/payload/5` on a libp2p stream, four requests (each at most 1 KiB):
   {"run": str, "round": int}  that round's payload, as a DHT manifest announced it:
       response = 1 status byte (0 ok, 1 not found) + u64 length + the payload, in chunks
       The receiver knows size and digest from the producer's signed manifest, refuses anything
@@ -13,9 +13,11 @@ Protocol `/swarmnode/payload/4` on a libp2p stream, three requests (each at most
       the one it asked for.
   {"run": str, "tokenizer": str}  the document of the tokenizer our batches name by this digest
       (swarmnode.model.families): response = 1 status byte (0 ok, 1 not served, 2 not now) + u64
-      length + the document. Answered once per TOKENIZER_EVERY_S a requester (an honest one
-      asks once); the receiver refuses a length above MAX_TOKENIZER_DOCUMENT_BYTES before
-      reading, and bytes whose SHA-256 is not the digest (a lie: a strike).
+      length + the document. Answered only to a peer that downloaded our batch or delivered
+      to us, once per TOKENIZER_EVERY_S a requester (an honest one asks once) and
+      TOKENIZERS_PER_WINDOW times in all in that time; the receiver refuses a length above
+      MAX_TOKENIZER_DOCUMENT_BYTES before reading, and bytes whose SHA-256 is not the digest
+      (a lie: a strike).
   {"run": str, "whom": true}  whom do you know? (peer exchange, swarm.hivemind.exchange):
       response = 1 status byte (0 ok, 2 not now) + u32 length + a msgpack list of at most
       MAX_INTRODUCTIONS [peer id, [multiaddr, ...]] of peers that delivered valid batches to the
@@ -67,7 +69,8 @@ WHOM_EVERY_S = 5.0  # a requester gets at most one answer to 'whom do you know?'
 REMEMBERED_REQUESTERS = 64  # peers that downloaded from us (and, apart, that asked), newest kept: tried as strangers too
 FLOOR_GRACE_S = 5.0  # a download's first bytes may take this long (dialling, a busy server) ...
 FLOOR_BYTES_PER_S = 256 * 1024  # ... then the payload must keep coming at least this fast
-TOKENIZER_EVERY_S = 600.0  # a requester gets our tokenizer's document at most this often
+TOKENIZER_EVERY_S = 600.0  # a requester gets our tokenizer's document at most this often ...
+TOKENIZERS_PER_WINDOW = 32  # ... and all requesters together at most this many times in that time
 TOKENIZER_FETCH_TIMEOUT_S = FLOOR_GRACE_S + MAX_TOKENIZER_DOCUMENT_BYTES / FLOOR_BYTES_PER_S  # the largest at the floor rate
 
 
@@ -231,16 +234,22 @@ class PayloadServer:
         await writer.drain()
 
     async def _serve_tokenizer(self, requester: str, ours: bool, digest: str, writer: asyncio.StreamWriter) -> None:
+        """Our tokenizer's document, to a peer that downloaded a batch of ours or delivered one
+        to us (the reader of a batch in our tokenizer has), at most once per TOKENIZER_EVERY_S
+        a requester and TOKENIZERS_PER_WINDOW to everyone in that time: identities are free."""
         document = self.tokenizer_documents.get(digest) if ours else None
         now = time.monotonic()
+        for peer in [p for p, at in self._served_tokenizer.items() if now - at >= TOKENIZER_EVERY_S]:
+            del self._served_tokenizer[peer]  # only requesters within the interval are kept (at most the budget)
         if document is None:
             writer.write(struct.pack(">BQ", NOT_FOUND, 0))
-        elif now - self._served_tokenizer.get(requester, -TOKENIZER_EVERY_S) < TOKENIZER_EVERY_S:
-            writer.write(struct.pack(">BQ", NOTHING_NEWER, 0))  # not now: asking again costs us a document each time
+        elif (
+            requester in self._served_tokenizer or len(self._served_tokenizer) >= TOKENIZERS_PER_WINDOW
+            or not (requester in self.requesters or self.is_known(requester))
+        ):
+            writer.write(struct.pack(">BQ", NOTHING_NEWER, 0))  # not now
         else:
             self._served_tokenizer[requester] = now
-            for peer in [p for p, at in self._served_tokenizer.items() if now - at >= TOKENIZER_EVERY_S]:
-                del self._served_tokenizer[peer]  # bounded: only requesters within the interval are kept
             writer.write(struct.pack(">BQ", OK, len(document)))
             await _send(writer, document)
         await writer.drain()
@@ -455,7 +464,7 @@ async def _fetch_tokenizer(p2p: P2P, peer_id: str, run_id: str, digest: str, max
         if status == NOT_FOUND:  # restarted with another tokenizer, say: not provably a lie
             raise FetchError(f"{peer_id} serves no tokenizer {digest[:16]}", misbehaved=False, gone=True)
         if status == NOTHING_NEWER:
-            raise FetchError(f"{peer_id} will not serve its tokenizer again so soon", misbehaved=False)
+            raise FetchError(f"{peer_id} will not serve its tokenizer to us now", misbehaved=False)
         if status != OK:
             raise FetchError(f"{peer_id} answered a tokenizer request with status {status}", misbehaved=True)
         if length > max_bytes:  # an honest peer may have a tokenizer this large: refused, not blamed
