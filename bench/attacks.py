@@ -7,7 +7,7 @@
     python bench/attacks.py sybil [--identities 1000] [--key-bits 1024] [--rounds 8]
     python bench/attacks.py flood [--records 50000] [--rounds 8]
     python bench/attacks.py slow [--rounds 120] [--own-share 1.0 0.5]
-    python bench/attacks.py content [--rounds 40] [--attacks before after low-lp high-lp wrong long]
+    python bench/attacks.py content [--rounds 40] [--attacks before after low-lp high-lp wrong long] [--attacker-model tiny-llama]
     python bench/attacks.py honest [--rounds 40] [--seeds 5] [--models tiny tiny-large tiny]
     python bench/attacks.py drift [--identities 3 16] [--payload 1 4] [--rounds 300] [--arrive 20]
     python bench/attacks.py useful-crowd [--identities 3 16 64] [--rounds 80] [--arrive 20]
@@ -76,7 +76,9 @@ Printed: the honest gather time and whether the honest peer's batch arrived, med
 `--rounds` rounds, before and during; how many subkeys an honest node then reads; strikes.
 
 Content: three honest tiny nodes and one poisoning peer (swarmnode/lab/poison.py) train `--rounds`
-rounds through the in-memory exchange, in one process, with swarmnode's content defences off
+rounds through the in-memory exchange, in one process (`--attacker-model tiny-llama`: the poisoner
+is of another tokenizer family, so its samples reach the honest nodes translated by span and the
+weight budget holds it by span), with swarmnode's content defences off
 (task.strict_format, trust.likelihood_gate, trust.weight_budget all false) and on (the
 defaults). Printed per attack: the share of the honest nodes' own completions that carry the
 injected text after the last round (sampled: 8 per prompt on 32 held-out prompts; greedy: on
@@ -930,7 +932,8 @@ def run_content(attack: str | None, defences: bool, args: argparse.Namespace, se
             nodes.append(stack.enter_context(assemble(config, join=lambda run, standing, n=name: hub.join(n, run, standing))))
         attacker = None
         if attack:
-            config = content_config(directory, ATTACKER, seed, args.eval_size, defences, args.overrides)
+            attacker_model = [f"model.name={args.attacker_model}"] if getattr(args, "attacker_model", None) else []
+            config = content_config(directory, ATTACKER, seed, args.eval_size, defences, [*attacker_model, *args.overrides])
             evil_policy = Policy.load(config.model, config.train, seed=config.node.seed)
             attacker = stack.enter_context(assemble(
                 config, policy=evil_policy,
@@ -983,7 +986,8 @@ def content(args: argparse.Namespace) -> None:
             result = run_content(attack, defences, args)
             rows.append((attack, defences, result))
             print(f"  {attack} defences {'on' if defences else 'off'}: {time.perf_counter() - started:.0f} s", flush=True)
-    print(f"content: 3 honest tiny nodes + 1 poisoning peer, {args.rounds} rounds, 8 prompts x 8 per node a round")
+    print(f"content: 3 honest tiny nodes + 1 poisoning peer ({args.attacker_model}), {args.rounds} rounds, "
+          "8 prompts x 8 per node a round")
     print(f"{'attack':<8} {'defences':<8} {'poisoned sampled':>16} {'poisoned greedy':>15} "
           f"{'accuracy':>15} {'peer samples':>12} {'attacker ignored at':>20} {'round s':>8}")
     for attack, defences, r in rows:
@@ -1153,6 +1157,8 @@ def main() -> None:
     fld.add_argument("--rounds", type=int, default=8)
     cont = sub.add_parser("content", help="in-process poisoning, defences off and on")
     cont.add_argument("--attacks", nargs="+", choices=CONTENT_ATTACKS, default=list(CONTENT_ATTACKS))
+    cont.add_argument("--attacker-model", default="tiny",
+                      help="the poisoner's model: tiny-llama carries the poison in another tokenizer family")
     hon = sub.add_parser("honest", help="no attacker: learning with defences off and on, paired over seeds")
     hon.add_argument("--seeds", type=int, default=5)
     for sub_parser, rounds in ((cont, 40), (hon, 40)):

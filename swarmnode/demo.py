@@ -32,11 +32,12 @@ from swarmnode.ops.lines import EvalRecord, RoundRecord
 from swarmnode.ops.metrics import read_records
 from swarmnode.settings.presets import merged, tiny_cpu
 
-# Node kinds cycled through: two sizes, full fine-tuning and LoRA.
+# Node kinds cycled through: full fine-tuning next to LoRA, and a model of another
+# architecture and tokenizer family (its samples read by span, swarmnode.learn.alignment).
 NODE_KINDS: list[dict[str, Any]] = [
     {"label": "tiny full", "model": {"name": "tiny"}},
     {"label": "tiny LoRA r=16", "model": {"name": "tiny", "lora": {"rank": 16}}, "train": {"lr": 3e-4}},
-    {"label": "tiny-large full", "model": {"name": "tiny-large"}},
+    {"label": "tiny-llama full", "model": {"name": "tiny-llama"}},
 ]
 
 # The demo's base settings: the tiny CPU preset, with shorter rounds so that three processes

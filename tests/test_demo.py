@@ -25,7 +25,7 @@ def test_node_configs_are_heterogeneous_and_valid(tmp_path):
     assert not alone.swarm.enabled and alone.node.run_dir == tmp_path / "1" / "solo" / "run"
     assert (alone.model, alone.rollout, alone.train, alone.node.rounds) == (
         configs[1].model, configs[1].rollout, configs[1].train, configs[1].node.rounds)
-    assert [(c.model.name, c.model.lora.rank) for c in configs] == [("tiny", 0), ("tiny", 16), ("tiny-large", 0)]
+    assert [(c.model.name, c.model.lora.rank) for c in configs] == [("tiny", 0), ("tiny", 16), ("tiny-llama", 0)]
     assert all(c.swarm.min_peers == 2 for c in configs)
     assert len({str(c.node.run_dir) for c in configs}) == 3
     assert len(NODE_KINDS) == 3
