@@ -19,6 +19,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.markup import escape
 from rich.table import Table
 
 from swarmnode import __version__
@@ -53,7 +54,7 @@ def _setup_logging(verbose: bool) -> None:
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    console.print(f"[bold red]error:[/] {message}", highlight=False)
+    console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)  # a message's [brackets] stay text
     return typer.Exit(code)
 
 
@@ -120,10 +121,23 @@ def join(
     flags = {flag.setting: _flag_value(given[name]) for name, flag in JOIN_FLAGS.items()}
     flags["node.resume"] = False if fresh else None
     flags["swarm.enabled"] = False if solo else None
+    from swarmnode.ops.rundir import log_failure
+
     try:
         config = load_config(config_path, overrides, flags)
     except ConfigError as err:
+        if run_dir is not None:  # the run dir the person named: its node.log says why too
+            log_failure(run_dir, str(err))
         raise _fail(str(err)) from None
+    from swarmnode.ops.preflight import PreflightError, preflight
+
+    try:
+        checked = preflight(config)
+    except PreflightError as err:
+        log_failure(config.node.run_dir, str(err))
+        raise _fail(str(err)) from None
+    for note in checked.notes:
+        console.print(note, markup=False, highlight=False)
     # the node's implementation takes seconds to import: only once the config is checked
     from swarmnode import assemble
     from swarmnode.ops.metrics import LiveView
@@ -173,6 +187,7 @@ def plan(
     """Show what `join` would run on a GPU of this size: full or LoRA, checkpointing,
     micro-batch, generation batch or vLLM share, and the memory estimate. Needs no GPU and
     downloads nothing for the built-in Qwen2.5 shapes."""
+    from swarmnode.ops.preflight import Preflight, PreflightError, check_model, needs_no_hub
     from swarmnode.settings.config import ConfigError, load_config
     from swarmnode.sizing.plan import BASE_SHAPES, PlanError, plan_report
 
@@ -180,8 +195,10 @@ def plan(
     for name in [model] if model else list(BASE_SHAPES):
         try:
             config = load_config(config_path, overrides, {"model.name": name})
+            if not needs_no_hub(config.model):  # the shape comes from the model's config.json
+                check_model(config.model, Preflight())
             shown = plan_report(config, gpu_gib, backend)
-        except (ConfigError, PlanError) as err:
+        except (ConfigError, PlanError, PreflightError) as err:
             raise _fail(str(err)) from None
         typer.echo(shown.text + "\n")
         all_fit &= shown.all_fit

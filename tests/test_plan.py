@@ -165,7 +165,7 @@ def test_plan_command():
 
 def test_plan_command_errors():
     unknown = runner.invoke(app, ["plan", "--model", "/nonexistent/model", "--gpu-gib", "24"])
-    assert unknown.exit_code == 2 and "no shape for" in unknown.output
+    assert unknown.exit_code == 2 and "no model directory at /nonexistent/model" in unknown.output
     bad_backend = runner.invoke(app, ["plan", "--model", "Qwen2.5-3B", "--backend", "tgi"])
     assert bad_backend.exit_code == 2 and "choose hf, vllm or auto" in bad_backend.output
     no_card = runner.invoke(app, ["plan", "--model", "Qwen2.5-3B", "--gpu-gib", "0"])

@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,6 +52,17 @@ def locked(run_dir: Path) -> Iterator[None]:
         handle.close()  # closing drops the lock
 
 
+def log_failure(run_dir: Path | str, message: str) -> None:
+    """A node that stopped before its log was open (its settings refused) still says why in
+    <run-dir>/node.log; a run dir that cannot be written is left alone (the terminal says it)."""
+    try:
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        with open(Path(run_dir) / LOG_FILE, "a", encoding="utf-8") as log_file:
+            log_file.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} ERROR swarmnode.view: error: {message}\n")
+    except OSError:
+        pass
+
+
 @contextlib.contextmanager
 def node_log(run_dir: Path) -> Iterator[Path]:
     """Append what the node logs and what its live view prints to <run-dir>/node.log."""
@@ -66,6 +78,12 @@ def node_log(run_dir: Path) -> Iterator[Path]:
         logger.addHandler(handler)
     try:
         yield path
+    except BaseException as err:  # the last line of node.log says why the node stopped, as the terminal does
+        if isinstance(err, KeyboardInterrupt):
+            view.info("stopped by Ctrl-C or SIGTERM")
+        elif not isinstance(err, GeneratorExit):
+            view.error("error: %s", err if str(err) else type(err).__name__)
+        raise
     finally:
         for logger in (logging.getLogger(), view):
             logger.removeHandler(handler)

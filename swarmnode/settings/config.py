@@ -7,11 +7,20 @@ setting silently ignored.
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from swarmnode.settings.defaults import defaults_for
 from swarmnode.settings.flags import flag_description
@@ -47,6 +56,13 @@ class ModelSettings(_Section):
     use_chat_template: bool = Field(
         True, description="wrap prompts in the tokenizer's chat template when it has one"
     )
+
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, device: str) -> str:
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
+            raise ValueError(f"unknown device {device!r}: auto, cpu, cuda or cuda:N (a GPU is cuda)")
+        return device
 
 
 AnswerFormat = Literal["answer_tag", "boxed", "think_answer"]  # how a completion states its answer

@@ -53,6 +53,8 @@ def read_jsonl(path: Path, required: tuple[str, ...]) -> tuple[list[dict], str]:
         if missing:
             raise ValueError(f"{path}:{number}: missing field(s) {missing}")
         rows.append(row)
+    if not rows:
+        raise ValueError(f"data file {path} holds no rows")
     return rows, hashlib.sha256(raw).hexdigest()
 
 
