@@ -23,6 +23,7 @@ from swarmnode.loop.node import Node
 from swarmnode.model.batching import OutOfMemory
 from swarmnode.model.checkpoint import CheckpointWriter
 from swarmnode.model.policy import Policy
+from swarmnode.ops.cores import CoreShare
 from swarmnode.ops.exporter import metrics_page
 from swarmnode.ops.health import HealthServer
 from swarmnode.ops.hub import HubPublisher
@@ -129,6 +130,9 @@ def assemble(
 def run(config: Config, view: LiveView | None = None, config_path: Path | None = None) -> dict[str, Any]:
     """Assemble, run every round, take everything down; the run's summary."""
     with assemble(config, view, config_path) as node:
+        cores = CoreShare(node.view.say)
+        cores.update()  # before the first evaluation, which is the first heavy work
+        node.between_rounds.append(cores.update)
         try:
             summary = node.run()
         except OutOfMemory as err:

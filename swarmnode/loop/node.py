@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,7 @@ class Node:
         self.next_round = 0
         self.resumed_at: str | None = None  # when the checkpoint resumed from was written
         self._saved_at = time.monotonic()  # the last checkpoint, or the start
+        self.between_rounds: list[Callable[[], None]] = []  # called before each round (assemble.run: the core share)
 
     # -- one round -------------------------------------------------------------------------
 
@@ -281,6 +283,8 @@ class Node:
         last_done = self.next_round - 1
         try:
             while round_ < total:
+                for hook in self.between_rounds:
+                    hook()
                 self.membership.announce(self.status(round_))
                 record = self.run_round(round_)
                 last_done = round_
