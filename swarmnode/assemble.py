@@ -110,10 +110,20 @@ def assemble(
             reporters=reporters, publisher=publisher,
         )
         stack.callback(node.close)
-        if _guard(node.maybe_resume, ValueError, OSError):
+        resumed = _guard(node.maybe_resume, ValueError, OSError)
+        redone = node.metrics.forget_from(node.next_round)  # rounds logged after the checkpoint are done again
+        if redone:
+            reporters.restart_at(node.next_round + 1)
+        if resumed:
             view.say(
                 f"resumed from {node.checkpoint_dir}: {node.next_round} round(s) done "
                 f"(checkpoint of {node.resumed_at}), going on with round {node.next_round + 1}"
+                + (f"; {redone} line(s) logged after it dropped from metrics.jsonl" if redone else "")
+            )
+        elif redone:
+            view.say(
+                f"no checkpoint in {node.checkpoint_dir}: starting over from round 1 "
+                f"({redone} line(s) of the earlier start dropped from metrics.jsonl)"
             )
         view.say(
             f"node {node.peer_id} | model {policy.name} ({policy.num_params / 1e6:.2f} M params, "

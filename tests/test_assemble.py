@@ -232,3 +232,31 @@ def test_nodes_of_one_seed_sample_independently_and_each_identity_reproducibly(t
     assert sampled("a", "a2") == first, "one identity, one seed: the same draws"
     assert sampled("b", "b") != first, "another identity with the same node.seed draws its own"
     assert len({sampling_seed(0, f"peer-{i}") for i in range(1000)}) == 1000
+
+
+def test_a_restart_never_holds_a_round_twice_in_metrics_and_says_whether_it_starts_over(tmp_path, make_policy):
+    """Killed before its first checkpoint, a node starts over: it says so, and the rounds
+    the earlier start logged leave metrics.jsonl (and TensorBoard's steps are purged); resumed
+    from a checkpoint, the rounds logged after it go, those before stay."""
+    config = _config(tmp_path, "again", "swarm.enabled=false", "report.to=[tensorboard]")
+    run_dir = tmp_path / "again"
+    with assemble(config, policy=make_policy()) as node:
+        node.run(rounds=3)  # a normal end writes a checkpoint of round 2
+    lines = read_metrics(run_dir / "metrics.jsonl")
+    with (run_dir / "metrics.jsonl").open("a") as metrics:  # as if it ran on to round 5, then kill -9
+        for extra in (3, 4, 5):
+            metrics.write(json.dumps({**round_lines(lines)[-1], "round": extra}) + "\n")
+    with assemble(config, policy=make_policy()) as node:
+        assert node.next_round == 3
+        node.run(rounds=5)
+    rounds = [m["round"] for m in round_lines(read_metrics(run_dir / "metrics.jsonl"))]
+    assert rounds == [0, 1, 2, 3, 4], "rounds 3-5 of the lost run are not kept beside their redo"
+    assert "line(s) logged after it dropped" in (run_dir / "node.log").read_text()
+    (run_dir / "checkpoint").rename(run_dir / "gone")  # no checkpoint: the next start is round 1 again
+    with assemble(config, policy=make_policy()) as node:
+        assert node.next_round == 0
+        node.run(rounds=2)
+    metrics = read_metrics(run_dir / "metrics.jsonl")
+    assert [m["round"] for m in round_lines(metrics)] == [0, 1]
+    assert sum(1 for m in metrics if m.get("phase") == "before") == 1
+    assert "starting over from round 1" in (run_dir / "node.log").read_text()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,6 +38,29 @@ class MetricsLog:
         clean.setdefault("time", round(time.time(), 3))
         self._file.write(json.dumps(clean, sort_keys=True) + "\n")
         self._file.flush()
+
+    def forget_from(self, round_: int) -> int:
+        """Drop the lines of rounds `round_` and later (and, from round 0, the evaluation before
+        it), which a restart does again: the file never holds a round twice. Rewritten whole,
+        then renamed over the old one, so a crash leaves one or the other; the number of
+        lines dropped."""
+        self._file.close()
+        kept, dropped = [], 0
+        for line in self.path.read_text(encoding="utf-8").splitlines(keepends=True):
+            try:
+                logged = json.loads(line).get("round")
+            except (ValueError, AttributeError):  # a torn line: kept as it was
+                logged = None
+            if isinstance(logged, int) and (logged >= round_ or (round_ == 0 and logged == -1)):
+                dropped += 1
+            else:
+                kept.append(line)
+        if dropped:
+            staging = self.path.with_suffix(".jsonl.tmp")
+            staging.write_text("".join(kept), encoding="utf-8")
+            os.replace(staging, self.path)
+        self._file = self.path.open("a", encoding="utf-8")
+        return dropped
 
     def close(self) -> None:
         self._file.close()

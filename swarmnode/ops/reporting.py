@@ -35,7 +35,14 @@ class TensorBoardReporter:
                 f"report.to tensorboard needs the tensorboard package: pip install 'swarmnode[report]' ({err})"
             ) from None
         self.directory = directory
+        self._writer_of = SummaryWriter
         self.writer = SummaryWriter(log_dir=str(directory))
+
+    def restart_at(self, step: int) -> None:
+        """Steps from `step` on are done again (a restart after the last checkpoint): TensorBoard
+        drops what earlier files logged from there, so no curve doubles back."""
+        self.writer.close()
+        self.writer = self._writer_of(log_dir=str(self.directory), purge_step=step)
 
     def round(self, record: RoundRecord) -> None:
         step = record.round + 1
@@ -109,6 +116,13 @@ class Reporters:
     def eval(self, record: EvalRecord) -> None:
         for reporter in self.reporters:
             reporter.eval(record)
+
+    def restart_at(self, step: int) -> None:
+        """Steps from `step` on are logged again; reporters that can forget them do (TensorBoard).
+        W&B and trackio resume their run by id and keep what they had."""
+        for reporter in self.reporters:
+            if hasattr(reporter, "restart_at"):
+                reporter.restart_at(step)
 
     def close(self) -> None:
         for reporter in self.reporters:
