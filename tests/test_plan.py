@@ -161,6 +161,9 @@ def test_plan_command():
     assert two.exit_code == 0 and two.output.count("plan for") == 2
     every = runner.invoke(app, ["plan", "--gpu-gib", "48", "--backend", "hf"])  # no --model: each Qwen2.5 size
     assert every.exit_code == 0 and every.output.count("plan for") == 4 and "Qwen/Qwen2.5-7B" in every.output
+    auto = runner.invoke(app, ["plan", "--model", "Qwen2.5-3B", "--gpu-gib", "24"])  # says which backend it assumed
+    assert auto.exit_code == 0 and "generation: hf (auto: vLLM is not installed" in auto.output
+    assert "(auto:" not in result.output, "a backend given is not explained"
 
 
 def test_plan_command_errors():

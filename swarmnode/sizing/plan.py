@@ -300,8 +300,14 @@ def plan_report(config: Config, cards_gib: list[float] | None, backend: str) -> 
         )
     if backend not in ("auto", "hf", "vllm"):
         raise PlanError(f"backend {backend!r}: choose hf, vllm or auto")
+    assumed = ""
     if backend == "auto":
         backend = "vllm" if vllm_installed() else "hf"
+        assumed = (
+            "generation: vllm (auto: vLLM is installed; --backend hf plans Hugging Face generation)"
+            if backend == "vllm" else
+            "generation: hf (auto: vLLM is not installed; --backend vllm plans with it)"
+        )
     if cards_gib and min(cards_gib) <= 0:
         raise PlanError(f"--gpu-gib {min(cards_gib):g}: a GPU's memory in GiB is a positive number")
     if cards_gib:
@@ -315,4 +321,4 @@ def plan_report(config: Config, cards_gib: list[float] | None, backend: str) -> 
         plan, text = explain(config, shape, capacity, backend)
         texts.append(text)
         all_fit &= plan.fits
-    return PlanReport("\n\n".join(texts), all_fit)
+    return PlanReport("\n\n".join([assumed, *texts] if assumed else texts), all_fit)
