@@ -250,11 +250,13 @@ def status(
     from swarmnode.swarm.hivemind.addresses import AddressError, check_multiaddr
     from swarmnode.swarm.hivemind.runtime import SwarmError
     from swarmnode.swarm.hivemind.status import open_status_client, peer_rows
+    from swarmnode.swarm.hivemind.swarm_file import swarm_file_peer_id
 
     logging.basicConfig(level=logging.WARNING, handlers=[RichHandler(console=console, show_path=False)])
     stale_after = SwarmSettings().stale_after_s if stale_after is None else stale_after
     initial_peers = list(initial_peers or [])
     local = local_swarm_file(run_dir)
+    me = swarm_file_peer_id(local) if local else None  # beside a node: what its peers say of it
     if initial_peers_from or (local and not initial_peers):
         initial_peers += _peers_from_file(initial_peers_from or local, timeout)
     if not initial_peers:
@@ -279,13 +281,13 @@ def status(
                     break
                 time.sleep(watch)
         elif watch:
-            with Live(render_table(peer_rows(runtime, stale_after), wide), console=Console()) as live:
+            with Live(render_table(peer_rows(runtime, stale_after), wide, me), console=Console()) as live:
                 while True:
                     time.sleep(watch)
-                    live.update(render_table(peer_rows(runtime, stale_after), wide))
+                    live.update(render_table(peer_rows(runtime, stale_after), wide, me))
         else:
             rows = peer_rows(runtime, stale_after)
-            Console().print(render_table(rows, wide) if rows else "the swarm answered but no node has a heartbeat")
+            Console().print(render_table(rows, wide, me) if rows else "the swarm answered but no node has a heartbeat")
     except KeyboardInterrupt:
         pass
     except TimeoutError:

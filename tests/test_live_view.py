@@ -93,3 +93,34 @@ def test_status_counts_the_families_in_80_columns_and_names_each_peer_s_when_wid
     assert "families" not in shown(rows(families[:1] * 2))
     wide = shown(rows(families), wide=True)
     assert "family" in wide and "3f2a9c1d" in wide and "b7e1c2d3" in wide, wide
+
+
+def test_status_beside_a_node_says_whether_peers_use_its_rollouts_as_their_claims_capped_at_what_it_published():
+    """`status` in a node's run dir: what it published, what the others claim to have trained
+    on (a liar claiming a billion counts as at most everything published), and its own count
+    of theirs; `--wide` shows both per peer."""
+    def heartbeat(peer, **fields):
+        return PeerRow(Heartbeat.parse({"peer": peer, "run": "r" * 16, "time": 1.0, **fields}), 3.0, "training")
+
+    me, honest, liar = "Qm" + "a" * 44, "Qm" + "b" * 44, "Qm" + "c" * 44
+    rows = [
+        heartbeat(me, published=640, consumed=300, used={honest: 300}),
+        heartbeat(honest, published=640, consumed=320, used={me: 320}),
+        heartbeat(liar, used={me: 10**9}),
+    ]
+    out = io.StringIO()
+    Console(file=out, width=80).print(render_table(rows, me=me))
+    said = " ".join(out.getvalue().split())
+    assert "published 640 completions, 2 peer(s) claim to have trained on 960 of them" in said, said
+    assert "you trained on 300 of 1 peer(s)' completions" in said
+    wide = io.StringIO()
+    Console(file=wide, width=250).print(render_table(rows, wide=True, me=me))
+    liar_line = next(line for line in wide.getvalue().splitlines() if "…cccccccc" in line)
+    assert " 640 " in liar_line and "1000000000" not in liar_line, liar_line
+    assert "published" not in " ".join(render_table_text(rows, None).split()), "not beside a node: no such line"
+
+
+def render_table_text(rows, me):
+    out = io.StringIO()
+    Console(file=out, width=80).print(render_table(rows, me=me))
+    return out.getvalue()

@@ -18,6 +18,7 @@ from swarmnode.ops.metrics import eval_lines, read_metrics, round_lines
 from swarmnode.ops.reporting import make_reporters
 from swarmnode.protocol import wire
 from swarmnode.protocol.batches import assigned_prompt_ids, batch_split
+from swarmnode.protocol.records import NodeStatus
 from swarmnode.rollout.hf import HFGenerator
 from swarmnode.settings.config import LoraSettings, ReportSettings, TrainSettings, load_config
 from swarmnode.swarm.local import InMemoryHub, solo_link
@@ -498,3 +499,25 @@ def test_an_out_of_memory_halving_is_written_as_a_line_and_leaves_the_config_alo
     halved = [line for line in read_metrics(node.metrics.path) if line.get("kind") == "halved"]
     assert [(line["round"], line["setting"], line["value"]) for line in halved] == [(0, "train.micro_batch_size", 4)]
     assert node.policy.train_settings.micro_batch_size == 8 and node.policy.micro_batch.value == 4
+
+
+def test_each_node_sees_the_other_use_its_rollouts_within_five_rounds_and_a_liar_s_claim_is_capped(tmp_path, make_policy):
+    """Heartbeats carry each node's own count of every peer's completions it trained on; a
+    node's /metrics sums what live peers claim of its own, each claim at most what it
+    published; a claim of a billion changes nothing else (nothing reads it but the display)."""
+    hub = InMemoryHub()
+    a, b = (_node(tmp_path, make_policy, name, hub) for name in ("a", "b"))
+    for round_ in range(5):
+        _step_together([a, b], round_)
+        for node in (a, b):
+            node.membership.announce(node.status(round_))
+    for node, other in ((a, b), (b, a)):
+        snap = node.snapshot()
+        assert snap["claimants"] == 1 and 0 < snap["claimed_used"] == other.used_by_peer[node.peer_id] <= node.published
+        assert snap["info"] == {"peer_id": node.peer_id, "model": node.policy.name, "run_id": node.run_id}
+    liar = hub.join("liar", a.run_id, PeerLedger())
+    liar.membership.announce(NodeStatus(used={"a": 10**9}))
+    snap = a.snapshot()
+    assert snap["claimants"] == 2 and snap["claimed_used"] == b.used_by_peer["a"] + a.published
+    page = metrics_page(a.snapshot)().decode()
+    assert 'swarmnode_node_info{model="test-model",peer_id="a"' in page and "swarmnode_claimed_used" in page

@@ -23,6 +23,10 @@ def test_a_heartbeat_is_parsed_strictly_and_newer_fields_are_dropped():
         ({**GOOD, "model": "x" * 1000}, "model"),
         ({**GOOD, "state": "winning"}, "state"),
         ({k: v for k, v in GOOD.items() if k != "time"}, "time"),
+        ({**GOOD, "used": {"peer": -1}}, "used"),
+        ({**GOOD, "used": {"p" * 200: 1}}, "used"),
+        ({**GOOD, "used": {f"peer{i}": 1 for i in range(33)}}, "used"),
+        ({**GOOD, "used": ["peer"]}, "used"),
     ]:
         with pytest.raises(RecordError, match=field):
             Heartbeat.parse(bad)

@@ -35,7 +35,7 @@ from swarmnode.ops.reporting import Reporters
 from swarmnode.protocol import wire
 from swarmnode.protocol.batches import assigned_prompt_ids, batch_split
 from swarmnode.protocol.prompts import build_prompt
-from swarmnode.protocol.records import EVAL_HISTORY, NodeStatus
+from swarmnode.protocol.records import EVAL_HISTORY, MAX_USED_NAMED, NodeStatus, claimed_use_of
 from swarmnode.rollout.base import Generator
 from swarmnode.settings.config import Config
 from swarmnode.swarm.base import SwarmLink
@@ -94,6 +94,7 @@ class Node:
         self.publisher = publisher  # hub.repo_id: pushes the checkpoint's model to the Hub
         self.run_dir = Path(config.node.run_dir)
         self.learned_from: set[str] = set()  # peers whose samples this node trained on
+        self.used_by_peer: Counter[str] = Counter()  # peer -> its completions this node trained on (our own count)
         self.published = 0  # rollouts (completions) this node published
         self.consumed = 0  # peers' rollouts this node trained on
         self.last_eval: float | None = None
@@ -150,6 +151,7 @@ class Node:
         state.timings["train_s"] = time.perf_counter() - t
         state.timings["sync_s"] = self.generator.sync_weights()
         self.consumed += len(taken.kept)
+        self.used_by_peer.update(sample.peer_id for sample in taken.kept)
         return self._record(round_, state, own, taken, result)
 
     def _record(
@@ -375,9 +377,12 @@ class Node:
     def snapshot(self) -> dict[str, Any]:
         """What /metrics reports (swarmnode.ops.exporter): the last round, the last evaluation and
         the running totals."""
+        claimed, claimants = claimed_use_of(self.peer_id, list(self.membership.live_peers().values()), self.published)
         return {
             "last_round": self.last_record, "eval_acc": self.last_eval,
             "published": self.published, "consumed": self.consumed, "rejected": self.ledger.total,
+            "claimed_used": claimed, "claimants": claimants,
+            "info": {"peer_id": self.peer_id, "model": self.policy.name, "run_id": self.run_id},
         }
 
     def status(self, round_: int) -> NodeStatus:
@@ -399,6 +404,7 @@ class Node:
             consumed=self.consumed,
             filtered_frac=last.filtered_frac if last else None,
             rejected=self.ledger.total,
+            used=dict(self.used_by_peer.most_common(MAX_USED_NAMED)),
         )
 
     def close(self) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from swarmnode.ops.lines import RoundRecord, round_metrics
@@ -47,6 +47,16 @@ class NodeCollector(Collector):
                                     value=float(now["eval_acc"]))
         for name, about in COUNTERS.items():
             yield CounterMetricFamily(f"swarmnode_{name}", about, value=float(now.get(name, 0)))
+        yield GaugeMetricFamily(
+            "swarmnode_claimed_used", "this node's completions that live peers claim to have trained on "
+            "(their heartbeats' claims, each at most what this node published)", value=float(now.get("claimed_used", 0)),
+        )
+        yield GaugeMetricFamily("swarmnode_claimants", "live peers claiming to have trained on this node's completions",
+                                value=float(now.get("claimants", 0)))
+        if now.get("info"):
+            info = InfoMetricFamily("swarmnode_node", "who this node is: its peer id, model and run")
+            info.add_metric([], {key: str(value) for key, value in now["info"].items()})
+            yield info
 
 
 def metrics_page(snapshot: Callable[[], dict[str, Any]]) -> Callable[[], bytes]:

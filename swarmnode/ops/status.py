@@ -9,16 +9,18 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
-from swarmnode.protocol.records import EVAL_HISTORY, PeerRow
+from swarmnode.protocol.records import EVAL_HISTORY, Heartbeat, PeerRow, claimed_use_of
 
 COLUMNS = [  # (title, justify, in the narrow table); `filtered_frac` keeps the metric's one name
     ("peer", "left", True), ("run", "left", True), ("answered", "left", True), ("state", "left", True),
     ("model", "left", True), ("family", "left", False),
     ("params", "right", False), ("train", "left", True), ("backend", "left", False), ("device", "left", False),
     ("round", "right", True), ("reward", "right", False), ("eval_acc", "right", True), ("tok/s", "right", False),
-    ("published", "right", False), ("consumed", "right", False), ("filtered_frac", "right", False),
+    ("published", "right", False), ("consumed", "right", False), ("used yours", "right", False),
+    ("you used", "right", False), ("filtered_frac", "right", False),
     ("reach", "left", False), ("version", "left", False), ("uptime", "right", False),
 ]
+BESIDE_A_NODE = ("used yours", "you used")  # columns shown only by a status run beside a node (its run dir)
 CAPTION = "answered: checked by this status (a direct request, and its path); the rest is each peer's claim"
 
 STATE_COLOURS = {"training": "green", "stale": "yellow", "left": "dim"}
@@ -46,8 +48,9 @@ def _fmt(value: Any, spec: str = "") -> str:
     return format(value, spec) if spec else str(value)
 
 
-def _cells(row: PeerRow, wide: bool) -> dict[str, str]:
+def _cells(row: PeerRow, wide: bool, you: Heartbeat | None = None) -> dict[str, str]:
     h = row.heartbeat
+    mine = you is not None and h.peer == you.peer
     return {
         "peer": f"…{h.peer[-8:]}",
         "run": h.run[:8],
@@ -68,6 +71,9 @@ def _cells(row: PeerRow, wide: bool) -> dict[str, str]:
         "tok/s": _fmt(h.tokens_per_s, ".0f"),
         "published": _fmt(h.published),
         "consumed": _fmt(h.consumed),
+        # its claim of our completions it trained on (at most what we published), and our own count of its
+        "used yours": "you" if mine else _fmt(you and min(h.used.get(you.peer, 0), you.published)),
+        "you used": "-" if mine or you is None else _fmt(you.used.get(h.peer, 0)),
         "filtered_frac": _fmt(h.filtered_frac, ".2f"),
         "reach": _fmt(h.reach),
         "version": _fmt(h.version),
@@ -83,7 +89,20 @@ def _answered(row: PeerRow) -> str:
     return "[red]no[/]" if row.asked else "-"
 
 
-def render_table(rows: list[PeerRow], wide: bool = False) -> Table:
+def contribution(rows: list[PeerRow], me: str | None) -> str | None:
+    """'Is my node counted and useful?' for the node `me` (status run beside it): what it
+    published, what the other live peers claim to have trained on (their claims, each at
+    most what it published), and whose samples it trained on (its own count)."""
+    you = next((row.heartbeat for row in rows if row.heartbeat.peer == me), None)
+    if you is None:
+        return None
+    others = [row.heartbeat for row in rows if row.heartbeat.peer != me and row.state != "left"]
+    claimed, claimants = claimed_use_of(you.peer, others, you.published)
+    return (f"you (…{you.peer[-8:]}): published {you.published} completions, {claimants} peer(s) claim to have "
+            f"trained on {claimed} of them; you trained on {you.consumed} of {len(you.used)} peer(s)' completions")
+
+
+def render_table(rows: list[PeerRow], wide: bool = False, me: str | None = None) -> Table:
     """The peers as a table: by default the columns that fit 80 characters (peer, whether
     it answered us and by which path, then its claims: state, model, training, round,
     held-out accuracy with its last evaluations drawn), `wide` for every column (with the
@@ -95,8 +114,13 @@ def render_table(rows: list[PeerRow], wide: bool = False) -> Table:
     families = len({row.heartbeat.tokenizer for row in rows})
     title = (f"swarmnode: {len(rows)} peer(s)" + (f" of {families} families" if families > 1 else "")
              + (f" in run {runs[0][:16]}" if one_run else ""))
+    said = contribution(rows, me)
+    if said:
+        title += "\n" + said
+    you = next((row.heartbeat for row in rows if row.heartbeat.peer == me), None)
     shown = [(name, justify) for name, justify, narrow in COLUMNS
-             if (wide or narrow) and not (name == "run" and one_run and not wide)]
+             if (wide or narrow) and not (name == "run" and one_run and not wide)
+             and not (name in BESIDE_A_NODE and you is None)]
     table = Table(title=title, title_justify="left", caption=CAPTION, caption_justify="left",
                   box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     for column, justify in shown:
@@ -104,7 +128,7 @@ def render_table(rows: list[PeerRow], wide: bool = False) -> Table:
                          min_width=10 if column == "model" else None,
                          overflow="fold" if column == "model" else "ellipsis")
     for row in rows:
-        cells = _cells(row, wide)
+        cells = _cells(row, wide, you)
         table.add_row(*(cells[name] for name, _ in shown))
     return table
 

@@ -16,7 +16,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from swarmnode.settings.config import Config
 from swarmnode.tasks.base import fingerprint_of
@@ -60,6 +60,7 @@ def tokenizer_document_digest(document: bytes) -> str:
     return hashlib.sha256(document).hexdigest()
 
 
+MAX_USED_NAMED = 32  # peers whose use a heartbeat reports (those it trained on most)
 EVAL_HISTORY = 8  # held-out accuracies a heartbeat carries, oldest first: `status` draws them
 MAX_CLOCK_SKEW_S = 30.0  # a heartbeat dated further ahead of our clock is refused (a ghost's trick)
 
@@ -92,6 +93,23 @@ class NodeStatus(_PeerRecord):
     consumed: int = 0
     filtered_frac: float | None = None
     rejected: int = 0
+    # peer id -> that peer's completions this node trained on, its MAX_USED_NAMED largest: what
+    # `status` shows a peer as "is anyone using my rollouts?" (a claim: nothing acts on it)
+    used: dict[Annotated[str, Field(max_length=128)], Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _bounded_used(self) -> NodeStatus:
+        if len(self.used) > MAX_USED_NAMED:
+            raise ValueError(f"used names {len(self.used)} peers, at most {MAX_USED_NAMED}")
+        return self
+
+
+def claimed_use_of(peer_id: str, heartbeats: list[NodeStatus], published: int) -> tuple[int, int]:
+    """(how many of `peer_id`'s completions the others claim to have trained on, how many
+    others claim any): each claim capped at what `peer_id` published, since more is no use
+    anybody could have made. Claims only: shown, never acted on."""
+    claims = [min(hb.used.get(peer_id, 0), published) for hb in heartbeats]
+    return sum(claims), sum(1 for claim in claims if claim > 0)
 
 
 HeartbeatState = Literal["training", "left"]

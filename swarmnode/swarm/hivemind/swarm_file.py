@@ -63,6 +63,16 @@ def _listed_maddrs(path: Path, text: str) -> list[str]:
     return maddrs
 
 
+def swarm_file_peer_id(path: Path) -> str | None:
+    """The peer id a node's swarm.json names (None for a bootstrap list or a damaged file):
+    `status` run beside a node shows what its peers say of it."""
+    try:
+        peer_id = json.loads(path.read_text()).get("peer_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return peer_id if isinstance(peer_id, str) else None
+
+
 def write_swarm_file(run_dir: Path, peer_id: str, maddrs: list[str], reach: str | None = None) -> Path:
     """Write this node's address (and how peers reach it, once known) atomically: a reader
     never sees half a file."""
