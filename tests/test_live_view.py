@@ -6,7 +6,9 @@ import io
 
 import pytest
 from rich.console import Console
+from typer.testing import CliRunner
 
+from swarmnode.cli import app
 from swarmnode.ops.lines import RoundRecord
 from swarmnode.ops.metrics import LiveView, format_duration
 from swarmnode.ops.status import render_table, sparkline
@@ -124,3 +126,15 @@ def render_table_text(rows, me):
     out = io.StringIO()
     Console(file=out, width=80).print(render_table(rows, me=me))
     return out.getvalue()
+
+
+def test_text_shown_to_a_person_is_never_eaten_as_markup(tmp_path):
+    """An install hint or a --set line with brackets prints as written, on the terminal and
+    in an error line."""
+    out = io.StringIO()
+    view = LiveView(Console(file=out, width=200))
+    view.say("pip install 'swarmnode[wandb]'")
+    view.note("--set model.lora.target_modules=[q_proj,v_proj]")
+    assert "swarmnode[wandb]" in out.getvalue() and "[q_proj,v_proj]" in out.getvalue()
+    result = CliRunner().invoke(app, ["join", "--model", "[org]/name", "--run-dir", str(tmp_path)])
+    assert result.exit_code == 2 and "[org]/name" in result.output, result.output  # an error keeps its brackets

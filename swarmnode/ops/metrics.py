@@ -155,12 +155,12 @@ class LiveView:
     def note(self, text: str) -> None:
         _file_log.info(text)
         if not self.quiet:
-            self.console.print(text, highlight=False)
+            self.console.print(text, highlight=False, markup=False)  # text, never markup: '[wandb]' stays
 
     def say(self, text: str) -> None:
         """Start-up messages (addresses, the join command): shown even when quiet."""
         _file_log.info(text)
-        self.console.print(text, highlight=False, soft_wrap=True)
+        self.console.print(text, highlight=False, soft_wrap=True, markup=False)
 
     @contextlib.contextmanager
     def busy(self, text: str) -> Iterator[None]:
