@@ -20,9 +20,11 @@ from huggingface_hub import constants as hub_constants
 from huggingface_hub.errors import (
     GatedRepoError,
     HfHubHTTPError,
+    HFValidationError,
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
+from huggingface_hub.utils import validate_repo_id
 
 from swarmnode.settings.config import Config, ModelSettings, TaskSettings
 from swarmnode.settings.models import TINY_NAMES, resolve_model_name
@@ -114,6 +116,10 @@ def check_task_data(task: TaskSettings, found: Preflight) -> None:
 
 def _check_hub_repo(repo_id: str, revision: str | None, kind: str, setting: str, found: Preflight) -> None:
     """The repository exists and can be read, or is in the cache when the hub cannot be reached."""
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as err:
+        raise PreflightError(f"{setting}: {repo_id!r} is no hub id: {err}") from None
     cached = kind == "model" and isinstance(
         huggingface_hub.try_to_load_from_cache(repo_id, "config.json", revision=revision), str
     )
