@@ -38,7 +38,13 @@ from swarmnode.sizing.memory import GIB, check_fits
 from swarmnode.sizing.plan import plan_for_device
 from swarmnode.swarm.base import PeerStanding, SwarmLink
 from swarmnode.swarm.hivemind.addresses import AddressError
-from swarmnode.swarm.hivemind.connect import announce_address, attach, initial_peers_of, start_runtime
+from swarmnode.swarm.hivemind.connect import (
+    announce_address,
+    attach,
+    identity_path_of,
+    initial_peers_of,
+    start_runtime,
+)
 from swarmnode.swarm.hivemind.identity import IdentityError
 from swarmnode.swarm.hivemind.runtime import SwarmError, SwarmRuntime
 from swarmnode.swarm.hivemind.swarm_file import PeersFileError
@@ -253,6 +259,7 @@ def _start_swarm(config: Config, view: LiveView, config_path: Path | None) -> Sw
         raise AssemblyError(f"invalid configuration: {err}") from None
     except PeersFileError as err:
         raise AssemblyError(str(err), 1) from None
+    restarted = identity_path_of(config).exists()  # this node ran here before, under this peer id
     try:
         with view.busy("starting the p2p daemon and joining the swarm ..."):
             runtime = start_runtime(config, initial_peers)
@@ -263,7 +270,8 @@ def _start_swarm(config: Config, view: LiveView, config_path: Path | None) -> Sw
     except BaseException:
         runtime.shutdown()
         raise
-    verb = "joined the swarm" if initial_peers else "started a new swarm"
+    verb = ("joined the swarm" if initial_peers else
+            "back with no initial peers (others rejoin through this node)" if restarted else "started a new swarm")
     view.say(f"{verb} as {runtime.peer_id}; reachable at:")
     for maddr in maddrs:
         view.say(f"  {maddr}")

@@ -148,6 +148,7 @@ def test_join_runs_the_tiny_default_end_to_end(tmp_path):
         cmd[:-4] + ["--rounds", "4", "--run-dir", str(run_dir)], capture_output=True, text=True, timeout=600
     )
     assert again.returncode == 0 and "resumed" in again.stderr and "3 round(s) done" in again.stderr
+    assert "back with no initial peers" in again.stderr and "started a new swarm" not in again.stderr
     starts = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if '"start"' in line]
     assert [s["next_round"] for s in starts] == [0, 3], "the restart marks itself"
 
