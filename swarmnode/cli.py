@@ -207,6 +207,41 @@ def plan(
 
 
 @app.command()
+def doctor(
+    config_path: Annotated[
+        Path | None, typer.Option("--config", "-c", envvar="SWARMNODE_CONFIG", help="YAML config file (see configs/)")
+    ] = None,
+    model: Annotated[str | None, typer.Option(envvar="SWARMNODE_MODEL", help=_help["model"])] = None,
+    task: Annotated[str | None, typer.Option(help=_help["task"])] = None,
+    data: Annotated[str | None, typer.Option(help=_help["data"])] = None,
+    device: Annotated[str | None, typer.Option(help=_help["device"])] = None,
+    backend: Annotated[str | None, typer.Option(help=_help["backend"])] = None,
+    run_dir: Annotated[Path | None, typer.Option(help=_help["run_dir"])] = None,
+    overrides: Annotated[list[str] | None, typer.Option("--set", help="any setting, as join takes it")] = None,
+) -> None:
+    """Check, without joining, what this machine can run with these settings (the same as
+    join's): device, generation, the hub, model, data, memory, run dir and disk; each finding
+    with what the node will do and the fix. Exit 1 when something would stop the node."""
+    from swarmnode.ops.doctor import BLOCKING, FINE, examine
+    from swarmnode.settings.config import ConfigError, load_config
+
+    given = {"model.name": model, "task.name": task, "task.data": data, "model.device": device,
+             "rollout.backend": backend, "node.run_dir": str(run_dir) if run_dir else None}
+    try:
+        config = load_config(config_path, overrides, given)
+    except ConfigError as err:
+        raise _fail(str(err)) from None
+    findings = examine(config)
+    table = Table(title="swarmnode doctor", title_justify="left", show_header=False, box=None, pad_edge=False)
+    marks = {FINE: "[green]ok[/]", BLOCKING: "[bold red]stop[/]"}
+    for finding in findings:
+        table.add_row(marks.get(finding.verdict, "[yellow]note[/]"), finding.check, escape(finding.said))
+    console.print(table)
+    if any(f.verdict == BLOCKING for f in findings):
+        raise typer.Exit(1)
+
+
+@app.command()
 def health(
     port: Annotated[int, typer.Option(help="the node's node.health_port")] = DOCKER_PORT,
     host: Annotated[str, typer.Option(help="where the node serves /health")] = LOCAL_HOST,

@@ -30,6 +30,7 @@ from swarmnode.settings.config import Config, ModelSettings, TaskSettings
 from swarmnode.settings.models import TINY_NAMES, resolve_model_name
 from swarmnode.sizing.devices import device_of
 from swarmnode.sizing.shapes import KNOWN_SHAPES
+from swarmnode.tasks import data_source
 
 HUB_TIMEOUT_S = 5.0  # one question to the hub: does this repository exist, can we reach it
 OFFLINE_FIX = "set HF_HUB_OFFLINE=1 to use the local Hugging Face cache"
@@ -96,22 +97,23 @@ def needs_no_hub(model: ModelSettings) -> bool:
 
 def check_task_data(task: TaskSettings, found: Preflight) -> None:
     """Local data exists; hub data has `datasets` to read it and a hub (or, offline, a cache)."""
-    if not task.data:
+    source = data_source(task)
+    if not source:
         return
-    if not task.data.startswith(HUB_PREFIX):
-        path = Path(task.data).expanduser()
+    if not source.startswith(HUB_PREFIX):
+        path = Path(source).expanduser()
         if not path.exists():
-            raise PreflightError(f"task.data: {task.data} does not exist")
+            raise PreflightError(f"task.data: {source} does not exist")
         for empty in [f for f in ([path] if path.is_file() else sorted(path.glob("*.jsonl"))) if f.stat().st_size == 0]:
             raise PreflightError(f"task.data: {empty} is empty")
         return
     if importlib.util.find_spec("datasets") is None:
         raise PreflightError(
-            f"task.data: {task.data} is read with the `datasets` library: pip install datasets; or pass --data "
+            f"task.data: {source} is read with the `datasets` library: pip install datasets; or pass --data "
             "with a local directory holding train.jsonl and test.jsonl"
         )
     if not found.offline:  # offline, datasets reads its own cache and says itself what is missing
-        _check_hub_repo(task.data.removeprefix(HUB_PREFIX), None, "dataset", "task.data", found)
+        _check_hub_repo(source.removeprefix(HUB_PREFIX), None, "dataset", "task.data", found)
 
 
 def _check_hub_repo(repo_id: str, revision: str | None, kind: str, setting: str, found: Preflight) -> None:

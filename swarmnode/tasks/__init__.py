@@ -8,10 +8,17 @@ from swarmnode.settings.config import TaskSettings
 from swarmnode.settings.registry import TASKS
 from swarmnode.tasks.arithmetic import ArithmeticTask
 from swarmnode.tasks.base import Problem, Task
-from swarmnode.tasks.gsm8k import GSM8KTask
+from swarmnode.tasks.gsm8k import GSM8K_SOURCE, GSM8KTask
 from swarmnode.tasks.math500 import Math500Eval
 
-__all__ = ["ArithmeticTask", "GSM8KTask", "Math500Eval", "Problem", "Task", "make_task"]
+__all__ = ["ArithmeticTask", "GSM8KTask", "Math500Eval", "Problem", "Task", "data_source", "make_task"]
+
+DEFAULT_SOURCES = {"gsm8k": GSM8K_SOURCE}  # a task that reads data, where it reads it without --data
+
+
+def data_source(settings: TaskSettings) -> str | None:
+    """Where the task reads its data: --data, else its default (None: it makes its own problems)."""
+    return settings.data or DEFAULT_SOURCES.get(settings.name)
 
 
 def _arithmetic(settings: TaskSettings) -> Task:
@@ -28,7 +35,7 @@ def _arithmetic(settings: TaskSettings) -> Task:
 
 def _gsm8k(settings: TaskSettings) -> Task:
     return GSM8KTask(
-        source=settings.data or "hf:openai/gsm8k",
+        source=data_source(settings) or GSM8K_SOURCE,
         answer_format=settings.answer_format,
         strict_format=settings.strict_format,
         strict_numbers=settings.strict_numbers,

@@ -36,6 +36,9 @@ def reference_answer(solution: str) -> str:
     return solution.rsplit("####", 1)[1].strip().replace(",", "")
 
 
+GSM8K_SOURCE = "hf:openai/gsm8k"  # where GSM8K comes from when no --data is given
+
+
 def read_jsonl(path: Path, required: tuple[str, ...]) -> tuple[list[dict], str]:
     """Rows of a JSON-lines file and the sha256 of its bytes; bad rows name their line."""
     if not path.is_file():
@@ -83,7 +86,7 @@ class GSM8KTask:
 
     def __init__(
         self,
-        source: str = "hf:openai/gsm8k",
+        source: str = GSM8K_SOURCE,
         answer_format: AnswerFormat = "answer_tag",
         strict_format: bool = True,
         strict_numbers: bool = True,

@@ -1,0 +1,96 @@
+"""`swarmnode doctor` (swarmnode/ops/doctor.py): on this machine it says what is missing and
+what the node will do instead, quickly; each check is shown failing, with its fix."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import namedtuple
+
+import huggingface_hub
+import pytest
+from huggingface_hub import constants as hub_constants
+from typer.testing import CliRunner
+
+from swarmnode.cli import app
+from swarmnode.ops import doctor
+from swarmnode.ops.doctor import BLOCKING, FINE, NOTE, examine
+from swarmnode.settings.config import load_config
+from swarmnode.sizing import memory
+from swarmnode.sizing.devices import vllm_installed
+
+runner = CliRunner()
+
+
+class _NoHub(Exception):
+    pass
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    """The hub as this machine has it: no answer to anything."""
+    def unreachable(*args, **kwargs):
+        raise _NoHub("[Errno -2] Name or service not known")
+
+    class Session:
+        head = staticmethod(unreachable)
+
+    monkeypatch.setattr(doctor, "get_session", lambda: Session())
+    monkeypatch.setattr(huggingface_hub, "model_info", unreachable)
+    monkeypatch.setattr(huggingface_hub, "dataset_info", unreachable)
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda *a, **k: None)
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
+
+
+def _verdicts(config) -> dict[str, tuple[str, str]]:
+    return {f.check: (f.verdict, f.said) for f in examine(config)}
+
+
+def test_on_this_machine_it_says_what_is_missing_and_what_the_node_does_instead_quickly(tmp_path, offline):
+    started = time.monotonic()
+    result = runner.invoke(app, ["doctor", "--run-dir", str(tmp_path / "run")])
+    took = time.monotonic() - started
+    said = re.sub(r"\s+", " ", result.output)
+    assert result.exit_code == 0, said
+    assert "note device no GPU: the node trains and generates on CPU" in said
+    assert "note hub the Hugging Face hub cannot be reached" in said and "ok model tiny" in said
+    assert took < 5, took
+
+
+def test_each_check_says_what_stops_the_node_and_the_fix(tmp_path, offline, monkeypatch):
+    base = [f"node.run_dir={tmp_path / 'run'}"]
+    assert _verdicts(load_config(None, [*base, "model.device=cuda"]))["device"][0] == BLOCKING
+    if not vllm_installed():
+        generation = _verdicts(load_config(None, [*base, "rollout.backend=vllm"]))["generation"]
+        assert generation[0] == BLOCKING and "--backend hf" in generation[1]
+    found = _verdicts(load_config(None, [*base, "model.name=Qwen2.5-7B", "task.name=gsm8k"]))
+    assert found["model"][0] == BLOCKING and "give a local model directory" in found["model"][1]
+    assert found["data"][0] == BLOCKING and "--data" in found["data"][1] and "memory" not in found
+    missing = _verdicts(load_config(None, [*base, "task.name=gsm8k", f"task.data={tmp_path / 'none'}"]))
+    assert missing["data"] == (BLOCKING, f"task.data: {tmp_path / 'none'} does not exist")
+    monkeypatch.setattr(huggingface_hub, "model_info", lambda *a, **k: None)  # the hub answers for the model
+    monkeypatch.setattr(memory, "device_capacity", lambda on_gpu, index: 1 << 30)  # a 1 GiB machine
+    assert _verdicts(load_config(None, [*base, "model.name=Qwen2.5-7B"]))["memory"][0] == BLOCKING
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    run_dir = _verdicts(load_config(None, [f"node.run_dir={a_file / 'run'}"]))["run dir"]
+    assert run_dir[0] == BLOCKING and "give --run-dir" in run_dir[1]
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(doctor.shutil, "disk_usage", lambda path: usage(1 << 30, 1 << 30, 1 << 20))
+    disk = _verdicts(load_config(None, base))["disk"]
+    assert disk[0] == BLOCKING and "free some space" in disk[1]
+    result = runner.invoke(app, ["doctor", "--run-dir", str(tmp_path / "run")])
+    assert result.exit_code == 1 and "stop" in result.output
+
+
+def test_a_reachable_hub_and_an_offline_one_are_told_apart(tmp_path, offline, monkeypatch):
+    class Session:
+        @staticmethod
+        def head(*args, **kwargs):
+            return None
+
+    monkeypatch.setattr(doctor, "get_session", lambda: Session())
+    assert _verdicts(load_config(None, [f"node.run_dir={tmp_path}"]))["hub"][0] == FINE
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+    hub = _verdicts(load_config(None, [f"node.run_dir={tmp_path}"]))["hub"]
+    assert hub[0] == NOTE and "HF_HUB_OFFLINE" in hub[1]
