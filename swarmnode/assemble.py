@@ -21,7 +21,7 @@ from swarmnode.loop.intake import Intake
 from swarmnode.loop.ledger import PeerLedger
 from swarmnode.loop.node import Node
 from swarmnode.model.batching import OutOfMemory
-from swarmnode.model.checkpoint import CheckpointWriter
+from swarmnode.model.checkpoint import CheckpointWriter, checkpoint_present
 from swarmnode.model.policy import Policy
 from swarmnode.ops.cores import CoreShare
 from swarmnode.ops.exporter import metrics_page
@@ -116,21 +116,19 @@ def assemble(
             reporters=reporters, publisher=publisher,
         )
         stack.callback(node.close)
-        resumed = _guard(node.maybe_resume, ValueError, OSError)
-        redone = node.metrics.forget_from(node.next_round)  # rounds logged after the checkpoint are done again
-        if redone:
-            reporters.restart_at(node.next_round + 1)
-        if resumed:
+        if _guard(node.maybe_resume, ValueError, OSError):
+            redone = node.metrics.forget_from(node.next_round)  # rounds logged after the checkpoint are done again
+            if redone:
+                reporters.restart_at(node.next_round + 1)
             view.say(
                 f"resumed from {node.checkpoint_dir}: {node.next_round} round(s) done "
                 f"(checkpoint of {node.resumed_at}), going on with round {node.next_round + 1}"
                 + (f"; {redone} line(s) logged after it dropped from metrics.jsonl" if redone else "")
             )
-        elif redone:
-            view.say(
-                f"no checkpoint in {node.checkpoint_dir}: starting over from round 1 "
-                f"({redone} line(s) of the earlier start dropped from metrics.jsonl)"
-            )
+        elif (kept := node.metrics.set_aside()) is not None:  # a start from round 1 over an earlier start's lines
+            reporters.restart_at(0)
+            why = "--fresh" if checkpoint_present(node.checkpoint_dir) else f"no checkpoint in {node.checkpoint_dir}"
+            view.say(f"{why}: starting over from round 1 (the earlier start's lines are in {kept.name})")
         view.say(
             f"node {node.peer_id} | model {policy.name} ({policy.num_params / 1e6:.2f} M params, "
             f"{'LoRA r=' + str(policy.lora_rank) if policy.lora_rank else 'full'}) | "

@@ -187,7 +187,7 @@ def plan(
     """Show what `join` would run on a GPU of this size: full or LoRA, checkpointing,
     micro-batch, generation batch or vLLM share, and the memory estimate. Needs no GPU and
     downloads nothing for the built-in Qwen2.5 shapes."""
-    from swarmnode.ops.preflight import Preflight, PreflightError, check_model, needs_no_hub
+    from swarmnode.ops.preflight import Preflight, PreflightError, check_model, hub_offline, needs_no_hub
     from swarmnode.settings.config import ConfigError, load_config
     from swarmnode.sizing.plan import BASE_SHAPES, PlanError, plan_report
 
@@ -196,7 +196,7 @@ def plan(
         try:
             config = load_config(config_path, overrides, {"model.name": name})
             if not needs_no_hub(config.model):  # the shape comes from the model's config.json
-                check_model(config.model, Preflight())
+                check_model(config.model, Preflight(offline=hub_offline()))
             shown = plan_report(config, gpu_gib, backend)
         except (ConfigError, PlanError, PreflightError) as err:
             raise _fail(str(err)) from None

@@ -118,7 +118,7 @@ def test_a_span_s_ratio_is_its_log_prob_sums_and_every_token_of_ours_in_it_takes
 def test_where_both_share_every_boundary_the_weights_are_today_s_token_level_ones(gen_list, theta_list):
     """Same tokenization: per-token log-ratios and the filter's k3 divergence equal the token-level ones."""
     vocab = ByteVocab([b"7", b"42", b"<answer>"])
-    ids = (vocab.encode("42+7=49<answer>49") * 3)[: len(gen_list)]
+    ids = (vocab.encode("42+7=49<answer>49") * 4)[: len(gen_list)]  # 36 tokens, at least as many as gen_list
     text, ends = token_ends(ids, vocab.decode)
     alignment = align(ends, ends, len(text))
     assert alignment.token_level

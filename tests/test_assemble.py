@@ -235,9 +235,9 @@ def test_nodes_of_one_seed_sample_independently_and_each_identity_reproducibly(t
 
 
 def test_a_restart_never_holds_a_round_twice_in_metrics_and_says_whether_it_starts_over(tmp_path, make_policy):
-    """Killed before its first checkpoint, a node starts over: it says so, and the rounds
-    the earlier start logged leave metrics.jsonl (and TensorBoard's steps are purged); resumed
-    from a checkpoint, the rounds logged after it go, those before stay."""
+    """Resumed from a checkpoint, the rounds logged after it leave metrics.jsonl, those before
+    stay; with no checkpoint (killed before the first), a node starts over, says so, and the
+    earlier start's lines move whole to a file of their own (TensorBoard's steps are purged)."""
     config = _config(tmp_path, "again", "swarm.enabled=false", "report.to=[tensorboard]")
     run_dir = tmp_path / "again"
     with assemble(config, policy=make_policy()) as node:
@@ -259,4 +259,6 @@ def test_a_restart_never_holds_a_round_twice_in_metrics_and_says_whether_it_star
     metrics = read_metrics(run_dir / "metrics.jsonl")
     assert [m["round"] for m in round_lines(metrics)] == [0, 1]
     assert sum(1 for m in metrics if m.get("phase") == "before") == 1
-    assert "starting over from round 1" in (run_dir / "node.log").read_text()
+    assert "no checkpoint in" in (run_dir / "node.log").read_text() and "starting over from round 1" in (run_dir / "node.log").read_text()
+    earlier = [p for p in run_dir.glob("metrics.*.jsonl")]
+    assert len(earlier) == 1 and [m["round"] for m in round_lines(read_metrics(earlier[0]))] == [0, 1, 2, 3, 4]

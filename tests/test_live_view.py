@@ -114,7 +114,7 @@ def test_status_beside_a_node_says_whether_peers_use_its_rollouts_as_their_claim
     Console(file=out, width=80).print(render_table(rows, me=me))
     said = " ".join(out.getvalue().split())
     assert "published 640 completions, 2 peer(s) claim to have trained on 960 of them" in said, said
-    assert "you trained on 300 of 1 peer(s)' completions" in said
+    assert "you trained on 300 of your peers' completions" in said
     wide = io.StringIO()
     Console(file=wide, width=250).print(render_table(rows, wide=True, me=me))
     liar_line = next(line for line in wide.getvalue().splitlines() if "…cccccccc" in line)
@@ -138,3 +138,12 @@ def test_text_shown_to_a_person_is_never_eaten_as_markup(tmp_path):
     assert "swarmnode[wandb]" in out.getvalue() and "[q_proj,v_proj]" in out.getvalue()
     result = CliRunner().invoke(app, ["join", "--model", "[org]/name", "--run-dir", str(tmp_path)])
     assert result.exit_code == 2 and "[org]/name" in result.output, result.output  # an error keeps its brackets
+
+
+def test_a_peer_s_strings_are_shown_as_text_never_as_markup():
+    """A model name of '[/x]' raised rich's MarkupError and took `status` down for everyone."""
+    row = PeerRow(Heartbeat.parse({"peer": "Qm" + "d" * 44, "run": "r" * 16, "time": 1.0, "model": "[/x][link=evil]m",
+                                   "backend": "[bold]hf", "version": "[/]"}), 1.0, "training")
+    out = io.StringIO()
+    Console(file=out, width=200).print(render_table([row], wide=True))
+    assert "[/x][link=evil]m" in out.getvalue() and "[bold]hf" in out.getvalue()

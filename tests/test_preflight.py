@@ -56,8 +56,8 @@ def hub(monkeypatch):
         (["--model", "no-such/model-xyz"], "cannot reach the Hugging Face hub for no-such/model-xyz"),
         (["--model", "Qwen2.5-3b"], "did you mean Qwen/Qwen2.5-3B?"),
         (["--model", "./nowhere"], "no model directory at ./nowhere"),
-        (["--model", "nothing-here"], "'nothing-here' is no preset"),
-        (["--task", "gsm8k", "--data", "hf:openai/gsm8k"], "cannot reach the Hugging Face hub for openai/gsm8k"),
+        (["--model", "nothing-here"], "cannot reach the Hugging Face hub for nothing-here"),
+        (["--model", "a/b/c"], "'a/b/c' is no preset"),
     ],
 )
 def test_a_setting_this_machine_cannot_meet_is_refused_at_once_and_said_in_node_log(tmp_path, hub, args, message):

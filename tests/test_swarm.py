@@ -352,7 +352,7 @@ def test_a_tokenizer_document_is_fetched_once_checked_against_its_digest_and_bou
     with pytest.raises(payloads.FetchError, match="not serve its tokenizer to us now"):  # a stranger that never read our batch: not now
         asker.call(payloads.fetch_tokenizer(asker.p2p, server_side.peer_id, RUN, digest), timeout=15)
     served.publish(0, b"a batch", tokens=1)
-    assert [g.round for g in ex.gather(GatherWait(timeout_s=10, wait_for={server_side.peer_id}))] == [0]
+    assert [g.round for g in ex.gather(GatherWait(timeout_s=30, wait_for={server_side.peer_id}))] == [0]
     ex.want_tokenizer(server_side.peer_id, digest)  # as a node does on reading a batch in a tokenizer it lacks
     assert _handed_out_tokenizers(ex) == [(digest, document)]
     requests = []

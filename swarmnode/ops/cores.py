@@ -26,20 +26,32 @@ def is_node(argv: list[str]) -> bool:
 
 
 def running_nodes(proc: Path = Path("/proc")) -> int:
-    """Processes running `swarmnode join` here, read from /proc (none where there is none)."""
-    count = 0
+    """Processes running `swarmnode join` here, read from /proc (none where there is none).
+    One whose parent is one too is the same node (a wrapper such as `timeout`, or a child
+    forked with the node's command line) and is not counted again."""
+    parents: dict[int, int] = {}  # node pid -> its parent's pid
     for entry in proc.glob("[0-9]*/cmdline"):
         try:
             argv = entry.read_bytes().decode(errors="replace").split("\0")
-        except OSError:  # gone meanwhile, or not ours to read
+            if is_node(argv):
+                # /proc/<pid>/stat: "pid (comm) state ppid ...", comm may hold spaces and parentheses
+                parents[int(entry.parent.name)] = int((entry.parent / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):  # gone meanwhile, or not ours to read
             continue
-        count += is_node(argv)
-    return count
+    return sum(1 for parent in parents.values() if parent not in parents)
 
 
 def nodes_on_this_machine() -> int:
     """The nodes sharing this machine's cores: at least this one."""
     return max(1, running_nodes())
+
+
+def usable_cpus() -> int:
+    """The cores this process may run on (a container's cpuset, taskset), not the host's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
 
 
 class CoreShare:
@@ -53,8 +65,9 @@ class CoreShare:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.say, self.count_nodes, self.clock = say, count_nodes, clock
-        self.cpus = cpus or os.cpu_count() or 1
-        self.chosen = THREADS_VARIABLE in os.environ
+        self.cpus = cpus or usable_cpus()
+        self.alone = torch.get_num_threads()  # torch's own choice, kept while no other node runs here
+        self.chosen = bool(os.environ.get(THREADS_VARIABLE))
         self._next = 0.0
 
     def update(self) -> None:
@@ -64,7 +77,7 @@ class CoreShare:
             return
         self._next = now + EVERY_S
         nodes = self.count_nodes()
-        threads = max(1, self.cpus // nodes)
+        threads = self.alone if nodes <= 1 else max(1, self.cpus // nodes)
         if threads != torch.get_num_threads():
             torch.set_num_threads(threads)
             self.say(

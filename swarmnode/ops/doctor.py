@@ -4,8 +4,8 @@ before joining anything.
 Each check says what it found, what the node will do about it, and the fix where there is
 one. A finding is fine, a note (the node works, differently: on CPU, without vLLM, from the
 cache) or blocking (the node would stop: exit 1). Nothing here imports torch where there is
-no GPU driver, and the hub is asked at most twice with a short timeout, so the whole answer
-takes about a second on a machine without a GPU or a network.
+no GPU driver, and each question to the hub (at most three) times out after 5 s: about a
+second where the network refuses at once, as here, longer where it drops packets.
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ def examine(config: Config) -> list[Finding]:
                              f"{config.task.name}: {data_source(config.task) or 'problems made here'}"))
     if BLOCKING not in (model.verdict, device.verdict):  # the estimate needs both
         findings.append(_memory(config))
-    findings += [_run_dir(config), _disk(config)]
+    findings += [_run_dir(config), _disk(config, known_model=model.verdict != BLOCKING)]
+    findings += [Finding("hub", NOTE, note) for note in found.notes]  # e.g. a cached model used offline
     return findings
 
 
@@ -125,11 +126,12 @@ def _run_dir(config: Config) -> Finding:
     return Finding("run dir", FINE, f"{run_dir} is writable")
 
 
-def _disk(config: Config) -> Finding:
+def _disk(config: Config, known_model: bool = True) -> Finding:
     run_dir = Path(config.node.run_dir)
     where = next((p for p in [run_dir, *run_dir.parents] if p.exists()), Path.cwd())
     free = shutil.disk_usage(where).free
-    shape = None if config.model.lora.rank else shape_of(config.model.name, config.model.revision)
+    # a model the checks could not find has no size to read (and asking again would cost the hub's timeout)
+    shape = None if config.model.lora.rank or not known_model else shape_of(config.model.name, config.model.revision)
     checkpoint = shape.num_params * BYTES_PER_PARAM_ON_DISK if shape else 0  # LoRA and presets: megabytes
     needed = checkpoint * CHECKPOINT_COPIES + DISK_MARGIN_BYTES
     said = f"{free / GIB:.1f} GiB free in {where}; checkpoints need about {needed / GIB:.1f} GiB"

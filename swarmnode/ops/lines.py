@@ -121,7 +121,7 @@ class HalvedRecord:
 @dataclass
 class StartRecord:
     """A node (re)started on this run dir: after a resume, the rounds from `next_round` on
-    are run again, so lines of a round repeated after a kill are superseded by later ones."""
+    are run again, and their earlier lines were dropped first (MetricsLog.forget_from)."""
 
     next_round: int  # 0 for a fresh start, else the round the checkpoint resumes at
     peer_id: str

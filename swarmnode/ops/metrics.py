@@ -57,10 +57,25 @@ class MetricsLog:
                 kept.append(line)
         if dropped:
             staging = self.path.with_suffix(".jsonl.tmp")
-            staging.write_text("".join(kept), encoding="utf-8")
+            with staging.open("w", encoding="utf-8") as rewritten:
+                rewritten.write("".join(kept))
+                rewritten.flush()
+                os.fsync(rewritten.fileno())  # on disk before it replaces the old file
             os.replace(staging, self.path)
         self._file = self.path.open("a", encoding="utf-8")
         return dropped
+
+    def set_aside(self) -> Path | None:
+        """A start from round 1 over a file that holds rounds (no checkpoint, or --fresh):
+        the file moves to metrics.<time>.jsonl, kept whole, and a new one begins; the path it
+        moved to, or None when it held no round."""
+        if not any(line.startswith("{") and '"round"' in line for line in self.path.read_text(encoding="utf-8").splitlines()):
+            return None
+        self._file.close()
+        kept = self.path.with_name(f"metrics.{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
+        os.replace(self.path, kept)
+        self._file = self.path.open("a", encoding="utf-8")
+        return kept
 
     def close(self) -> None:
         self._file.close()

@@ -49,9 +49,14 @@ class Preflight:
     offline: bool = False  # the hub could not be reached: from here on only the cache is read
 
 
+def hub_offline() -> bool:
+    """HF_HUB_OFFLINE is set: only the local cache is read."""
+    return bool(hub_constants.HF_HUB_OFFLINE)
+
+
 def preflight(config: Config) -> Preflight:
     """Every check below, in the order a node needs them; PreflightError for the first that fails."""
-    found = Preflight(offline=hub_constants.HF_HUB_OFFLINE)
+    found = Preflight(offline=hub_offline())
     check_device(config)
     check_model(config.model, found)
     check_task_data(config.task, found)
@@ -70,14 +75,14 @@ def check_model(model: ModelSettings, found: Preflight) -> None:
     name = resolve_model_name(model.name)
     if name in TINY_NAMES:
         return
-    path = Path(name).expanduser()
+    path = Path(name)  # as the loader reads it: no ~ expansion there either
     if path.exists():
         if not (path / "config.json").is_file():
             raise PreflightError(f"model.name: {name} has no config.json; give a directory a model was saved to")
         return
     if name.startswith((".", "/", "~")):
         raise PreflightError(f"model.name: no model directory at {name}")
-    if name.count("/") != 1:
+    if name.count("/") > 1:
         raise PreflightError(
             f"model.name: {model.name!r} is no preset ({', '.join(TINY_NAMES)}), no model directory and no "
             "hub id (org/name, e.g. Qwen/Qwen2.5-3B)"
@@ -101,7 +106,7 @@ def check_task_data(task: TaskSettings, found: Preflight) -> None:
     if not source:
         return
     if not source.startswith(HUB_PREFIX):
-        path = Path(source).expanduser()
+        path = Path(source)
         if not path.exists():
             raise PreflightError(f"task.data: {source} does not exist")
         for empty in [f for f in ([path] if path.is_file() else sorted(path.glob("*.jsonl"))) if f.stat().st_size == 0]:
@@ -141,12 +146,16 @@ def _check_hub_repo(repo_id: str, revision: str | None, kind: str, setting: str,
         raise PreflightError(f"{setting}: no {kind} {repo_id!r} on the Hugging Face hub (a private one needs HF_TOKEN)") from None
     except RevisionNotFoundError:
         raise PreflightError(f"{setting}: {repo_id} has no revision {revision!r}") from None
-    except HfHubHTTPError as err:
-        raise PreflightError(f"{setting}: the Hugging Face hub refused {repo_id}: {err}") from None
-    except Exception as err:  # no network, no DNS, a proxy, a timeout: the hub cannot be reached
+    except Exception as err:  # no network, no DNS, a proxy, a timeout, an outage (5xx, 429): no answer to use
         if cached:
             go_offline(found, f"the Hugging Face hub cannot be reached ({err}): using the cached {repo_id}")
             return
+        if kind == "dataset":  # `datasets` keeps a cache of its own, and says itself what is missing
+            go_offline(found, f"the Hugging Face hub cannot be reached ({err}): {repo_id} from the datasets cache, "
+                              "if it is there")
+            return
+        if isinstance(err, HfHubHTTPError):
+            raise PreflightError(f"{setting}: the Hugging Face hub refused {repo_id}: {err}") from None
         raise PreflightError(
             f"{setting}: cannot reach the Hugging Face hub for {repo_id} ({err}); give a local "
             f"{'model directory' if kind == 'model' else 'data directory (--data)'}, or {OFFLINE_FIX} if it is cached"

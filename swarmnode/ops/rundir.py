@@ -54,12 +54,12 @@ def locked(run_dir: Path) -> Iterator[None]:
 
 def log_failure(run_dir: Path | str, message: str) -> None:
     """A node that stopped before its log was open (its settings refused) still says why in
-    <run-dir>/node.log; a run dir that cannot be written is left alone (the terminal says it)."""
+    <run-dir>/node.log; a run dir that cannot be written, or that a running node holds, is
+    left alone (the terminal says it)."""
     try:
-        Path(run_dir).mkdir(parents=True, exist_ok=True)
-        with open(Path(run_dir) / LOG_FILE, "a", encoding="utf-8") as log_file:
+        with locked(Path(run_dir)), open(Path(run_dir) / LOG_FILE, "a", encoding="utf-8") as log_file:
             log_file.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} ERROR swarmnode.view: error: {message}\n")
-    except OSError:
+    except (OSError, RunDirBusy):  # a node running there keeps its log to itself
         pass
 
 

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from rich import box
+from rich.markup import escape
 from rich.table import Table
 
 from swarmnode.protocol.records import EVAL_HISTORY, Heartbeat, PeerRow, claimed_use_of
@@ -52,17 +53,17 @@ def _cells(row: PeerRow, wide: bool, you: Heartbeat | None = None) -> dict[str, 
     h = row.heartbeat
     mine = you is not None and h.peer == you.peer
     return {
-        "peer": f"…{h.peer[-8:]}",
-        "run": h.run[:8],
+        "peer": escape(f"…{h.peer[-8:]}"),
+        "run": escape(h.run[:8]),
         "answered": _answered(row),
         "state": f"[{STATE_COLOURS.get(row.state, 'white')}]{row.state}[/] {row.age_s:.0f}s",
         # in 80 columns the hub's organisation can go: the model's own name says what it is
-        "model": _fmt(h.model) if wide else _fmt(h.model).rsplit("/", 1)[-1],
-        "family": _fmt(h.tokenizer and h.tokenizer[:8]),
+        "model": escape(_fmt(h.model) if wide else _fmt(h.model).rsplit("/", 1)[-1]),
+        "family": escape(_fmt(h.tokenizer and h.tokenizer[:8])),
         "params": f"{h.params / 1e6:.2f}M" if h.params is not None else "-",
         "train": f"LoRA r={h.lora}" if h.lora else "full",
-        "backend": _fmt(h.backend),
-        "device": _fmt(h.device),
+        "backend": escape(_fmt(h.backend)),
+        "device": escape(_fmt(h.device)),
         "round": _fmt(h.round),
         "reward": _fmt(h.reward, ".3f"),
         "eval_acc": " ".join(filter(None, [
@@ -75,8 +76,8 @@ def _cells(row: PeerRow, wide: bool, you: Heartbeat | None = None) -> dict[str, 
         "used yours": "you" if mine else _fmt(you and min(h.used.get(you.peer, 0), you.published)),
         "you used": "-" if mine or you is None else _fmt(you.used.get(h.peer, 0)),
         "filtered_frac": _fmt(h.filtered_frac, ".2f"),
-        "reach": _fmt(h.reach),
-        "version": _fmt(h.version),
+        "reach": escape(_fmt(h.reach)),
+        "version": escape(_fmt(h.version)),
         "uptime": f"{h.uptime_s / 60:.1f}m",
     }
 
@@ -99,7 +100,7 @@ def contribution(rows: list[PeerRow], me: str | None) -> str | None:
     others = [row.heartbeat for row in rows if row.heartbeat.peer != me and row.state != "left"]
     claimed, claimants = claimed_use_of(you.peer, others, you.published)
     return (f"you (…{you.peer[-8:]}): published {you.published} completions, {claimants} peer(s) claim to have "
-            f"trained on {claimed} of them; you trained on {you.consumed} of {len(you.used)} peer(s)' completions")
+            f"trained on {claimed} of them; you trained on {you.consumed} of your peers' completions")
 
 
 def render_table(rows: list[PeerRow], wide: bool = False, me: str | None = None) -> Table:
@@ -113,10 +114,10 @@ def render_table(rows: list[PeerRow], wide: bool = False, me: str | None = None)
     one_run = len(runs) == 1
     families = len({row.heartbeat.tokenizer for row in rows})
     title = (f"swarmnode: {len(rows)} peer(s)" + (f" of {families} families" if families > 1 else "")
-             + (f" in run {runs[0][:16]}" if one_run else ""))
+             + (f" in run {escape(runs[0][:16])}" if one_run else ""))
     said = contribution(rows, me)
     if said:
-        title += "\n" + said
+        title += "\n" + escape(said)
     you = next((row.heartbeat for row in rows if row.heartbeat.peer == me), None)
     shown = [(name, justify) for name, justify, narrow in COLUMNS
              if (wide or narrow) and not (name == "run" and one_run and not wide)

@@ -16,7 +16,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from swarmnode.settings.config import Config
 from swarmnode.tasks.base import fingerprint_of
@@ -97,11 +97,16 @@ class NodeStatus(_PeerRecord):
     # `status` shows a peer as "is anyone using my rollouts?" (a claim: nothing acts on it)
     used: dict[Annotated[str, Field(max_length=128)], Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
 
-    @model_validator(mode="after")
-    def _bounded_used(self) -> NodeStatus:
-        if len(self.used) > MAX_USED_NAMED:
-            raise ValueError(f"used names {len(self.used)} peers, at most {MAX_USED_NAMED}")
-        return self
+    @field_validator("used", mode="before")
+    @classmethod
+    def _bounded_used(cls, used: object) -> object:
+        """Its MAX_USED_NAMED largest well-formed entries; the rest dropped, not the heartbeat,
+        so a newer version naming more peers (or one odd entry) is still shown and waited for."""
+        if not isinstance(used, dict):
+            return used  # not a map: refused as any field of the wrong type
+        entries = [(peer, count) for peer, count in used.items()
+                   if isinstance(peer, str) and len(peer) <= 128 and type(count) is int and count >= 0]
+        return dict(sorted(entries, key=lambda entry: -entry[1])[:MAX_USED_NAMED])
 
 
 def claimed_use_of(peer_id: str, heartbeats: list[NodeStatus], published: int) -> tuple[int, int]:
