@@ -40,6 +40,7 @@ def offline(monkeypatch):
     monkeypatch.setattr(huggingface_hub, "dataset_info", unreachable)
     monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda *a, **k: None)
     monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # a check that goes offline sets it: put back after the test
 
 
 def _verdicts(config) -> dict[str, tuple[str, str]]:
