@@ -25,6 +25,7 @@ from swarmnode.ops.preflight import (
     check_device,
     check_model,
     check_task_data,
+    hub_offline,
 )
 from swarmnode.settings.config import Config
 from swarmnode.sizing.devices import cuda_available, vllm_installed
@@ -51,7 +52,7 @@ def examine(config: Config) -> list[Finding]:
     findings = [device, _generation(config)]
     hub = _hub()
     findings.append(hub)
-    found = Preflight(offline=hub_constants.HF_HUB_OFFLINE)  # unreachable: each check says what it lacks
+    found = Preflight(offline=hub_offline())  # unreachable: each check says what it lacks
     model = _checked("model", lambda: check_model(config.model, found), f"{config.model.name}: found")
     findings.append(model)
     findings.append(_checked("data", lambda: check_task_data(config.task, found),
@@ -94,7 +95,7 @@ def _generation(config: Config) -> Finding:
 
 
 def _hub() -> Finding:
-    if hub_constants.HF_HUB_OFFLINE:
+    if hub_offline():
         return Finding("hub", NOTE, "HF_HUB_OFFLINE is set: models and data come from the local cache only")
     try:
         get_session().head(hub_constants.ENDPOINT, timeout=HUB_TIMEOUT_S)
