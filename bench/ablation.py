@@ -10,7 +10,8 @@
 
 Settings (swarmnode/lab/ablation.py): same (tiny twice, the control), size (tiny + tiny-large),
 expertise (tiny + tiny-add, warmed up on addition only), lora (tiny full + tiny LoRA r=16),
-swarm4 (all four kinds), family (tiny + tiny-llama: another tokenizer, trained on by span).
+swarm4 (all four kinds), family (tiny + tiny-llama: another tokenizer, trained on by span),
+swarm5 (swarm4 and tiny-llama: every kind, another family among them).
 `--accounting shared`: the batch stays --prompts groups and each of N members generates 1/N
 of it (node.own_share = 1/N); `on-top`: each generates its whole batch, peers' groups come on
 top. Alone = each member by itself with its whole batch.

@@ -3,6 +3,7 @@ how it is checked, and the rule that bounds what a crowd can make a node fetch."
 
 from __future__ import annotations
 
+import threading
 import zlib
 
 import msgpack
@@ -10,6 +11,8 @@ import pytest
 
 from swarmnode.model import families
 from swarmnode.model.families import BadTokenizer, Families, tokenizer_document, tokenizer_from_document
+from swarmnode.model.hub_tokenizers import MAX_HUB_TOKENIZER_BYTES, HubTokenizers, hub_document
+from swarmnode.model.hub_tokenizers import MAX_WAITING as MAX_HUB_WAITING
 from swarmnode.model.tiny import TINY_LLAMA_SPEC, TINY_SPEC, build_tokenizer
 from swarmnode.protocol.records import tokenizer_document_digest
 from swarmnode.swarm.tokenizer_wants import MAX_DIGESTS_PER_PEER, MAX_WAITING, RETRY_S, TokenizerWants
@@ -107,3 +110,40 @@ def test_a_digest_is_asked_of_one_peer_at_a_time_known_peers_first_and_a_crowd_o
     crowd.want("honest", "real")
     wants.want("c", "d1")
     assert crowd.next(known=lambda peer: peer == "honest") == ("honest", "real") and wants.next() == ("c", "d1")
+
+
+def test_the_hub_path_rebuilds_a_document_checks_its_digest_and_says_when_the_sender_must_be_asked():
+    document = tokenizer_document(build_tokenizer(TINY_LLAMA_SPEC))
+    digest = tokenizer_document_digest(document)
+    assert not HubTokenizers(offline=True, fetch=lambda hub: document).want(digest, "org/llama"), "hub off: the sender"
+    calls = []
+    hub = HubTokenizers(offline=False, fetch=lambda name: calls.append(name) or document)
+    assert not hub.want(digest, ""), "no hub id: the sender"
+    assert hub.want(digest, "org/llama") and hub.want(digest, "org/llama")
+    hub.join()
+    assert hub.ready() == [(digest, document)] and calls == ["org/llama"], "rebuilt once"
+    assert hub.want(digest, "org/llama") and hub.ready() == []
+    for fetch in (lambda name: b"other bytes", lambda name: (_ for _ in ()).throw(OSError("hub unreachable"))):
+        failing = HubTokenizers(offline=False, fetch=fetch)
+        assert failing.want(digest, "org/llama")
+        failing.join()
+        assert failing.ready() == [] and not failing.want(digest, "org/llama"), "failed: the sender is asked"
+
+
+def test_a_crowd_of_hub_ids_fills_a_bounded_queue_and_its_overflow_goes_to_the_senders():
+    release = threading.Event()
+    hub = HubTokenizers(offline=False, fetch=lambda name: release.wait(5) and b"")
+    asked = [hub.want(f"{k:064x}", f"crowd/m{k}") for k in range(MAX_HUB_WAITING + 5)]
+    release.set()
+    hub.join()
+    assert asked.count(False) >= 4 and asked[0] and asked[MAX_HUB_WAITING - 1]
+
+
+def test_a_hub_tokenizer_larger_than_the_bound_is_not_downloaded():
+    loads = []
+    with pytest.raises(ValueError, match="bytes"):
+        hub_document("org/huge", size_of=lambda hub: MAX_HUB_TOKENIZER_BYTES + 1, load=lambda *a: loads.append(a))
+    assert loads == []
+    tokenizer = build_tokenizer(TINY_LLAMA_SPEC)
+    built = hub_document("org/m@v1", size_of=lambda hub: 10, load=lambda name, rev: loads.append((name, rev)) or tokenizer)
+    assert built == tokenizer_document(tokenizer) and loads == [("org/m", "v1")]

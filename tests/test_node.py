@@ -10,7 +10,8 @@ from swarmnode.assemble import compose_node, run_id_for
 from swarmnode.loop.ledger import PeerLedger
 from swarmnode.model import checkpoint
 from swarmnode.model.batching import OutOfMemory
-from swarmnode.model.families import Families
+from swarmnode.model.families import Families, tokenizer_document
+from swarmnode.model.hub_tokenizers import HubTokenizers
 from swarmnode.model.policy import Policy
 from swarmnode.model.tiny import TINY_LLAMA_SPEC, build_model, build_tokenizer
 from swarmnode.ops.exporter import metrics_page
@@ -123,6 +124,38 @@ def test_a_node_that_does_not_know_a_peer_s_tokenizer_fetches_it_once_and_reads_
         assert later.peer_samples >= 9 and later.rejected == 0
     assert fetched == [llama.intake.families.own.digest], "one fetch, then the family is known"
     assert tiny.intake.families.get(fetched[0]).fingerprint == llama.policy.fingerprint
+
+
+@pytest.mark.parametrize("hub_gives", ["its document", "another document"])
+def test_a_peer_s_tokenizer_is_rebuilt_from_the_hub_id_its_batch_names_and_its_sender_asked_only_when_that_fails(
+        tmp_path, make_policy, hub_gives):
+    """llama's batches name the hub id its tokenizer came from: tiny rebuilds the document from
+    the hub and asks llama nothing; when the hub gives bytes of another digest (other library
+    versions), the document is dropped and llama itself is asked, one round later."""
+    hub = InMemoryHub()
+    tiny = _node(tmp_path, make_policy, "tiny", hub)
+    tiny.intake.families = Families(tiny.policy.tokenizer, tiny.policy.vocab_size, presets=False)
+    tokenizer = build_tokenizer(TINY_LLAMA_SPEC)
+    model = build_model(tokenizer, TINY_LLAMA_SPEC, hidden_size=64, intermediate_size=128, num_hidden_layers=1)
+    llama_policy = Policy(model.eval(), tokenizer, "org/tiny-llama", TrainSettings(lr=1e-3), LoraSettings(rank=0),
+                          use_chat_template=False, seed=0)
+    assert llama_policy.hub_name == "org/tiny-llama"
+    llama = _node(tmp_path, make_policy, "llama", hub, policy=llama_policy)
+    served = {"its document": tokenizer_document(tokenizer),
+              "another document": tokenizer_document(build_tokenizer({**TINY_LLAMA_SPEC, "vocab_size": 700}))}
+    looked_up, asked_peer = [], []
+    tiny.intake.hub_tokenizers = HubTokenizers(offline=False, fetch=lambda name: looked_up.append(name) or served[hub_gives])
+    want = tiny.exchange.want_tokenizer
+    tiny.exchange.want_tokenizer = lambda peer, digest: asked_peer.append(digest) or want(peer, digest)
+    assert _step_together([tiny, llama], 0)[0].peer_samples == 0
+    tiny.intake.hub_tokenizers.join()
+    read = [_step_together([tiny, llama], r)[0].peer_samples for r in (1, 2)]
+    assert looked_up == ["org/tiny-llama"], "the hub is asked once"
+    if hub_gives == "its document":
+        assert asked_peer == [] and min(read) >= 9
+    else:
+        assert asked_peer == [llama.intake.families.own.digest] and read[0] == 0 and read[1] >= 9
+    assert tiny.intake.families.get(llama.intake.families.own.digest).fingerprint == llama.policy.fingerprint
 
 
 def test_a_node_alone_does_not_wait_for_min_peers(tmp_path, make_policy):

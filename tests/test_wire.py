@@ -141,7 +141,7 @@ def test_limits_are_enforced_before_allocation():
         wire.decode(data, WireSettings(), vocab_size=100)
 
 
-GOOD_HEADER = {"v": WIRE_VERSION, "run": "r", "peer": "p", "round": 0, "tok": "0" * 64}
+GOOD_HEADER = {"v": WIRE_VERSION, "run": "r", "peer": "p", "round": 0, "tok": "0" * 64, "hub": ""}
 
 
 def raw_message(header: dict) -> bytes:
@@ -186,7 +186,19 @@ def test_decoder_rejects_wrong_types_in_header():
         ("groups", [[1, []]]),
         ("groups", [[1, [1]], [1, [1]]]),
         ("extra", 1),
+        ("hub", None),
+        ("hub", "no-org"),
+        ("hub", "org/name@"),
+        ("hub", "org/na me"),
+        ("hub", "../../etc/passwd"),
     ]:
         raw = raw_message(dict(good, **{key: value})) + (b"\0" * 8 if key == "groups" else b"")
         with pytest.raises(WireError):
             wire.decode(raw)
+
+
+@pytest.mark.parametrize("hub", ["", "Qwen/Qwen2.5-3B", "meta-llama/Llama-3.2-1B@main", "org/m@refs/pr/1"])
+def test_a_batch_names_the_hub_id_its_tokenizer_came_from_or_none(hub):
+    batch = make_batch(groups=1, per_group=2, length=4)
+    batch.tokenizer_hub = hub
+    assert wire.decode(wire.encode(batch)).tokenizer_hub == hub

@@ -89,6 +89,7 @@ SETTINGS: dict[str, Setting] = {
         Setting("lora", "tiny full fine-tuning next to tiny with LoRA r=16", (TINY, LORA)),
         Setting("swarm4", "tiny, tiny-large, tiny-add and tiny LoRA together", (TINY, LARGE, ADD, LORA)),
         Setting("family", "tiny next to tiny-llama (another tokenizer and architecture: trained on by span)", (TINY, LLAMA)),
+        Setting("swarm5", "swarm4 with tiny-llama: every kind, another family among them", (TINY, LARGE, ADD, LORA, LLAMA)),
     )
 }
 

@@ -26,7 +26,9 @@ from swarmnode.loop.share import AdaptiveShare
 from swarmnode.loop.usefulness import UsefulnessWeights
 from swarmnode.loop.waiting import WaitRule
 from swarmnode.model.families import Families, Family, UnknownFamily
+from swarmnode.model.hub_tokenizers import HubTokenizers
 from swarmnode.model.policy import Policy
+from swarmnode.ops.preflight import hub_offline
 from swarmnode.protocol import wire
 from swarmnode.protocol.batches import batch_split, check_batch
 from swarmnode.protocol.prompts import build_prompt
@@ -89,11 +91,12 @@ class Intake:
         self.share = AdaptiveShare(config)
         self.usefulness = UsefulnessWeights(config.node.weight_by_usefulness)
         self.unread: set[str] = set()  # tokenizers a peer sent that this node cannot read
+        self.hub_tokenizers = HubTokenizers(offline=hub_offline())  # peers' tokenizers rebuilt from their hub ids
 
     @cached_property
     def families(self) -> Families:
         """The tokenizers this node reads peers' batches in: ours, and those it knows of."""
-        families = Families(self.policy.tokenizer, self.policy.vocab_size)
+        families = Families(self.policy.tokenizer, self.policy.vocab_size, own_hub=self.policy.hub_name)
         if families.own_document is not None:
             self.exchange.offer_tokenizer(families.own.digest, families.own_document)
         return families
@@ -135,7 +138,8 @@ class Intake:
         hold its groups (at most `node.peer_quota`) in the pool; returns who delivered."""
         delivered: set[str] = set()
         now = time.monotonic()
-        for digest, document in self.exchange.tokenizers():  # fetched since the last round, hashes checked
+        fetched = self.exchange.tokenizers() + self.hub_tokenizers.ready()  # since the last round, hashes checked
+        for digest, document in fetched:
             if self.families.learn(digest, document) is None:
                 log.warning("a peer's tokenizer %s is not one this node can load: its batches stay unread", digest[:16])
         for item in received:
@@ -170,7 +174,7 @@ class Intake:
         check_batch(batch, item.peer_id, item.round, self.config, self.run_id,
                     family.vocab_size if family else None, self.task.num_train)
         if family is None:
-            raise UnknownFamily(batch.tokenizer_digest)
+            raise UnknownFamily(batch.tokenizer_digest, batch.tokenizer_hub)
         return batch, family
 
     def _note_unread(self, peer_id: str, unknown: UnknownFamily, round_: int) -> None:
@@ -178,10 +182,12 @@ class Intake:
         strike, but it taught us nothing, so its sender's standing counts it as useless (no
         wait for it, its groups last). The sender is asked for its tokenizer's document (the
         exchange asks each digest once, from one peer at a time), so its next batches are
-        read. Said once for the first UNREAD_NAMED tokenizers."""
+        read. The hub id the batch names is tried first (swarmnode.model.hub_tokenizers); the
+        sender is asked when there is none, the hub is off, or it gave another document. Said
+        once for the first UNREAD_NAMED tokenizers."""
         self.ledger.delivered(peer_id)
         self.ledger.screened(peer_id, 1, 0, round_)
-        if unknown.digest not in self.families.unreadable:
+        if unknown.digest not in self.families.unreadable and not self.hub_tokenizers.want(unknown.digest, unknown.hub):
             self.exchange.want_tokenizer(peer_id, unknown.digest)
         if len(self.unread) < UNREAD_NAMED and unknown.digest not in self.unread:
             self.unread.add(unknown.digest)

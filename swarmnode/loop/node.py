@@ -125,6 +125,7 @@ class Node:
             peer_id=self.peer_id,
             round=round_,
             tokenizer_digest=self.intake.families.own.digest,
+            tokenizer_hub=self.intake.families.own_hub,
             groups=[wire.CompletionGroup.of(p.id, g) for p, g in zip(problems, groups)],
         )
         t = time.perf_counter()

@@ -41,9 +41,10 @@ MAX_UNREADABLE = 1024  # digests remembered as no tokenizer (past that, a junk d
 class UnknownFamily(Exception):
     """A batch in a tokenizer this node cannot read (yet)."""
 
-    def __init__(self, digest: str) -> None:
+    def __init__(self, digest: str, hub: str = "") -> None:
         super().__init__(f"a tokenizer this node cannot read ({digest[:16]})")
         self.digest = digest
+        self.hub = hub  # the hub id the batch says it came from: a hint (swarmnode.model.hub_tokenizers)
 
 
 class BadTokenizer(ValueError):
@@ -121,9 +122,11 @@ class Families:
     """Families by the digest a batch names: ours from the start, the presets' when a batch
     first names one we do not know, and those learned from documents peers served. Our own
     family's vocabulary is our model's (`own_vocab_size`: its embedding rows, which may be more
-    than the tokenizer's tokens, as Qwen2.5's are)."""
+    than the tokenizer's tokens, as Qwen2.5's are); `own_hub` the hub id it came from, which our
+    batches name beside the digest ("" for none)."""
 
-    def __init__(self, own: PreTrainedTokenizerBase, own_vocab_size: int | None = None, presets: bool = True) -> None:
+    def __init__(self, own: PreTrainedTokenizerBase, own_vocab_size: int | None = None, presets: bool = True,
+                 own_hub: str = "") -> None:
         try:
             self.own_document: bytes | None = tokenizer_document(own)
             digest = tokenizer_document_digest(self.own_document)
@@ -131,6 +134,7 @@ class Families:
             log.warning("%s: peers of other tokenizer families will not read this node's batches", err)
             self.own_document = None
             digest = tokenizer_document_digest(tokenizer_fingerprint(own).encode())
+        self.own_hub = own_hub if self.own_document is not None else ""
         mine = family_of(own, digest)
         self.own = Family(mine.digest, mine.fingerprint, own_vocab_size or mine.vocab_size, mine.tokenization)
         self._known: dict[str, Family] = {self.own.digest: self.own}  # ours and the presets'

@@ -8,6 +8,7 @@ import hashlib
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,7 @@ from swarmnode.learn.loss import ObjectiveStats, ObjectiveTerms, TrainSample, ob
 from swarmnode.model.batching import AdaptiveBatch
 from swarmnode.model.logprobs import chunked_logprobs, decoder_and_head, logprobs_from_logits
 from swarmnode.model.tiny import TINY_PRESETS, load_tiny, tiny_path
+from swarmnode.protocol.wire import HUB_NAME
 from swarmnode.settings.config import LoraSettings, LossSettings, ModelSettings, TrainSettings
 from swarmnode.settings.models import TINY_NAMES, resolve_model_name
 from swarmnode.sizing.devices import device_of
@@ -97,6 +99,22 @@ class StepResult:
     stats: ObjectiveStats
 
 
+def load_tokenizer(name: str, revision: str | None = None) -> PreTrainedTokenizerBase:
+    """A hub id's or local directory's tokenizer, as a node loads its own: also how a node
+    rebuilds a peer's from the hub id its batches name (swarmnode.model.hub_tokenizers), so
+    both sides build the same document. Never runs a repository's code."""
+    return AutoTokenizer.from_pretrained(name, revision=revision, trust_remote_code=False)
+
+
+def hub_name(name: str, revision: str | None) -> str:
+    """The hub id (@revision) a model came from, which its batches name beside their tokenizer's
+    digest; "" for a tiny preset, a local directory or anything else peers cannot fetch."""
+    named = f"{name}@{revision}" if revision else name
+    if name in TINY_NAMES or Path(name).exists() or not HUB_NAME.fullmatch(named):
+        return ""
+    return named
+
+
 class Policy:
     """A causal LM with its tokenizer and optimiser; the only code that runs backward()."""
 
@@ -118,6 +136,7 @@ class Policy:
         self.name = name
         self.source = source or name  # what another loader (vLLM) opens: local dir or hub id
         self.revision = revision
+        self.hub_name = hub_name(self.source, revision)
         self.max_positions = int(getattr(model.config, "max_position_embeddings", 2048))
         weights_dtype = next(model.parameters()).dtype
         # Forward passes run in compute_dtype; weights (the optimiser's copy) may be wider.
@@ -159,7 +178,7 @@ class Policy:
             source = str(tiny_path(TINY_PRESETS[name]))  # built by load_tiny
         else:
             source = name
-            tokenizer = AutoTokenizer.from_pretrained(name, revision=settings.revision)
+            tokenizer = load_tokenizer(name, settings.revision)
             model = AutoModelForCausalLM.from_pretrained(name, revision=settings.revision, dtype=weights_dtype)
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token

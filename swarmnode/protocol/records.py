@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from swarmnode.settings.config import Config
 from swarmnode.tasks.base import fingerprint_of
 
-WIRE_VERSION = 3  # the rollout message layout (swarmnode.protocol.wire; 2: no sender's model info; 3: the tokenizer named by its document's digest)
+WIRE_VERSION = 4  # the rollout message layout (swarmnode.protocol.wire; 2: no sender's model info; 3: the tokenizer named by its document's digest; 4: and by its hub id)
 RUN_ID_SCHEME = "swarmnode-run-v3"  # what the run id hashes (v3: not the tokenizer)
 DHT_NAMESPACE = "swarmnode/v3"  # prefix of every DHT key (v3: heartbeats and manifests in shards)
 PAYLOAD_PROTOCOL = "/swarmnode/payload/5"  # libp2p stream protocol for payloads (3: newest-after requests; 4: whom-do-you-know; 5: tokenizer documents)

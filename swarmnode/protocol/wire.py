@@ -13,6 +13,7 @@ checked against the node's `wire` settings before anything is allocated.
 
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass, field
 
@@ -30,6 +31,8 @@ _ALIGN = 8
 _TOKEN_DTYPE = np.dtype("<i4")
 _LOGPROB_DTYPE = np.dtype("<f4")
 BYTES_PER_TOKEN = _TOKEN_DTYPE.itemsize + _LOGPROB_DTYPE.itemsize
+# a hub repository id, optionally @revision (a branch, tag or commit; branches may hold '/')
+HUB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9_.-]{1,96}(@[A-Za-z0-9_./-]{1,64})?")
 
 
 class WireError(ValueError):
@@ -83,6 +86,7 @@ class RolloutBatch:
     round: int
     tokenizer_digest: str  # its sender's tokenizer document's SHA-256 (swarmnode.model.families)
     groups: list[CompletionGroup] = field(default_factory=list)
+    tokenizer_hub: str = ""  # the hub id (@revision) its tokenizer came from, a hint: "" for none
 
     @property
     def num_tokens(self) -> int:
@@ -105,6 +109,7 @@ def encode(batch: RolloutBatch) -> bytes:
         "peer": batch.peer_id,
         "round": int(batch.round),
         "tok": batch.tokenizer_digest,
+        "hub": batch.tokenizer_hub,
         "groups": [[int(g.prompt_id), [int(x) for x in g.lengths]] for g in batch.groups],
     }
     header_bytes = msgpack.packb(header, use_bin_type=True)
@@ -170,6 +175,7 @@ def decode(
         round=fields["round"],
         tokenizer_digest=fields["tok"],
         groups=groups,
+        tokenizer_hub=fields["hub"],
     )
 
 
@@ -201,7 +207,7 @@ def _is_int(value: object) -> bool:
 def _check_header(header: object, limits: WireSettings) -> dict:
     if not isinstance(header, dict):
         raise WireError("header is not a map")
-    expected_keys = {"v", "run", "peer", "round", "tok", "groups"}
+    expected_keys = {"v", "run", "peer", "round", "tok", "hub", "groups"}
     if set(header) != expected_keys:
         raise WireError(f"header keys {sorted(map(str, header))} != {sorted(expected_keys)}")
     if header["v"] != WIRE_VERSION:
@@ -211,6 +217,8 @@ def _check_header(header: object, limits: WireSettings) -> dict:
             raise WireError(f"header field {key!r} must be a non-empty string")
     if not _is_digest(header["tok"]):
         raise WireError("header field 'tok' must be a SHA-256 digest (64 lowercase hex characters)")
+    if not isinstance(header["hub"], str) or (header["hub"] and not HUB_NAME.fullmatch(header["hub"])):
+        raise WireError("header field 'hub' must be empty or a hub id (org/name, optionally @revision)")
     if not _is_int(header["round"]) or not 0 <= header["round"] < 2**53:
         raise WireError("round must be a non-negative integer")
     groups = header["groups"]
