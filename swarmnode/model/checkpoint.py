@@ -85,12 +85,16 @@ def write_snapshot(policy: Policy, snapshot: Snapshot, directory: Path) -> None:
     directory.parent.mkdir(parents=True, exist_ok=True)
     staging = directory.with_name(directory.name + ".tmp")
     shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
-    policy.model.save_pretrained(staging / "model", state_dict=snapshot.weights)  # peft keeps the adapter's part
-    policy.tokenizer.save_pretrained(staging / "model")
-    save_file(snapshot.optimizer, str(staging / "optimizer.safetensors"))
-    save_file({"torch": snapshot.rng}, str(staging / "rng.safetensors"))
-    (staging / "meta.json").write_text(json.dumps(snapshot.meta, indent=1))
+    try:
+        staging.mkdir()
+        policy.model.save_pretrained(staging / "model", state_dict=snapshot.weights)  # peft keeps the adapter's part
+        policy.tokenizer.save_pretrained(staging / "model")
+        save_file(snapshot.optimizer, str(staging / "optimizer.safetensors"))
+        save_file({"torch": snapshot.rng}, str(staging / "rng.safetensors"))
+        (staging / "meta.json").write_text(json.dumps(snapshot.meta, indent=1))
+    except BaseException:  # a full disk: the half-written copy goes, the last checkpoint stays
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     old = directory.with_name(directory.name + ".old")
     shutil.rmtree(old, ignore_errors=True)
     if directory.exists():
@@ -160,19 +164,48 @@ def checkpoint_present(directory: Path) -> bool:
     return (directory / "meta.json").exists()
 
 
+class DamagedCheckpoint(ValueError):
+    """A checkpoint whose files cannot be read back; the message says how to go on."""
+
+
+def _read_meta(directory: Path) -> dict:
+    try:
+        meta = json.loads((directory / "meta.json").read_text())
+        if not isinstance(meta, dict) or not isinstance(meta.get("round"), int):
+            raise ValueError("meta.json holds no round")
+        return meta
+    except (OSError, ValueError) as err:
+        raise _damaged(directory, err) from None
+
+
+def _damaged(directory: Path, err: BaseException) -> DamagedCheckpoint:
+    return DamagedCheckpoint(
+        f"the checkpoint in {directory} cannot be read ({type(err).__name__}: {str(err)[:200]}): --fresh starts "
+        "over in this run dir (the next checkpoint replaces it), or give another --run-dir"
+    )
+
+
 def load_checkpoint(policy: Policy, directory: Path) -> dict:
-    """Restore weights, optimiser and RNG into `policy`; returns the checkpoint's metadata."""
-    meta = json.loads((directory / "meta.json").read_text())
+    """Restore weights, optimiser and RNG into `policy`; returns the checkpoint's metadata.
+    DamagedCheckpoint when its files cannot be read (a disk fault, a cut copy)."""
+    meta = _read_meta(directory)
     if meta.get("format") != FORMAT:
         raise ValueError(f"{directory}: checkpoint format {meta.get('format')} != {FORMAT}")
-    if meta["model"] != policy.name or meta["lora_rank"] != policy.lora_rank:
+    if meta.get("model") != policy.name or meta.get("lora_rank") != policy.lora_rank:
         raise ValueError(
-            f"{directory} holds {meta['model']} (LoRA rank {meta['lora_rank']}), but this node "
+            f"{directory} holds {meta.get('model')} (LoRA rank {meta.get('lora_rank')}), but this node "
             f"runs {policy.name} (LoRA rank {policy.lora_rank}); use another --run-dir"
         )
-    weights: dict[str, torch.Tensor] = {}
-    for file in sorted((directory / "model").glob("*.safetensors")):
-        weights.update(load_file(str(file)))
+    try:
+        weights: dict[str, torch.Tensor] = {}
+        for file in sorted((directory / "model").glob("*.safetensors")):
+            weights.update(load_file(str(file)))
+        flat = load_file(str(directory / "optimizer.safetensors"))
+        rng = load_file(str(directory / "rng.safetensors"))["torch"]
+    except Exception as err:  # safetensors' own error type, OSError, a missing key: the files are damaged
+        raise _damaged(directory, err) from None
+    if not weights:
+        raise _damaged(directory, FileNotFoundError("no model weights"))
     if policy.lora_rank:
         set_peft_model_state_dict(policy.model, weights)
     else:
@@ -180,12 +213,11 @@ def load_checkpoint(policy: Policy, directory: Path) -> dict:
         tied = {"lm_head.weight"} if policy.model.config.tie_word_embeddings else set()
         if set(missing) - tied or unexpected:
             raise ValueError(f"{directory}: weights do not fit the model ({missing}, {unexpected})")
-    flat = load_file(str(directory / "optimizer.safetensors"))
     state: dict[int, dict[str, torch.Tensor]] = {}
     for key, value in flat.items():
         index, name = key.split(".", 1)
         state.setdefault(int(index), {})[name] = value.to(policy.device) if name != "step" else value
     groups = policy.optimizer.state_dict()["param_groups"]
     policy.optimizer.load_state_dict({"state": state, "param_groups": groups})
-    torch.set_rng_state(load_file(str(directory / "rng.safetensors"))["torch"])
+    torch.set_rng_state(rng)
     return meta

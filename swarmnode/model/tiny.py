@@ -32,6 +32,7 @@ from transformers import (
 )
 
 from swarmnode.tasks.arithmetic import ArithmeticTask
+from swarmnode.tasks.gym import ReasoningGymTask
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +75,16 @@ TINY_ADD_SPEC: dict = {**TINY_SPEC, "warmup_operations": "+"}
 TINY_LLAMA_SPEC: dict = {
     **TINY_SPEC, "architecture": "llama", "tokenizer": "numbers", "vocab_size": 768, "warmup_steps": 1100,
 }
+# A reasoning-gym learner: tiny's shape and tokenizer (so tiny's family), warmed up on
+# reasoning-gym's chain_sum with two terms of at most two digits, whose questions wrap the sum in
+# a sentence ("State the final answer to the following arithmetic problem: 98 + 93 ="). tiny
+# itself answers none of them (0 of 300): reinforcement learning needs some reward to start from.
+TINY_CHAIN_SPEC: dict = {
+    **TINY_SPEC, "warmup_task": "rg:chain_sum", "warmup_options": {"min_terms": 2, "max_terms": 2, "max_digits": 2},
+}
 TINY_PRESETS: dict[str, dict] = {
     "tiny": TINY_SPEC, "tiny-large": TINY_LARGE_SPEC, "tiny-add": TINY_ADD_SPEC, "tiny-llama": TINY_LLAMA_SPEC,
+    "tiny-chain": TINY_CHAIN_SPEC,
 }
 BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(256)]  # sentencepiece's byte-fallback vocabulary
 
@@ -151,10 +160,11 @@ def supervised_warmup(
     seed: int,
     progress: Callable[[int, float], None] | None = None,
     operations: str = "+-",
+    task: ArithmeticTask | ReasoningGymTask | None = None,
 ) -> None:
     """Teacher-forced training on 'question -> <answer>x</answer><eos>', loss on the answer
-    (problems of `operations` only)."""
-    task = ArithmeticTask(seed=seed + 1, operations=operations)
+    (arithmetic problems of `operations`, or `task`'s training problems)."""
+    task = task or ArithmeticTask(seed=seed + 1, operations=operations)
     rng = random.Random(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     eos = tokenizer.eos_token_id
@@ -162,7 +172,7 @@ def supervised_warmup(
     for step in range(steps):
         problems = [task.train_problem(rng.randrange(task.num_train)) for _ in range(batch)]
         prompts = tokenizer([f"{p.question}\n" for p in problems])["input_ids"]
-        targets = [t + [eos] for t in tokenizer([task.target(p) for p in problems])["input_ids"]]
+        targets = [t + [eos] for t in tokenizer([f"<answer>{p.answer}</answer>" for p in problems])["input_ids"]]
         width = max(len(p) + len(t) for p, t in zip(prompts, targets))
         ids = torch.full((batch, width), eos, dtype=torch.long)
         labels = torch.full((batch, width), -100, dtype=torch.long)
@@ -214,6 +224,7 @@ def ensure_tiny(spec: dict = TINY_SPEC) -> Path:
         spec["seed"],
         report,
         operations=spec.get("warmup_operations", "+-"),
+        task=ReasoningGymTask(spec["warmup_task"], spec.get("warmup_options")) if "warmup_task" in spec else None,
     )
     staging = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=path.parent))
     model.save_pretrained(staging)

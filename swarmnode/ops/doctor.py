@@ -11,7 +11,6 @@ second where the network refuses at once, as here, longer where it drops packets
 from __future__ import annotations
 
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,10 +21,13 @@ from swarmnode.ops.preflight import (
     HUB_TIMEOUT_S,
     Preflight,
     PreflightError,
+    check_addresses,
     check_device,
     check_model,
     check_task_data,
+    check_task_source,
     hub_offline,
+    run_dir_problem,
 )
 from swarmnode.settings.config import Config
 from swarmnode.sizing.devices import cuda_available, vllm_installed
@@ -57,6 +59,8 @@ def examine(config: Config) -> list[Finding]:
     findings.append(model)
     findings.append(_checked("data", lambda: check_task_data(config.task, found),
                              f"{config.task.name}: {data_source(config.task) or 'problems made here'}"))
+    findings.append(_checked("task", lambda: check_task_source(config.task), f"{config.task.name} makes its problems"))
+    findings.append(_checked("addresses", lambda: check_addresses(config), "every multiaddr given parses"))
     if BLOCKING not in (model.verdict, device.verdict):  # the estimate needs both
         findings.append(_memory(config))
     findings += [_run_dir(config), _disk(config, known_model=model.verdict != BLOCKING)]
@@ -116,15 +120,10 @@ def _memory(config: Config) -> Finding:
 
 
 def _run_dir(config: Config) -> Finding:
-    run_dir = Path(config.node.run_dir)
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=run_dir):
-            pass
-    except OSError as err:
-        return Finding("run dir", BLOCKING, f"cannot write {run_dir} ({err.strerror or err}): give --run-dir "
-                                            "a directory of yours")
-    return Finding("run dir", FINE, f"{run_dir} is writable")
+    problem = run_dir_problem(config)
+    if problem is not None:
+        return Finding("run dir", BLOCKING, problem)
+    return Finding("run dir", FINE, f"{config.node.run_dir} is writable")
 
 
 def _disk(config: Config, known_model: bool = True) -> Finding:

@@ -17,6 +17,7 @@ from swarmnode.ops.lines import EvalRecord, RoundRecord, finite_or_none, is_eval
 from swarmnode.ops.rundir import VIEW_LOGGER
 from swarmnode.protocol.records import RecordError
 
+log = logging.getLogger(__name__)
 _file_log = logging.getLogger(VIEW_LOGGER)  # <run-dir>/node.log while a node runs (swarmnode.ops.rundir)
 
 
@@ -30,14 +31,32 @@ class MetricsLog:
         self.path = path
         torn = path.exists() and path.stat().st_size > 0 and _last_byte(path) != b"\n"
         self._file = path.open("a", encoding="utf-8")
+        self.lost = 0  # lines that could not be written (a full disk): said once, training goes on
         if torn:  # a kill in the middle of a line: end it, so the next line stands on its own
             self._file.write("\n")
 
     def write(self, record: dict[str, Any]) -> None:
         clean = {k: finite_or_none(v) for k, v in record.items()}
         clean.setdefault("time", round(time.time(), 3))
-        self._file.write(json.dumps(clean, sort_keys=True) + "\n")
-        self._file.flush()
+        line = json.dumps(clean, sort_keys=True) + "\n"
+        try:
+            self._file.write(line)
+            self._file.flush()
+        except OSError as err:
+            if not self.lost:
+                log.warning(
+                    "cannot write %s (%s): training goes on without these lines; free space on that disk",
+                    self.path, err.strerror or err)
+            self.lost += 1
+            self._reopen()
+
+    def _reopen(self) -> None:
+        """A fresh handle: a failed flush leaves the old one's buffer holding the lost line."""
+        try:
+            self._file.close()
+        except OSError:
+            pass
+        self._file = self.path.open("a", encoding="utf-8")
 
     def forget_from(self, round_: int) -> int:
         """Drop the lines of rounds `round_` and later (and, from round 0, the evaluation before

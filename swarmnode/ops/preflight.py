@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import importlib.util
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,9 +29,11 @@ from huggingface_hub.utils import validate_repo_id
 
 from swarmnode.settings.config import Config, ModelSettings, TaskSettings
 from swarmnode.settings.models import TINY_NAMES, resolve_model_name
+from swarmnode.settings.registry import TASKS
 from swarmnode.sizing.devices import device_of
 from swarmnode.sizing.shapes import KNOWN_SHAPES
-from swarmnode.tasks import data_source
+from swarmnode.swarm.hivemind.addresses import AddressError, check_swarm_addresses
+from swarmnode.tasks import data_source, make_task
 
 HUB_TIMEOUT_S = 5.0  # one question to the hub: does this repository exist, can we reach it
 OFFLINE_FIX = "set HF_HUB_OFFLINE=1 to use the local Hugging Face cache"
@@ -58,8 +61,11 @@ def preflight(config: Config) -> Preflight:
     """Every check below, in the order a node needs them; PreflightError for the first that fails."""
     found = Preflight(offline=hub_offline())
     check_device(config)
+    check_run_dir(config)
+    check_addresses(config)
     check_model(config.model, found)
     check_task_data(config.task, found)
+    check_task_source(config.task)
     return found
 
 
@@ -119,6 +125,42 @@ def check_task_data(task: TaskSettings, found: Preflight) -> None:
         )
     if not found.offline:  # offline, datasets reads its own cache and says itself what is missing
         _check_hub_repo(source.removeprefix(HUB_PREFIX), None, "dataset", "task.data", found)
+
+
+def run_dir_problem(config: Config) -> str | None:
+    """Why the run dir cannot hold this node's files (a file there, read-only, not ours), or None."""
+    run_dir = Path(config.node.run_dir)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=run_dir):
+            pass
+    except OSError as err:
+        return f"cannot write {run_dir} ({err.strerror or err}): give --run-dir a directory of yours"
+    return None
+
+
+def check_run_dir(config: Config) -> None:
+    if (problem := run_dir_problem(config)) is not None:
+        raise PreflightError(f"node.run_dir: {problem}")
+
+
+def check_addresses(config: Config) -> None:
+    """Every multiaddr of the settings parses (a typo is said in a second, not after torch loads)."""
+    try:
+        check_swarm_addresses(config.swarm)
+    except AddressError as err:
+        raise PreflightError(str(err)) from None
+
+
+def check_task_source(task: TaskSettings) -> None:
+    """A reasoning-gym dataset exists and takes its config; a plug-in is installed and makes its
+    task (both cheap: reasoning-gym makes problems on demand)."""
+    if task.name in TASKS.names:
+        return
+    try:
+        make_task(task)
+    except (ImportError, ValueError) as err:
+        raise PreflightError(f"task.name: {err}") from None
 
 
 def _check_hub_repo(repo_id: str, revision: str | None, kind: str, setting: str, found: Preflight) -> None:

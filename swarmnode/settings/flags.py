@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from swarmnode.settings.registry import BACKENDS, OBJECTIVES, TASKS
+from swarmnode.settings.registry import BACKENDS, GYM_PREFIX, OBJECTIVES, TASKS
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ JOIN_FLAGS: dict[str, Flag] = {  # parameter name of `join` -> what it sets
     ),
     "lora_rank": Flag("model.lora.rank", "LoRA rank; 0 trains all weights"),
     "objective": Flag("loss.objective", OBJECTIVES.cli_help()),
-    "task": Flag("task.name", TASKS.cli_help()),
+    "task": Flag("task.name", f"{TASKS.cli_help()} | {GYM_PREFIX}<dataset> (reasoning-gym) | an installed plug-in"),
     "data": Flag("task.data", "gsm8k: a directory or .jsonl file, or hf:openai/gsm8k (arithmetic makes its own)"),
     "rounds": Flag("node.rounds", "this node's rounds in total (a resumed run counts the earlier ones)"),
     "run_dir": Flag("node.run_dir", "metrics, checkpoints, identity, node.log; resumes from a checkpoint there"),

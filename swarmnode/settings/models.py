@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-TINY_NAMES = ("tiny", "tiny-large", "tiny-add", "tiny-llama")  # built locally (swarmnode.model.tiny), never fetched
+TINY_NAMES = ("tiny", "tiny-large", "tiny-add", "tiny-llama", "tiny-chain")  # built locally (swarmnode.model.tiny), never fetched
 SHORT_NAME_ORGS = {"qwen": "Qwen"}
 
 

@@ -8,7 +8,9 @@ holds docs/configuration.md's table to them. No torch, so loading a config stays
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from typing import Any, Generic, Literal, TypeVar
 
 
@@ -91,6 +93,30 @@ TASKS: Registry[Choice] = Registry(
         Choice("gsm8k", "grade-school maths: a local directory or .jsonl, or hf:openai/gsm8k"),
     ],
 )
+
+GYM_PREFIX = "rg:"  # a reasoning-gym dataset as a task: rg:<dataset> (swarmnode.tasks.gym)
+GYM_DATASET = re.compile(r"[a-z][a-z0-9_]{0,63}")  # what a reasoning-gym dataset's name looks like
+PLUGIN_GROUP = "swarmnode.tasks"  # the entry point group of task plug-ins (swarmnode.tasks.plugins)
+
+
+def task_plugins() -> list[str]:
+    """Installed task plug-ins' names (package metadata only: nothing is imported)."""
+    return sorted({point.name for point in entry_points(group=PLUGIN_GROUP)})
+
+
+def check_task_name(name: str) -> str:
+    """A built-in task, rg:<dataset> or an installed plug-in; ValueError naming the choices.
+    Whether reasoning-gym has the dataset is preflight's to check (its import takes a second)."""
+    if name in TASKS.names or name in task_plugins():
+        return name
+    if name.startswith(GYM_PREFIX):
+        if GYM_DATASET.fullmatch(name.removeprefix(GYM_PREFIX)):
+            return name
+        raise ValueError(f"{name!r}: a reasoning-gym task is rg:<dataset>, e.g. rg:chain_sum")
+    plugins = task_plugins()
+    raise ValueError(f"unknown task {name!r}; choose from {TASKS.cli_help()}, {GYM_PREFIX}<dataset> (reasoning-gym)"
+                     + (f", or an installed plug-in: {', '.join(plugins)}" if plugins else ", or an installed plug-in"))
+
 
 BACKENDS: Registry[Choice] = Registry(
     "generation backend",

@@ -9,7 +9,9 @@ from swarmnode.settings.registry import TASKS
 from swarmnode.tasks.arithmetic import ArithmeticTask
 from swarmnode.tasks.base import Problem, Task
 from swarmnode.tasks.gsm8k import GSM8K_SOURCE, GSM8KTask
+from swarmnode.tasks.gym import ReasoningGymTask, is_gym_task
 from swarmnode.tasks.math500 import Math500Eval
+from swarmnode.tasks.plugins import make_plugin_task
 
 __all__ = ["ArithmeticTask", "GSM8KTask", "Math500Eval", "Problem", "Task", "data_source", "make_task"]
 
@@ -50,6 +52,15 @@ if set(_MAKERS) != set(TASKS.names):
     raise RuntimeError(f"task registry and constructors differ: {set(TASKS.names) ^ set(_MAKERS)}")
 
 
+def _gym(settings: TaskSettings) -> Task:
+    return ReasoningGymTask(settings.name, settings.options, settings.answer_format, settings.strict_format,
+                            settings.system_prompt)
+
+
 def make_task(settings: TaskSettings) -> Task:
-    """The task the settings name."""
-    return _MAKERS[TASKS.get(settings.name).name](settings)
+    """The task the settings name: built in, a reasoning-gym dataset (rg:<dataset>) or a plug-in's."""
+    if settings.name in _MAKERS:
+        return _MAKERS[TASKS.get(settings.name).name](settings)
+    if is_gym_task(settings.name):
+        return _gym(settings)
+    return make_plugin_task(settings)

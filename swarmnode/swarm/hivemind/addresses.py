@@ -1,10 +1,39 @@
-"""Multiaddr checks, done before anything starts, with the parser hivemind ships."""
+"""Multiaddr checks, done before anything starts, with the parser hivemind ships.
+
+That parser is a package of its own inside hivemind (hivemind/utils/multiaddr, vendored from
+py-multiaddr). Importing it by its name imports hivemind first, and hivemind imports torch:
+4 s before a typo could be reported. So it is loaded here from its directory under a name of
+its own, which imports only what it needs (varint, netaddr, base58).
+"""
 
 from __future__ import annotations
 
-from hivemind.utils.multiaddr import Multiaddr
+import importlib.util
+import sys
+from functools import cache
+from pathlib import Path
+from types import ModuleType
 
 from swarmnode.settings.config import SwarmSettings
+
+_PARSER_MODULE = "_swarmnode_multiaddr"  # hivemind's multiaddr package, under its own name
+
+
+@cache
+def _parser() -> ModuleType:
+    """hivemind's multiaddr package, loaded without importing hivemind."""
+    hivemind = importlib.util.find_spec("hivemind")
+    if hivemind is None or hivemind.origin is None:
+        raise ImportError("hivemind is not installed")
+    root = Path(hivemind.origin).parent / "utils" / "multiaddr"
+    spec = importlib.util.spec_from_file_location(_PARSER_MODULE, root / "__init__.py",
+                                                  submodule_search_locations=[str(root)])
+    if spec is None or spec.loader is None:
+        raise ImportError(f"hivemind's multiaddr parser is not at {root}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[_PARSER_MODULE] = module  # its codecs import themselves relative to it
+    spec.loader.exec_module(module)
+    return module
 
 
 class AddressError(ValueError):
@@ -13,7 +42,7 @@ class AddressError(ValueError):
 
 def check_multiaddr(text: str, setting: str, needs_peer_id: bool = False) -> None:
     try:
-        maddr = Multiaddr(text)
+        maddr = _parser().Multiaddr(text)
     except Exception as err:  # the multiaddr parser raises several unrelated types
         raise AddressError(f"{setting}: {text!r} is not a multiaddr ({err}); e.g. /ip4/1.2.3.4/tcp/31337") from None
     if needs_peer_id and "p2p" not in str(maddr).split("/"):

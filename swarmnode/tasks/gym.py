@@ -1,0 +1,144 @@
+"""Tasks from reasoning-gym: `--task rg:<dataset>`, procedural and offline like arithmetic.
+
+reasoning-gym (the task library of Gensyn's swarm) makes each problem from its dataset's
+config, a seed and an index, so every node of a run draws the same problem for a prompt id
+without any data on disk. Its dataset scores an answer itself (`score_answer`, 0 to 1); this
+node extracts the answer by its own answer format first, so the format rules (one answer
+block, nothing after it when strict) hold as for every task.
+
+Training problem `i` is the dataset's item `i` under the run's seed. About a tenth of all
+questions are held out for evaluation by a fixed hash of the question text, as arithmetic does,
+so a held-out question is never trained on, however small the dataset's space of problems;
+evaluation draws from the indices after the training ones. The run id covers the dataset, its
+config, the seed, the size and the reasoning-gym version (its code defines the problems).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from swarmnode.settings.registry import GYM_DATASET, GYM_PREFIX
+from swarmnode.tasks.answers import extract_answer
+from swarmnode.tasks.base import FORMAT_INSTRUCTIONS, AnswerFormat, Problem, fingerprint_of, grading_parts
+
+EVAL_PERMILLE = 100  # questions held out for evaluation, by hash
+DEFAULT_SIZE = 100_000  # training problems when the config names no size
+MAX_ANSWER_CHARS = 4096  # an answer's length (a dataset's answers may be lists or grids)
+MAX_REDRAWS = 200  # indices tried for a training problem whose question is held out
+INSTALL_HINT = "pip install reasoning-gym (or pip install 'swarmnode[gym]')"
+
+
+def is_gym_task(name: str) -> bool:
+    return name.startswith(GYM_PREFIX)
+
+
+def dataset_name(task_name: str) -> str:
+    """'rg:chain_sum' -> 'chain_sum'; ValueError for a name that is no dataset name."""
+    name = task_name.removeprefix(GYM_PREFIX)
+    if not GYM_DATASET.fullmatch(name):
+        raise ValueError(f"{task_name!r}: a reasoning-gym task is rg:<dataset>, e.g. rg:chain_sum")
+    return name
+
+
+def gym_datasets() -> list[str]:
+    """The datasets the installed reasoning-gym offers; ImportError with the fix when it is not installed."""
+    try:
+        from reasoning_gym.factory import DATASETS  # 0.9 s to import: only for a reasoning-gym task
+    except ImportError:
+        raise ImportError(f"tasks rg:<dataset> need reasoning-gym: {INSTALL_HINT}") from None
+    return sorted(DATASETS)
+
+
+def _is_held_out(question: str) -> bool:
+    digest = hashlib.blake2b(question.encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "little") % 1000 < EVAL_PERMILLE
+
+
+@dataclass(frozen=True)
+class GymProblem(Problem):
+    """A problem with the dataset's entry, which its scorer reads."""
+
+    entry: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+
+class ReasoningGymTask:
+    """One reasoning-gym dataset as a swarmnode task. `options` is the dataset's config (its
+    `seed` and `size` included); unknown keys are the dataset's error."""
+
+    def __init__(
+        self,
+        name: str,
+        options: dict[str, Any] | None = None,
+        answer_format: AnswerFormat = "answer_tag",
+        strict_format: bool = True,
+        system_prompt: str | None = None,
+    ) -> None:
+        self.name = name
+        self.dataset = dataset_name(name)
+        datasets = gym_datasets()  # ImportError with the fix when reasoning-gym is missing
+        if self.dataset not in datasets:
+            raise ValueError(f"{name}: reasoning-gym has no dataset {self.dataset!r}; its datasets: {', '.join(datasets)}")
+        import reasoning_gym  # an optional dependency, 0.9 s to import: only for this task
+
+        config = dict(options or {})
+        self.seed = int(config.pop("seed", 0))
+        self.size = int(config.pop("size", DEFAULT_SIZE))
+        if self.size < 1:
+            raise ValueError(f"{name}: size must be at least 1")
+        self.config = config
+        try:
+            self._train = reasoning_gym.create_dataset(self.dataset, seed=self.seed, size=self.size, **config)
+            self._eval = reasoning_gym.create_dataset(self.dataset, seed=self.seed + self.size, size=self.size, **config)
+        except (TypeError, AssertionError, ValueError) as err:  # the dataset's own config checks
+            raise ValueError(f"{name}: its config {config} is refused by reasoning-gym: {err}") from None
+        self.version = importlib.metadata.version("reasoning-gym")
+        self.answer_format = answer_format
+        self.strict_format = strict_format or answer_format == "think_answer"
+        self.system_prompt = FORMAT_INSTRUCTIONS[answer_format] if system_prompt is None else system_prompt
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint_of(
+            self.name, f"reasoning-gym={self.version}", json.dumps(self.config, sort_keys=True, default=str),
+            str(self.seed), str(self.size), *grading_parts(self.answer_format, "numeric", self.strict_format, True),
+            self.system_prompt, str(EVAL_PERMILLE),
+        )
+
+    @property
+    def num_train(self) -> int:
+        return self.size
+
+    def train_problem(self, problem_id: int) -> GymProblem:
+        if not 0 <= problem_id < self.size:
+            raise ValueError(f"problem id {problem_id} out of range")
+        for k in range(MAX_REDRAWS):  # a held-out question gives way to another index, the same on every node
+            entry = self._train[(problem_id + k * 7919) % self.size]
+            if not _is_held_out(entry["question"]):
+                return GymProblem(problem_id, entry["question"], str(entry["answer"]), entry)
+        raise ValueError(f"{self.name}: no training question near id {problem_id} outside the held-out tenth")
+
+    def eval_problems(self, count: int) -> list[GymProblem]:
+        problems: list[GymProblem] = []
+        seen: set[str] = set()
+        for index in range(min(self.size, count * 200)):
+            if len(problems) == count:
+                break
+            entry = self._eval[index]
+            if _is_held_out(entry["question"]) and entry["question"] not in seen:
+                seen.add(entry["question"])
+                problems.append(GymProblem(len(problems), entry["question"], str(entry["answer"]), entry))
+        if len(problems) < count:
+            raise ValueError(f"{self.name}: only {len(problems)} held-out problems found for its config; ask for fewer")
+        return problems
+
+    def reward(self, completion: str, problem: Problem) -> float:
+        """The dataset's score of the answer this node extracts (0 when none is well formed)."""
+        answer = extract_answer(completion, self.answer_format, self.strict_format, max_chars=MAX_ANSWER_CHARS)
+        if answer is None or not isinstance(problem, GymProblem):
+            return 0.0
+        score = self._train.score_answer(answer, problem.entry)
+        return min(1.0, max(0.0, float(score)))

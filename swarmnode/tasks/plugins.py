@@ -1,0 +1,65 @@
+"""Tasks from other packages: an organiser ships a task as a package, with no change here.
+
+A package declares its task in the entry point group `swarmnode.tasks`; the entry point's name
+is the task's name (`--task <name>`), and it points to a callable that takes this node's
+`TaskSettings` and returns a task (swarmnode.tasks.base.Task; `task.options` carries its own
+settings). In the package's pyproject.toml:
+
+    [project.entry-points."swarmnode.tasks"]
+    my-task = "my_package.tasks:make_task"
+
+The run id covers the plug-in's name, its distribution and version, and its task's own
+fingerprint, so nodes running another version of a plug-in are another run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+from swarmnode.settings.config import TaskSettings
+from swarmnode.settings.registry import PLUGIN_GROUP
+from swarmnode.tasks.base import Task, fingerprint_of
+
+
+def plugin_entry_points() -> dict[str, EntryPoint]:
+    """Installed task plug-ins by name (reading package metadata only, importing nothing)."""
+    return {point.name: point for point in entry_points(group=PLUGIN_GROUP)}
+
+
+class PluginTask:
+    """A plug-in's task, its fingerprint widened by the plug-in's name and version; every other
+    attribute is the plug-in task's own."""
+
+    def __init__(self, inner: Task, plugin: str, distribution: str) -> None:
+        self._inner = inner
+        self._plugin = plugin
+        self._distribution = distribution
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint_of("plugin", self._plugin, self._distribution, self._inner.fingerprint)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def make_plugin_task(settings: TaskSettings) -> Task:
+    """The task of the installed plug-in `settings.name`; ValueError when none is installed or
+    its factory fails."""
+    point = plugin_entry_points().get(settings.name)
+    if point is None:
+        raise ValueError(f"unknown task {settings.name!r}: no plug-in of that name is installed (entry point group {PLUGIN_GROUP!r})")
+    dist = point.dist
+    distribution = f"{dist.name}=={dist.version}" if dist is not None else point.value
+    try:
+        factory: Callable[[TaskSettings], Task] = point.load()
+        task = factory(settings)
+    except Exception as err:  # a third party's code: whatever it raises is its task failing to load
+        raise ValueError(f"task plug-in {settings.name!r} ({distribution}) failed to load: "
+                         f"{type(err).__name__}: {err}") from err
+    for member in ("fingerprint", "num_train", "train_problem", "eval_problems", "reward", "system_prompt"):
+        if not hasattr(task, member):
+            raise ValueError(f"task plug-in {settings.name!r} ({distribution}) gave a task without {member!r}")
+    return PluginTask(task, settings.name, distribution)

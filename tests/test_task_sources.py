@@ -1,0 +1,144 @@
+"""Tasks from outside swarmnode: reasoning-gym datasets (`rg:<dataset>`) and plug-ins found
+through the `swarmnode.tasks` entry point group."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from importlib.metadata import distributions
+
+import pytest
+
+from swarmnode.assemble import compose_node, run_id_for
+from swarmnode.loop.ledger import PeerLedger
+from swarmnode.ops.preflight import PreflightError, preflight
+from swarmnode.rollout.hf import HFGenerator
+from swarmnode.settings.config import ConfigError, load_config
+from swarmnode.swarm.local import InMemoryHub
+from swarmnode.tasks import make_task
+from swarmnode.tasks.gym import GymProblem
+
+CHAIN = ["task.name=rg:chain_sum", "task.options.max_terms=2", "task.options.max_digits=2"]
+
+
+def _task(*overrides: str):
+    return make_task(load_config(overrides=list(overrides)).task)
+
+
+def test_a_reasoning_gym_task_draws_the_same_problems_on_every_node_and_holds_its_evaluation_out():
+    task, again = _task(*CHAIN), _task(*CHAIN)
+    ids = [0, 1, 17, 99_999]
+    assert [task.train_problem(i) for i in ids] == [again.train_problem(i) for i in ids]
+    assert task.fingerprint == again.fingerprint
+    held_out = {p.question for p in task.eval_problems(100)}
+    assert len(held_out) == 100
+    trained = {task.train_problem(i).question for i in range(3000)}
+    assert not trained & held_out, "no held-out question is ever a training question"
+    assert len(trained) > 1000, "two-digit sums: a space small enough that the hash hold-out matters"
+    with pytest.raises(ValueError, match="out of range"):
+        task.train_problem(100_000)
+
+
+def test_a_reasoning_gym_task_is_scored_by_its_dataset_after_this_node_s_format_rules():
+    task = _task(*CHAIN)
+    problem = task.train_problem(3)
+    assert isinstance(problem, GymProblem) and problem.entry["answer"] == problem.answer
+    assert task.reward(f"<answer>{problem.answer}</answer>", problem) == 1.0
+    assert task.reward(f"<answer>{int(problem.answer) + 1}</answer>", problem) == 0.0
+    assert task.reward(f"<answer>{problem.answer}</answer> and more", problem) == 0.0, "strict: nothing after it"
+    assert task.reward(problem.answer, problem) == 0.0, "no answer block"
+    boxed = _task(*CHAIN, "task.answer_format=boxed")
+    assert boxed.reward(f"\\boxed{{{problem.answer}}}", boxed.train_problem(3)) == 1.0
+
+
+def test_the_run_id_covers_the_dataset_its_config_and_its_seed():
+    base = _task(*CHAIN).fingerprint
+    assert _task(*CHAIN, "task.options.seed=1").fingerprint != base
+    assert _task(*CHAIN, "task.options.max_digits=3").fingerprint != base
+    assert _task("task.name=rg:basic_arithmetic").fingerprint != base
+    assert _task(*CHAIN, "task.options.size=5000").fingerprint != base
+
+
+def test_bad_reasoning_gym_settings_say_what_is_wrong_before_anything_starts():
+    with pytest.raises(ConfigError, match="rg:<dataset>"):
+        load_config(overrides=["task.name=rg:Not A Name"])
+    with pytest.raises(ConfigError, match="makes its own problems"):
+        load_config(overrides=["task.name=rg:chain_sum", "task.data=x.jsonl"])
+    with pytest.raises(PreflightError, match="no dataset 'no_such_set'.*chain_sum"):
+        preflight(load_config(overrides=["task.name=rg:no_such_set"]))
+    with pytest.raises(PreflightError, match="refused by reasoning-gym.*bogus"):
+        preflight(load_config(overrides=["task.name=rg:chain_sum", "task.options.bogus=1"]))
+
+
+PLUGIN = '''
+from swarmnode.tasks import ArithmeticTask
+
+
+class Doubling(ArithmeticTask):
+    name = "doubling"
+
+    @property
+    def fingerprint(self):
+        return "doubling-" + super().fingerprint
+
+
+def make_task(settings):
+    return Doubling(max_operand=int(settings.options.get("max_operand", 9)))
+'''
+
+
+@pytest.fixture
+def plugin_package(tmp_path, monkeypatch):
+    """A separate package, installed as pip would leave it: its module and a dist-info that
+    declares the entry point."""
+    (tmp_path / "doubling_task.py").write_text(textwrap.dedent(PLUGIN))
+    info = tmp_path / "doubling_task-1.2.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: doubling-task\nVersion: 1.2\n")
+    (info / "entry_points.txt").write_text("[swarmnode.tasks]\ndoubling = doubling_task:make_task\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert any(d.metadata["Name"] == "doubling-task" for d in distributions())
+    yield tmp_path
+    sys.modules.pop("doubling_task", None)
+
+
+def test_a_plug_in_task_is_found_runs_and_enters_the_run_id(plugin_package, tmp_path, make_policy):
+    config = load_config(overrides=["task.name=doubling", "task.options.max_operand=5", f"node.run_dir={tmp_path / 'n'}"])
+    task = make_task(config.task)
+    problem = task.train_problem(0)
+    assert task.reward(f"<answer>{problem.answer}</answer>", problem) == 1.0
+    assert task.name == "doubling" and "doubling-task==1.2" in task._distribution
+    policy = make_policy()
+    arithmetic = load_config(overrides=[f"node.run_dir={tmp_path / 'a'}"])
+    assert run_id_for(config, task, policy) != run_id_for(arithmetic, make_task(arithmetic.task), policy)
+    other = load_config(overrides=["task.name=doubling", "task.options.max_operand=6"])
+    assert run_id_for(other, make_task(other.task), policy) != run_id_for(config, task, policy)
+
+
+def test_a_plug_in_that_is_not_installed_or_fails_is_a_clear_error(plugin_package):
+    with pytest.raises(ConfigError, match="unknown task 'tripling'.*doubling"):
+        load_config(overrides=["task.name=tripling"])
+    (plugin_package / "doubling_task.py").write_text("def make_task(settings):\n    raise RuntimeError('no data')\n")
+    with pytest.raises(PreflightError, match="plug-in 'doubling'.*doubling-task==1.2.*no data"):
+        preflight(load_config(overrides=["task.name=doubling"]))
+
+
+def test_two_nodes_of_one_reasoning_gym_run_train_on_each_other_s_samples(tmp_path, make_policy):
+    hub = InMemoryHub()
+    nodes = []
+    for name, hidden in (("a", 32), ("b", 64)):
+        config = load_config(None, [*CHAIN, f"node.run_dir={tmp_path / name}", "rollout.group_size=4",
+                                    "rollout.prompts_per_round=3", "rollout.max_new_tokens=8", "node.eval_size=8",
+                                    "node.checkpoint_every=0"])
+        policy = make_policy(hidden=hidden)
+        task = make_task(config.task)
+        run = run_id_for(config, task, policy)
+        ledger = PeerLedger(config.swarm)
+        nodes.append(compose_node(config, policy, HFGenerator(policy, config.rollout), task, run,
+                                  hub.join(name, run, ledger), ledger))
+    assert nodes[0].run_id == nodes[1].run_id
+    for round_ in range(2):
+        states = [node.produce(round_) for node in nodes]
+        records = [node.consume(round_, state) for node, state in zip(nodes, states)]
+        for record in records:
+            assert record.peers == 1 and record.rejected == 0 and record.peer_samples > 0
