@@ -369,9 +369,12 @@ def demo(
         raise _fail(str(err), 1) from None
     except KeyboardInterrupt:
         raise _fail(f"interrupted; every node stopped; partial results in {directory}", 130) from None
-    table = Table(title=f"swarmnode demo: held-out accuracy ({time.monotonic() - started:.0f} s)")
+    sizes = sorted({row["eval_size"] for row in rows if row["eval_size"]})
+    on = f" on {'/'.join(map(str, sizes))} problems" if sizes else ""
+    table = Table(title=f"swarmnode demo: held-out accuracy{on}, greedy ({time.monotonic() - started:.0f} s)")
     baseline = ("alone", "joining") if solo else ()
-    for column in ("node", "kind", "rounds", "before", "after", "gain", *baseline, "peer samples used", "gated", "rejected"):
+    for column in ("node", "kind", "rounds", "before", "after", "gain", *baseline, "peer samples, all rounds", "gated",
+                   "rejected"):
         table.add_column(column, justify="left" if column in ("node", "kind") else "right")
     for row in rows:
         before, after, alone = row["eval_before"], row["eval_after"], row["alone_after"]

@@ -232,7 +232,7 @@ class Demo:
     def _progress_table(self, nodes: list[DemoNode], phase: str) -> Table:
         title = f"swarmnode demo: {len(nodes)} nodes {phase}, {self.rounds} rounds"
         table = Table(title=title, title_justify="left")
-        for column in ("node", "kind", "round", "reward", "peer samples", "eval", "round s"):
+        for column in ("node", "kind", "round", "reward", "peer samples this round", "eval", "round s"):
             table.add_column(column, justify="left" if column in ("node", "kind") else "right")
         for node in nodes:
             rounds, evals = node.records()
@@ -265,6 +265,7 @@ class Demo:
                     "eval_after": _after(evals),
                     "alone_after": alone.get(node.index),
                     "peer_samples": sum(r.peer_samples for r in rounds),
+                    "eval_size": next((e.eval_size for e in reversed(evals) if e.eval_size), None),
                     "gated": sum(r.gated for r in rounds),
                     "rejected": max((r.rejected for r in rounds), default=0),
                 }

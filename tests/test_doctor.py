@@ -81,7 +81,7 @@ def test_each_check_says_what_stops_the_node_and_the_fix(tmp_path, offline, monk
     run_dir = _verdicts(load_config(None, [f"node.run_dir={a_file / 'run'}"]))["run dir"]
     assert run_dir[0] == BLOCKING and "give --run-dir" in run_dir[1]
     task = _verdicts(load_config(None, [*base, "task.name=rg:no_such_set"]))["task"]
-    assert task[0] == BLOCKING and "reasoning-gym has no dataset" in task[1]
+    assert task[0] == BLOCKING and "no dataset 'no_such_set'" in task[1]
     addresses = _verdicts(load_config(None, [*base, "swarm.initial_peers=['/ip4/1.2.3/tcp/1']"]))["addresses"]
     assert addresses[0] == BLOCKING and "is not a multiaddr" in addresses[1]
     usage = namedtuple("usage", "total used free")

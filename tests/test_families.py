@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import threading
 import zlib
+from pathlib import Path
 
 import msgpack
 import pytest
 
 from swarmnode.model import families
 from swarmnode.model.families import BadTokenizer, Families, tokenizer_document, tokenizer_from_document
-from swarmnode.model.hub_tokenizers import MAX_HUB_TOKENIZER_BYTES, HubTokenizers, hub_document
+from swarmnode.model.hub_tokenizers import (
+    LOAD_WINDOW_S,
+    MAX_HUB_TOKENIZER_BYTES,
+    MAX_LOADS_PER_WINDOW,
+    HubTokenizers,
+    hub_document,
+)
 from swarmnode.model.hub_tokenizers import MAX_WAITING as MAX_HUB_WAITING
 from swarmnode.model.tiny import TINY_LLAMA_SPEC, TINY_SPEC, build_tokenizer
 from swarmnode.protocol.records import tokenizer_document_digest
@@ -122,7 +129,9 @@ def test_the_hub_path_rebuilds_a_document_checks_its_digest_and_says_when_the_se
     assert hub.want(digest, "org/llama") and hub.want(digest, "org/llama")
     hub.join()
     assert hub.ready() == [(digest, document)] and calls == ["org/llama"], "rebuilt once"
-    assert hub.want(digest, "org/llama") and hub.ready() == []
+    assert hub.want(digest, "org/llama"), "learned and then forgotten by the families: it may be rebuilt"
+    hub.join()
+    assert hub.ready() == [(digest, document)] and len(calls) == 2
     for fetch in (lambda name: b"other bytes", lambda name: (_ for _ in ()).throw(OSError("hub unreachable"))):
         failing = HubTokenizers(offline=False, fetch=fetch)
         assert failing.want(digest, "org/llama")
@@ -130,20 +139,53 @@ def test_the_hub_path_rebuilds_a_document_checks_its_digest_and_says_when_the_se
         assert failing.ready() == [] and not failing.want(digest, "org/llama"), "failed: the sender is asked"
 
 
-def test_a_crowd_of_hub_ids_fills_a_bounded_queue_and_its_overflow_goes_to_the_senders():
+def test_a_crowd_of_hub_ids_fills_a_bounded_queue_and_window_and_its_overflow_goes_to_the_senders():
     release = threading.Event()
     hub = HubTokenizers(offline=False, fetch=lambda name: release.wait(5) and b"")
     asked = [hub.want(f"{k:064x}", f"crowd/m{k}") for k in range(MAX_HUB_WAITING + 5)]
     release.set()
     hub.join()
     assert asked.count(False) >= 4 and asked[0] and asked[MAX_HUB_WAITING - 1]
+    now = [0.0]
+    windowed = HubTokenizers(offline=False, fetch=lambda name: b"")
+    windowed._clock = lambda: now[0]
+    begun = []
+    for k in range(3 * MAX_LOADS_PER_WINDOW):
+        begun.append(windowed.want(f"{k:064x}", f"crowd/m{k}"))
+        windowed.join()
+    assert sum(begun) == MAX_LOADS_PER_WINDOW, "a window's loads, then the senders"
+    now[0] += LOAD_WINDOW_S
+    assert windowed.want(f"{10**6:064x}", "crowd/later"), "a new window"
 
 
-def test_a_hub_tokenizer_larger_than_the_bound_is_not_downloaded():
-    loads = []
+class _Sibling:
+    def __init__(self, name: str, size: int) -> None:
+        self.rfilename, self.size = name, size
+
+
+class _Api:
+    def __init__(self, sizes: dict[str, int]) -> None:
+        self.sizes = sizes
+
+    def model_info(self, repo, revision=None, files_metadata=False, timeout=None):
+        return type("Info", (), {"sha": "c0ffee", "siblings": [_Sibling(n, s) for n, s in self.sizes.items()]})()
+
+
+def test_a_hub_tokenizer_is_downloaded_from_the_listed_commit_only_its_tokenizer_files_within_the_bound():
+    downloads = []
+    huge = _Api({"tokenizer.json": MAX_HUB_TOKENIZER_BYTES, "config.json": 10, "model.safetensors": 10**10})
     with pytest.raises(ValueError, match="bytes"):
-        hub_document("org/huge", size_of=lambda hub: MAX_HUB_TOKENIZER_BYTES + 1, load=lambda *a: loads.append(a))
-    assert loads == []
+        hub_document("org/huge", api=huge, download=lambda *a, **k: downloads.append(k))
+    assert downloads == []
     tokenizer = build_tokenizer(TINY_LLAMA_SPEC)
-    built = hub_document("org/m@v1", size_of=lambda hub: 10, load=lambda name, rev: loads.append((name, rev)) or tokenizer)
-    assert built == tokenizer_document(tokenizer) and loads == [("org/m", "v1")]
+    folders = []
+
+    def download(repo, revision, allow_patterns, local_dir):
+        downloads.append((repo, revision, sorted(allow_patterns)))
+        folders.append(local_dir)
+
+    api = _Api({"tokenizer.json": 5000, "config.json": 10, "model.safetensors": 10**10, "extra/evil.json": 10**9})
+    built = hub_document("org/m@v1", api=api, download=download, load=lambda folder, rev: tokenizer)
+    assert built == tokenizer_document(tokenizer)
+    assert downloads == [("org/m", "c0ffee", ["config.json", "tokenizer.json"])], "the listed commit, tokenizer files"
+    assert not Path(folders[0]).exists(), "the temporary directory is gone"

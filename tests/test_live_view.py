@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 import pytest
@@ -37,6 +38,18 @@ def test_the_live_line_ends_with_the_time_left_from_the_wall_time_between_rounds
     now[0] += 10.0
     view.round(_record(10, round_s=4.0), total_rounds=11)
     assert out.getvalue().splitlines()[-1].endswith("eta 0s"), "the last round: nothing left"
+
+
+def test_a_busy_round_line_of_a_long_run_fits_80_columns():
+    out = io.StringIO()
+    view = LiveView(Console(file=out, width=200), clock=lambda: 0.0)
+    busy = dataclasses.replace(_record(998, round_s=12.3), own_samples=128, peer_samples=128, filtered=12,
+                               reward_mean=-0.123, weight_mean=0.987)
+    view.round(busy, total_rounds=1000)
+    line = out.getvalue().strip()
+    assert len(line) <= 80 and " filt 12 " in line and " 12s " in line, line
+    view.round(_record(5, round_s=0.5), total_rounds=1000)
+    assert " filt " not in out.getvalue().splitlines()[-1], "no filter count when nothing was filtered"
 
 
 def test_durations_read_at_a_glance():

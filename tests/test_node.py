@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 from prometheus_client.parser import text_string_to_metric_families
+from safetensors import SafetensorError
 
 from swarmnode.assemble import compose_node, run_id_for
 from swarmnode.loop.ledger import PeerLedger
@@ -435,44 +436,61 @@ def test_a_checkpoint_that_cannot_be_written_is_said_and_training_goes_on(tmp_pa
     node.view.say = said.append
     real_save = checkpoint.save_file
 
-    def full_disk(tensors, path, *args, **kwargs):
-        raise OSError(28, "No space left on device")
+    def full_disk(tensors, path, *args, **kwargs):  # what safetensors raises on a full disk: no OSError
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
 
     monkeypatch.setattr(checkpoint, "save_file", full_disk)
+    node.publisher = pushes = _Pushes(every=1)
     node.run(rounds=3)  # two more rounds, each checkpointed in the background, then the last save
     assert [m["round"] for m in round_lines(read_metrics(node.metrics.path))] == [0, 1, 2]
     assert said and all("No space left on device" in line and "training goes on" in line for line in said)
     assert (node.checkpoint_dir / "meta.json").read_text() == kept, "the last good checkpoint stays"
     assert not node.checkpoint_dir.with_name("checkpoint.tmp").exists(), "the half-written copy is gone"
+    assert pushes.pushed == [], "nothing pushed that was not written"
+    node.publisher = None
     monkeypatch.setattr(checkpoint, "save_file", real_save)
     node.save(2)
     assert json.loads((node.checkpoint_dir / "meta.json").read_text())["round"] == 2, "space again: saved again"
     node.close()
 
 
+class _Pushes:
+    """A Hub publisher that records what it was asked to push."""
+
+    def __init__(self, every: int) -> None:
+        self.every, self.pushed, self.repo_id = every, [], "me/model"
+
+    def due(self, round_: int) -> bool:
+        return (round_ + 1) % self.every == 0
+
+    def push(self, folder, facts, wait: bool = False) -> None:
+        self.pushed.append(facts.rounds_done)
+
+
 def test_metrics_lines_that_cannot_be_written_are_said_once_and_the_log_goes_on(tmp_path, caplog):
     log = MetricsLog(tmp_path / "metrics.jsonl")
-    writes = []
-    real = log._file
+    log.write({"kind": "round", "round": 0})
 
-    class Full:
+    class Full:  # a full disk: the first half of a line reaches the file, then the write fails
         def write(self, text):
-            writes.append(text)
+            with log.path.open("a") as file:
+                file.write(text[: len(text) // 2])
 
         def flush(self):
             raise OSError(28, "No space left on device")
 
         def close(self):
-            real.close()
+            raise OSError(28, "No space left on device")
 
     log._file = Full()
-    log.write({"kind": "round", "round": 0})
-    log._file = Full()
     log.write({"kind": "round", "round": 1})
-    assert log.lost == 2 and len(writes) == 2
+    log.write({"kind": "round", "round": 2})  # the disk has room again: a fresh handle
+    log._file = Full()
+    log.write({"kind": "round", "round": 3})
+    log.close()
+    assert log.lost == 2
     assert sum("No space left on device" in r.getMessage() for r in caplog.records) == 1, "said once"
-    log.write({"kind": "round", "round": 2})  # the disk has room again
-    assert [m["round"] for m in read_metrics(log.path)] == [2]
+    assert [m["round"] for m in read_metrics(log.path)] == [0, 2], "a cut line never swallows the next one"
 
 
 def test_resume_refuses_a_checkpoint_of_another_model(tmp_path, make_policy):

@@ -61,7 +61,7 @@ def hub(monkeypatch):
         (["--model", "nothing-here"], "cannot reach the Hugging Face hub for nothing-here"),
         (["--model", "a/b/c"], "'a/b/c' is no preset"),
         (["--initial-peers", "/ip4/1.2.3/tcp/x"], "'/ip4/1.2.3/tcp/x' is not a multiaddr"),
-        (["--task", "rg:no_such_set"], "reasoning-gym has no dataset 'no_such_set'"),
+        (["--task", "rg:no_such_set"], "no dataset 'no_such_set' among reasoning-gym's datasets"),
     ],
 )
 def test_a_setting_this_machine_cannot_meet_is_refused_at_once_and_said_in_node_log(tmp_path, hub, args, message):

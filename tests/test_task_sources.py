@@ -16,7 +16,7 @@ from swarmnode.rollout.hf import HFGenerator
 from swarmnode.settings.config import ConfigError, load_config
 from swarmnode.swarm.local import InMemoryHub
 from swarmnode.tasks import make_task
-from swarmnode.tasks.gym import GymProblem
+from swarmnode.tasks.gym import GymProblem, check_reproducible, gym_datasets
 
 CHAIN = ["task.name=rg:chain_sum", "task.options.max_terms=2", "task.options.max_digits=2"]
 
@@ -70,6 +70,23 @@ def test_bad_reasoning_gym_settings_say_what_is_wrong_before_anything_starts():
         preflight(load_config(overrides=["task.name=rg:chain_sum", "task.options.bogus=1"]))
 
 
+def test_datasets_that_would_run_a_peer_s_text_are_not_offered_and_a_scorer_that_chokes_scores_nothing():
+    with pytest.raises(ValueError, match="safe on a peer's text"):
+        _task("task.name=rg:string_insertion")  # its scorer eval()s the answer
+    offered = gym_datasets()
+    assert "chain_sum" in offered and not {"string_insertion", "binary_matrix", "polynomial_multiplication"} & set(offered)
+    task = _task(*CHAIN)
+    problem = task.train_problem(0)
+    task._train.score_answer = lambda answer, entry: 1 / 0  # a dataset's scorer raising on odd text
+    assert task.reward("<answer>((((</answer>", problem) == 0.0
+
+
+def test_a_dataset_whose_problems_depend_on_the_process_is_refused_before_it_starts():
+    with pytest.raises(PreflightError, match="another process makes other problems"):
+        preflight(load_config(overrides=["task.name=rg:isomorphic_strings"]))
+    check_reproducible(_task(*CHAIN))  # chain_sum: the same problems in a process of another hash seed
+
+
 PLUGIN = '''
 from swarmnode.tasks import ArithmeticTask
 
@@ -79,7 +96,7 @@ class Doubling(ArithmeticTask):
 
     @property
     def fingerprint(self):
-        return "doubling-" + super().fingerprint
+        return "doubling"  # a careless plug-in: the same whatever its options
 
 
 def make_task(settings):
@@ -112,7 +129,8 @@ def test_a_plug_in_task_is_found_runs_and_enters_the_run_id(plugin_package, tmp_
     arithmetic = load_config(overrides=[f"node.run_dir={tmp_path / 'a'}"])
     assert run_id_for(config, task, policy) != run_id_for(arithmetic, make_task(arithmetic.task), policy)
     other = load_config(overrides=["task.name=doubling", "task.options.max_operand=6"])
-    assert run_id_for(other, make_task(other.task), policy) != run_id_for(config, task, policy)
+    assert run_id_for(other, make_task(other.task), policy) != run_id_for(config, task, policy), \
+        "its options enter the run id though its own fingerprint ignores them"
 
 
 def test_a_plug_in_that_is_not_installed_or_fails_is_a_clear_error(plugin_package):

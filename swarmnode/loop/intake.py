@@ -32,6 +32,7 @@ from swarmnode.ops.preflight import hub_offline
 from swarmnode.protocol import wire
 from swarmnode.protocol.batches import batch_split, check_batch
 from swarmnode.protocol.prompts import build_prompt
+from swarmnode.protocol.records import short_peer
 from swarmnode.settings.config import Config
 from swarmnode.swarm.base import Membership, Received, RolloutExchange, is_useless
 from swarmnode.tasks.base import Task
@@ -192,7 +193,7 @@ class Intake:
         if len(self.unread) < UNREAD_NAMED and unknown.digest not in self.unread:
             self.unread.add(unknown.digest)
             log.info("peer %s sends batches in a tokenizer this node does not know yet (%s): asking it for it",
-                     peer_id[:12], unknown.digest[:16])
+                     short_peer(peer_id), unknown.digest[:16])
 
     def reject(self, peer_id: str, reason: str) -> None:
         self.ledger.reject(peer_id, reason)

@@ -26,7 +26,7 @@ from swarmnode.loop.intake import Intake, Taken
 from swarmnode.loop.ledger import PeerLedger
 from swarmnode.loop.samples import OWN, Sample, ScoredGroup, score_group, train_samples
 from swarmnode.model.batching import OutOfMemory
-from swarmnode.model.checkpoint import CheckpointWriter, checkpoint_present, load_checkpoint
+from swarmnode.model.checkpoint import DISK_ERRORS, CheckpointWriter, checkpoint_present, load_checkpoint
 from swarmnode.model.policy import Policy, StepResult
 from swarmnode.ops.hub import CardFacts, HubPublisher
 from swarmnode.ops.lines import EvalRecord, HalvedRecord, RoundRecord, StartRecord
@@ -224,7 +224,7 @@ class Node:
     def checkpoint_dir(self) -> Path:
         return self.checkpoints.directory
 
-    def save(self, last_round: int, wait: bool = True) -> None:
+    def save(self, last_round: int, wait: bool = True) -> bool:
         """Checkpoint the state after `last_round`; with `wait` False the files are written
         while the next rounds run (a kill before they are renamed into place keeps the last)."""
         meta = {
@@ -237,18 +237,20 @@ class Node:
         self._saved_at = time.monotonic()
         try:
             self.checkpoints.wait()  # the write before this one, in the background
-        except OSError as err:
+        except DISK_ERRORS as err:
             self._not_saved(err)
         try:
             self.checkpoints.save(last_round, meta, wait=wait)
-        except OSError as err:  # a full or failing disk: the last checkpoint written stays, training goes on
+        except DISK_ERRORS as err:  # a full or failing disk: the last checkpoint written stays, training goes on
             self._not_saved(err)
-            return
+            return False
         self.next_round = last_round + 1
+        return True
 
-    def _not_saved(self, err: OSError) -> None:
+    def _not_saved(self, err: Exception) -> None:
+        detail = err.strerror if isinstance(err, OSError) and err.strerror else str(err)[:200]
         self.view.say(
-            f"warning: a checkpoint could not be written in {self.checkpoint_dir} ({err.strerror or err}); "
+            f"warning: a checkpoint could not be written in {self.checkpoint_dir} ({detail}); "
             "training goes on and the last checkpoint written stays: free space on that disk, or stop and "
             "start again with another --run-dir"
         )
@@ -295,7 +297,7 @@ class Node:
         if self.next_round == 0:
             before = self._evaluate_all(-1, "before")
             summary["eval_before"], summary["ood_before"] = before.eval_acc, before.ood_acc
-            self.view.note(f"eval before training: {before.eval_acc:.3f}")
+            self.view.note(f"eval before training: {before.eval_acc:.3f} on {before.eval_size} held-out problems")
         self._wait_for_peers()
         round_ = self.next_round
         last_done = self.next_round - 1
@@ -314,11 +316,11 @@ class Node:
                 self.reporters.round(record)
                 self.view.round(record, total)
                 if cfg.eval_every and (round_ + 1) % cfg.eval_every == 0 and round_ + 1 < total:
-                    self.view.note(f"eval after round {round_ + 1}: {self._evaluate_all(round_, 'during').eval_acc:.3f}")
+                    during = self._evaluate_all(round_, "during")
+                    self.view.note(f"eval after round {round_ + 1}: {during.eval_acc:.3f} on {during.eval_size} held-out problems")
                 push_due = self.publisher is not None and self.publisher.due(round_)
-                if self._checkpoint_due(round_) or push_due:
-                    self.save(round_, wait=push_due)  # a push reads the files
-                if push_due:
+                saved = (self._checkpoint_due(round_) or push_due) and self.save(round_, wait=push_due)
+                if push_due and saved:  # a push reads the files just written
                     self.publisher.push(self.checkpoint_dir / "model", self.card_facts(round_ + 1))
                 round_ += 1
         except KeyboardInterrupt:
@@ -340,10 +342,9 @@ class Node:
         after = self._evaluate_all(last_done, "after")
         summary["eval_after"], summary["ood_after"] = after.eval_acc, after.ood_acc
         self.membership.announce(self.status(last_done + 1))
-        self.view.note(f"eval after training: {after.eval_acc:.3f}")
+        self.view.note(f"eval after training: {after.eval_acc:.3f} on {after.eval_size} held-out problems")
         if last_done >= 0:
-            self.save(last_done)
-            if self.publisher:
+            if self.save(last_done) and self.publisher:
                 self.view.note(f"pushing the model to the Hub: {self.publisher.repo_id}")
                 self.publisher.push(self.checkpoint_dir / "model", self.card_facts(last_done + 1), wait=True)
         return summary
@@ -358,7 +359,8 @@ class Node:
 
     def _evaluate_all(self, last_round: int, phase: str) -> EvalRecord:
         """Held-out (and OOD) accuracy, logged as an eval line of metrics.jsonl."""
-        record = EvalRecord(round=last_round, phase=phase, eval_acc=self.evaluate(), ood_acc=self.evaluator.ood_accuracy())
+        record = EvalRecord(round=last_round, phase=phase, eval_acc=self.evaluate(), ood_acc=self.evaluator.ood_accuracy(),
+                            eval_size=self.evaluator.eval_size)
         self.last_eval = record.eval_acc
         self.evals.append(record.eval_acc)
         if phase == "before":

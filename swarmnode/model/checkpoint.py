@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 from peft import set_peft_model_state_dict
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from swarmnode.model.policy import Policy
@@ -26,6 +27,8 @@ from swarmnode.protocol.records import CHECKPOINT_FORMAT as FORMAT
 
 log = logging.getLogger(__name__)
 
+# what a full or failing disk raises while a checkpoint is written (safetensors' error is no OSError)
+DISK_ERRORS: tuple[type[Exception], ...] = (OSError, SafetensorError)
 SNAPSHOT_MEMORY_SHARE = 0.5  # a snapshot may take at most this share of the host's available memory
 
 

@@ -89,6 +89,7 @@ class EvalRecord:
     phase: Literal["before", "during", "after"]
     eval_acc: float
     ood_acc: float | None = None
+    eval_size: int | None = None  # the held-out problems it was measured on (None: a line of an older node)
 
     kind: Literal["eval"] = "eval"
 
@@ -100,7 +101,8 @@ class EvalRecord:
         """An eval line read back; RecordError for a line of another kind or version."""
         if line.get("kind") != "eval" or not all(k in line for k in ("round", "phase", "eval_acc")):
             raise RecordError("not an eval line of this version")
-        return cls(round=line["round"], phase=line["phase"], eval_acc=line["eval_acc"], ood_acc=line.get("ood_acc"))
+        return cls(round=line["round"], phase=line["phase"], eval_acc=line["eval_acc"], ood_acc=line.get("ood_acc"),
+                   eval_size=line.get("eval_size"))
 
 
 @dataclass

@@ -9,7 +9,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from rich.console import Console
 
@@ -29,41 +29,46 @@ class MetricsLog:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        torn = path.exists() and path.stat().st_size > 0 and _last_byte(path) != b"\n"
-        self._file = path.open("a", encoding="utf-8")
         self.lost = 0  # lines that could not be written (a full disk): said once, training goes on
-        if torn:  # a kill in the middle of a line: end it, so the next line stands on its own
-            self._file.write("\n")
+        self._file: TextIO | None = self._open()
+
+    def _open(self) -> TextIO:
+        """The file for appending; a line cut short (a kill, a full disk) is ended first, so the
+        next line stands on its own."""
+        torn = self.path.exists() and self.path.stat().st_size > 0 and _last_byte(self.path) != b"\n"
+        file = self.path.open("a", encoding="utf-8")
+        if torn:
+            file.write("\n")
+        return file
 
     def write(self, record: dict[str, Any]) -> None:
         clean = {k: finite_or_none(v) for k, v in record.items()}
         clean.setdefault("time", round(time.time(), 3))
         line = json.dumps(clean, sort_keys=True) + "\n"
         try:
+            if self._file is None:  # the last write failed: a fresh handle, whose buffer holds no lost line
+                self._file = self._open()
             self._file.write(line)
             self._file.flush()
         except OSError as err:
             if not self.lost:
-                log.warning(
-                    "cannot write %s (%s): training goes on without these lines; free space on that disk",
-                    self.path, err.strerror or err)
+                log.warning("cannot write %s (%s): training goes on without these lines; free space on that disk",
+                            self.path, err.strerror or err)
             self.lost += 1
-            self._reopen()
+            self._drop_handle()
 
-    def _reopen(self) -> None:
-        """A fresh handle: a failed flush leaves the old one's buffer holding the lost line."""
-        try:
-            self._file.close()
-        except OSError:
-            pass
-        self._file = self.path.open("a", encoding="utf-8")
+    def _drop_handle(self) -> None:
+        if self._file is not None:
+            with contextlib.suppress(OSError):  # closing flushes what the disk refused: refused again
+                self._file.close()
+        self._file = None
 
     def forget_from(self, round_: int) -> int:
         """Drop the lines of rounds `round_` and later (and, from round 0, the evaluation before
         it), which a restart does again: the file never holds a round twice. Rewritten whole,
         then renamed over the old one, so a crash leaves one or the other; the number of
         lines dropped."""
-        self._file.close()
+        self._drop_handle()
         kept, dropped = [], 0
         for line in self.path.read_text(encoding="utf-8").splitlines(keepends=True):
             try:
@@ -81,7 +86,7 @@ class MetricsLog:
                 rewritten.flush()
                 os.fsync(rewritten.fileno())  # on disk before it replaces the old file
             os.replace(staging, self.path)
-        self._file = self.path.open("a", encoding="utf-8")
+        self._file = self._open()
         return dropped
 
     def set_aside(self) -> Path | None:
@@ -90,14 +95,14 @@ class MetricsLog:
         moved to, or None when it held no round."""
         if not any(line.startswith("{") and '"round"' in line for line in self.path.read_text(encoding="utf-8").splitlines()):
             return None
-        self._file.close()
+        self._drop_handle()
         kept = self.path.with_name(f"metrics.{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
         os.replace(self.path, kept)
-        self._file = self.path.open("a", encoding="utf-8")
+        self._file = self._open()
         return kept
 
     def close(self) -> None:
-        self._file.close()
+        self._drop_handle()
 
 
 def _last_byte(path: Path) -> bytes:
@@ -168,10 +173,12 @@ class LiveView:
 
     def round(self, m: RoundRecord, total_rounds: int) -> None:
         head = f"round {m.round + 1}/{total_rounds}"
-        rest = (
-            f"reward {m.reward_mean:.3f} own {m.own_samples} peer {m.peer_samples} filtered {m.filtered} "
-            f"w {m.weight_mean:.3f}/{m.weight_max:.2f} {m.timings.get('round_s', 0.0):.2f}s"
-            f" eta {format_duration(self._eta(m, total_rounds))}"
+        round_s = m.timings.get("round_s", 0.0)
+        took = f"{round_s:.0f}s" if round_s >= 10 else f"{round_s:.1f}s"
+        rest = (  # within 80 columns up to 1000 rounds, 3-digit sample counts and 2-digit filter counts
+            f"reward {m.reward_mean:.3f} own {m.own_samples} peer {m.peer_samples}"
+            + (f" filt {m.filtered}" if m.filtered else "")
+            + f" w {m.weight_mean:.2f}/{m.weight_max:.1f} {took} eta {format_duration(self._eta(m, total_rounds))}"
         )
         _file_log.info(f"{head} {rest}")
         if not self.quiet:

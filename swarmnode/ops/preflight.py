@@ -28,12 +28,13 @@ from huggingface_hub.errors import (
 from huggingface_hub.utils import validate_repo_id
 
 from swarmnode.settings.config import Config, ModelSettings, TaskSettings
-from swarmnode.settings.models import TINY_NAMES, resolve_model_name
+from swarmnode.settings.models import GYM_PRESETS, TINY_NAMES, resolve_model_name
 from swarmnode.settings.registry import TASKS
 from swarmnode.sizing.devices import device_of
 from swarmnode.sizing.shapes import KNOWN_SHAPES
 from swarmnode.swarm.hivemind.addresses import AddressError, check_swarm_addresses
 from swarmnode.tasks import data_source, make_task
+from swarmnode.tasks.gym import INSTALL_HINT, ReasoningGymTask, check_reproducible
 
 HUB_TIMEOUT_S = 5.0  # one question to the hub: does this repository exist, can we reach it
 OFFLINE_FIX = "set HF_HUB_OFFLINE=1 to use the local Hugging Face cache"
@@ -79,6 +80,8 @@ def check_device(config: Config) -> None:
 def check_model(model: ModelSettings, found: Preflight) -> None:
     """A preset, a local model directory, or a hub id the hub (or the cache, offline) has."""
     name = resolve_model_name(model.name)
+    if name in GYM_PRESETS and importlib.util.find_spec("reasoning_gym") is None:
+        raise PreflightError(f"model.name: the {name} preset is warmed up on a reasoning-gym dataset: {INSTALL_HINT}")
     if name in TINY_NAMES:
         return
     path = Path(name)  # as the loader reads it: no ~ expansion there either
@@ -148,7 +151,7 @@ def check_addresses(config: Config) -> None:
     """Every multiaddr of the settings parses (a typo is said in a second, not after torch loads)."""
     try:
         check_swarm_addresses(config.swarm)
-    except AddressError as err:
+    except (AddressError, ImportError) as err:
         raise PreflightError(str(err)) from None
 
 
@@ -158,8 +161,10 @@ def check_task_source(task: TaskSettings) -> None:
     if task.name in TASKS.names:
         return
     try:
-        make_task(task)
-    except (ImportError, ValueError) as err:
+        made = make_task(task)
+        if isinstance(made, ReasoningGymTask):
+            check_reproducible(made)
+    except (ImportError, ValueError, TypeError) as err:
         raise PreflightError(f"task.name: {err}") from None
 
 

@@ -10,7 +10,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from swarmnode.protocol.records import EVAL_HISTORY, Heartbeat, PeerRow, claimed_use_of
+from swarmnode.protocol.records import EVAL_HISTORY, Heartbeat, PeerRow, claimed_use_of, short_peer
 
 COLUMNS = [  # (title, justify, in the narrow table); `filtered_frac` keeps the metric's one name
     ("peer", "left", True), ("run", "left", True), ("answered", "left", True), ("state", "left", True),
@@ -53,7 +53,7 @@ def _cells(row: PeerRow, wide: bool, you: Heartbeat | None = None) -> dict[str, 
     h = row.heartbeat
     mine = you is not None and h.peer == you.peer
     return {
-        "peer": escape(f"…{h.peer[-8:]}"),
+        "peer": escape(short_peer(h.peer)),
         "run": escape(h.run[:8]),
         "answered": _answered(row),
         "state": f"[{STATE_COLOURS.get(row.state, 'white')}]{row.state}[/] {row.age_s:.0f}s",
@@ -99,7 +99,7 @@ def contribution(rows: list[PeerRow], me: str | None) -> str | None:
         return None
     others = [row.heartbeat for row in rows if row.heartbeat.peer != me and row.state != "left"]
     claimed, claimants = claimed_use_of(you.peer, others, you.published)
-    return (f"you (…{you.peer[-8:]}): published {you.published} completions, {claimants} peer(s) claim to have "
+    return (f"you ({short_peer(you.peer)}): published {you.published} completions, {claimants} peer(s) claim to have "
             f"trained on {claimed} of them; you trained on {you.consumed} of your peers' completions")
 
 

@@ -54,6 +54,12 @@ MAX_TOKENIZER_DOCUMENT_BYTES = 32 << 20  # a tokenizer document as fetched (comp
 # tokenizers' JSON is about 33 MiB raw, a third of that compressed)
 
 
+def short_peer(peer_id: str) -> str:
+    """How a person sees a peer id in status and logs: its last 8 characters (libp2p ids all
+    begin alike, 'Qm...'), which end the full id a node prints at start."""
+    return f"…{peer_id[-8:]}"
+
+
 def tokenizer_document_digest(document: bytes) -> str:
     """The name a batch gives its sender's tokenizer: the SHA-256 of its document
     (swarmnode.model.families), so whoever serves the document, its bytes hash to the name."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 TINY_NAMES = ("tiny", "tiny-large", "tiny-add", "tiny-llama", "tiny-chain")  # built locally (swarmnode.model.tiny), never fetched
+GYM_PRESETS = ("tiny-chain",)  # presets warmed up on a reasoning-gym dataset: building them needs reasoning-gym
 SHORT_NAME_ORGS = {"qwen": "Qwen"}
 
 

@@ -8,12 +8,14 @@ settings). In the package's pyproject.toml:
     [project.entry-points."swarmnode.tasks"]
     my-task = "my_package.tasks:make_task"
 
-The run id covers the plug-in's name, its distribution and version, and its task's own
-fingerprint, so nodes running another version of a plug-in are another run.
+The run id covers the plug-in's name, its distribution and version, `task.options` and its
+task's own fingerprint, so nodes running another version of a plug-in, or other options, are
+another run.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
@@ -32,14 +34,15 @@ class PluginTask:
     """A plug-in's task, its fingerprint widened by the plug-in's name and version; every other
     attribute is the plug-in task's own."""
 
-    def __init__(self, inner: Task, plugin: str, distribution: str) -> None:
+    def __init__(self, inner: Task, plugin: str, distribution: str, options: dict[str, Any]) -> None:
         self._inner = inner
         self._plugin = plugin
         self._distribution = distribution
+        self._options = json.dumps(options, sort_keys=True, default=str)
 
     @property
     def fingerprint(self) -> str:
-        return fingerprint_of("plugin", self._plugin, self._distribution, self._inner.fingerprint)
+        return fingerprint_of("plugin", self._plugin, self._distribution, self._options, self._inner.fingerprint)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -62,4 +65,4 @@ def make_plugin_task(settings: TaskSettings) -> Task:
     for member in ("fingerprint", "num_train", "train_problem", "eval_problems", "reward", "system_prompt"):
         if not hasattr(task, member):
             raise ValueError(f"task plug-in {settings.name!r} ({distribution}) gave a task without {member!r}")
-    return PluginTask(task, settings.name, distribution)
+    return PluginTask(task, settings.name, distribution, settings.options)

@@ -30,7 +30,7 @@ from collections.abc import Callable, Collection, Iterable
 
 from hivemind.utils.timed_storage import get_dht_time
 
-from swarmnode.protocol.records import RecordError
+from swarmnode.protocol.records import RecordError, short_peer
 from swarmnode.settings.config import SwarmSettings
 from swarmnode.swarm.base import NO_WAIT, GatherWait, PeerStanding, Received, is_proven
 from swarmnode.swarm.hivemind.dht import Manifest, owner_or_none, owner_peer_id, payload_digest
@@ -237,7 +237,7 @@ class HivemindExchange:
         else:
             if isinstance(err, FetchError) and err.misbehaved:
                 self.ledger.reject(peer, f"tokenizer document: {err}")
-            log.info("could not fetch tokenizer %s from %s: %s", digest[:16], peer[:12], err)
+            log.info("could not fetch tokenizer %s from %s: %s", digest[:16], short_peer(peer), err)
         self._tokenizer_wants.settle(err is None)
         self._fetch_next_tokenizer()
 
