@@ -49,9 +49,10 @@ run: setup  ## a local swarm of 3 heterogeneous tiny nodes on CPU, offline (swar
 lint: setup
 	$(VENV)/bin/ruff check swarmnode tests bench
 
-lint-docker: $(TSTAMP)  ## hadolint on the Dockerfiles, docker-compose's own check of compose.yaml
+lint-docker: $(TSTAMP)  ## hadolint on the Dockerfiles, docker-compose's own check of both compose files
 	$(TOOLS_VENV)/bin/hadolint docker/Dockerfile docker/Dockerfile.cpu
 	$(TOOLS_VENV)/bin/docker-compose -f docker/compose.yaml config --quiet
+	$(TOOLS_VENV)/bin/docker-compose -f docker/compose.cpu.yaml config --quiet
 
 test: lint lint-docker test-main test-vllm  ## everything CI runs
 

@@ -4,8 +4,10 @@ what the node will do instead, quickly; each check is shown failing, with its fi
 from __future__ import annotations
 
 import re
+import socket
 import time
 from collections import namedtuple
+from email.utils import formatdate
 
 import huggingface_hub
 import pytest
@@ -95,11 +97,40 @@ def test_each_check_says_what_stops_the_node_and_the_fix(tmp_path, offline, monk
 def test_a_reachable_hub_and_an_offline_one_are_told_apart(tmp_path, offline, monkeypatch):
     class Session:
         @staticmethod
-        def head(*args, **kwargs):
-            return None
+        def head(*args, **kwargs):  # the hub answers, its Date a minute behind ours
+            return type("Answer", (), {"headers": {"Date": formatdate(time.time() - 60, usegmt=True)}})()
 
     monkeypatch.setattr(doctor, "get_session", lambda: Session())
-    assert _verdicts(load_config(None, [f"node.run_dir={tmp_path}"]))["hub"][0] == FINE
+    found = _verdicts(load_config(None, [f"node.run_dir={tmp_path}"]))
+    assert found["hub"][0] == FINE
+    assert found["clock"][0] == BLOCKING and "ahead of the hub's clock" in found["clock"][1]
     monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
     hub = _verdicts(load_config(None, [f"node.run_dir={tmp_path}"]))["hub"]
     assert hub[0] == NOTE and "HF_HUB_OFFLINE" in hub[1]
+
+
+def test_initial_peers_are_asked_on_tcp_and_none_answering_blocks(tmp_path, offline):
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        open_port = listener.getsockname()[1]
+        with socket.socket() as probe:  # a port nobody listens on
+            probe.bind(("127.0.0.1", 0))
+            closed_port = probe.getsockname()[1]
+        peer = "/p2p/QmXfV8jn6FiD1VTcSmxpstA2WmtvRCB9yYbGcw3rTYXbbb"
+        base = [f"node.run_dir={tmp_path / 'run'}", "swarm.host_maddrs=['/ip4/127.0.0.1/tcp/0']"]
+        one = _verdicts(load_config(None, [*base, f"swarm.initial_peers=['/ip4/127.0.0.1/tcp/{open_port}{peer}', "
+                                                  f"'/ip4/127.0.0.1/tcp/{closed_port}{peer}']"]))
+        assert one["initial peers"][0] == FINE and "1 of 2 answer" in one["initial peers"][1]
+        none = _verdicts(load_config(None, [*base, f"swarm.initial_peers=['/ip4/127.0.0.1/tcp/{closed_port}{peer}']"]))
+        assert none["initial peers"][0] == BLOCKING and "copy it whole" in none["initial peers"][1]
+        assert one["reach"][0] == NOTE and one["reach"][1].startswith("local:")
+    assert "initial peers" not in _verdicts(load_config(None, [*base, "swarm.enabled=false"])), "alone: no peers"
+
+
+def test_a_clock_far_from_the_hub_s_blocks_and_none_to_ask_is_a_note():
+    fine = doctor._clock(1000.0, now=1005.0)
+    assert (fine.verdict, fine.said) == (FINE, "5 s ahead of the hub's clock")
+    late = doctor._clock(1000.0, now=900.0)
+    assert late.verdict == BLOCKING and "100 s behind" in late.said and "timedatectl" in late.said
+    assert doctor._clock(None).verdict == NOTE
