@@ -11,7 +11,7 @@ VLLM_VENV ?= .venv-vllm
 VPY := $(VLLM_VENV)/bin/python
 VSTAMP := $(VLLM_VENV)/.installed
 
-.PHONY: setup setup-vllm run test test-main test-vllm lint lint-docker bench clean
+.PHONY: setup setup-vllm run test test-main test-vllm test-docker lint lint-docker bench clean
 
 setup: $(STAMP)
 
@@ -57,7 +57,12 @@ lint-docker: $(TSTAMP)  ## hadolint on the Dockerfiles, docker-compose's own che
 test: lint lint-docker test-main test-vllm  ## everything CI runs
 
 test-main: setup  ## the suite in the main environment (slow multi-process tests included)
-	$(PY) -m pytest -q -m "not vllm"
+	$(PY) -m pytest -q -m "not vllm and not docker"
+
+# The CPU image from a fresh clone, and the demo inside it (about 15 minutes): needs root, a
+# running Docker engine and debootstrap (apt-get install docker.io debootstrap; dockerd).
+test-docker: setup
+	SWARMNODE_DOCKER_TEST=require $(PY) -m pytest -q -m docker
 
 test-vllm: $(VSTAMP)  ## vLLM against the trainer, and a vLLM + HF swarm, in .venv-vllm
 	$(VPY) -m pytest -q -m vllm

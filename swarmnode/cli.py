@@ -316,13 +316,13 @@ def status(
                     break
                 time.sleep(watch)
         elif watch:
-            with Live(render_table(peer_rows(runtime, stale_after), wide, me), console=Console()) as live:
+            with Live(render_table(peer_rows(runtime, stale_after), wide, me), console=_status_console(wide)) as live:
                 while True:
                     time.sleep(watch)
                     live.update(render_table(peer_rows(runtime, stale_after), wide, me))
         else:
             rows = peer_rows(runtime, stale_after)
-            Console().print(render_table(rows, wide, me) if rows else "the swarm answered but no node has a heartbeat")
+            _status_console(wide).print(render_table(rows, wide, me) if rows else "the swarm answered but no node has a heartbeat")
     except KeyboardInterrupt:
         pass
     except TimeoutError:
@@ -331,9 +331,18 @@ def status(
         runtime.shutdown()
 
 
+WIDE_STATUS_COLUMNS = 240  # --wide's table is drawn whole at up to this width; a narrower terminal wraps it
+
+
+def _status_console(wide: bool, terminal: Console | None = None) -> Console:
+    """80 columns' table by default; --wide draws every column whole, however wide the terminal."""
+    terminal = terminal or Console()
+    return Console(file=terminal.file, width=max(terminal.width, WIDE_STATUS_COLUMNS)) if wide else terminal
+
+
 @app.command()
 def demo(
-    nodes: Annotated[int, typer.Option(help="how many node processes (kinds cycle: tiny, tiny LoRA, tiny-large)", min=2)] = 3,
+    nodes: Annotated[int, typer.Option(help="how many node processes (kinds cycle: tiny, tiny LoRA, tiny-llama)", min=2)] = 3,
     rounds: Annotated[int, typer.Option(help="rounds every node runs", min=1)] = 80,
     directory: Annotated[
         Path, typer.Option("--dir", help="demo directory (wiped first): configs, logs, metrics, curves.png")

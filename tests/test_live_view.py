@@ -9,6 +9,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+from swarmnode import cli
 from swarmnode.cli import app
 from swarmnode.ops.lines import RoundRecord
 from swarmnode.ops.metrics import LiveView, format_duration
@@ -108,6 +109,11 @@ def test_status_counts_the_families_in_80_columns_and_names_each_peer_s_when_wid
     assert "families" not in shown(rows(families[:1] * 2))
     wide = shown(rows(families), wide=True)
     assert "family" in wide and "3f2a9c1d" in wide and "b7e1c2d3" in wide, wide
+    for console, whole in ((Console(width=80), False), (cli._status_console(True, Console(width=80)), True)):
+        with console.capture() as captured:  # `status --wide` on an 80-column terminal: cut, unless widened
+            console.print(render_table(rows(families), True))
+        drawn = captured.get()
+        assert ("3f2a9c1d" in drawn and "b7e1c2d3" in drawn and "…" not in drawn.replace("…xxxxxxxx", "")) is whole, drawn
 
 
 def test_status_beside_a_node_says_whether_peers_use_its_rollouts_as_their_claims_capped_at_what_it_published():

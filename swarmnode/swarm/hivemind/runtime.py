@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from hivemind.dht.node import DHTNode
 from hivemind.dht.validation import CompositeValidator
 from hivemind.p2p import P2P, P2PDaemonError, PeerID
+from hivemind.utils.logging import use_hivemind_log_handler
 from hivemind.utils.multiaddr import Multiaddr
 from hivemind.utils.timed_storage import get_dht_time
 
@@ -34,6 +35,12 @@ from swarmnode.swarm.hivemind.shards import ShardIndex
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# hivemind's lines go through the node's own handlers (the terminal's format, under the
+# spinner rather than through it, and node.log) instead of a handler of hivemind's own; its
+# chatter below a warning only with --verbose (the root logger at DEBUG)
+use_hivemind_log_handler("nowhere")
+if not logging.getLogger().isEnabledFor(logging.DEBUG):
+    logging.getLogger("hivemind").setLevel(logging.WARNING)
 
 # A lookup follows this many of the nodes nearest a key. hivemind's default is its bucket size
 # (20): in a swarm of a few dozen nodes a read then asks nearly every node, and validates
