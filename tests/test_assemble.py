@@ -65,7 +65,7 @@ def test_a_solo_node_runs_and_closes_its_metrics(tmp_path, make_policy, nothing_
     config = _config(tmp_path, "solo", "swarm.enabled=false")
     with assemble(config, policy=make_policy()) as node:
         summary = node.run(rounds=2)
-    assert node.metrics._file.closed
+    assert node.metrics.closed
     assert 0.0 <= summary["eval_after"] <= 1.0
     assert [m["round"] for m in round_lines(read_metrics(tmp_path / "solo" / "metrics.jsonl"))] == [0, 1]
 
@@ -153,7 +153,7 @@ def test_a_failure_inside_the_run_closes_everything_and_says_goodbye(tmp_path, m
             node.run_round(0)
             raise RuntimeError("boom")
     assert watcher.live_peers() == {}, "the node's membership said it left"
-    assert node.metrics._file.closed
+    assert node.metrics.closed
 
 
 def test_a_swarm_node_is_built_and_taken_down(tmp_path, make_policy, nothing_left_running):

@@ -52,6 +52,10 @@ def test_every_join_flag_that_sets_a_setting_has_its_description_as_help():
         assert options[name].help == describe(flag.setting), name
 
 
+PEER_A = "/ip4/127.0.0.1/tcp/1/p2p/QmXfV8jn6FiD1VTcSmxpstA2WmtvRCB9yYbGcw3rTYXbbb"  # multiaddrs a node could dial (preflight parses them)
+PEER_B = "/ip4/127.0.0.1/tcp/2/p2p/QmXfV8jn6FiD1VTcSmxpstA2WmtvRCB9yYbGcw3rTYXccc"
+
+
 @pytest.mark.parametrize(
     "args,key,value",
     [
@@ -62,8 +66,7 @@ def test_every_join_flag_that_sets_a_setting_has_its_description_as_help():
         (["--run-dir", "elsewhere"], "node.run_dir", Path("elsewhere")),
         (["--seed", "3"], "node.seed", 3),
         (["--lr", "0.01"], "train.lr", 0.01),
-        (["--initial-peers", "/ip4/127.0.0.1/tcp/1/p2p/QmA", "--initial-peers", "/ip4/127.0.0.1/tcp/2/p2p/QmB"],
-         "swarm.initial_peers", ["/ip4/127.0.0.1/tcp/1/p2p/QmA", "/ip4/127.0.0.1/tcp/2/p2p/QmB"]),
+        (["--initial-peers", PEER_A, "--initial-peers", PEER_B], "swarm.initial_peers", [PEER_A, PEER_B]),
         (["--identity", "key.pem"], "swarm.identity_path", Path("key.pem")),
         (["--startup-timeout", "5"], "swarm.startup_timeout_s", 5.0),
         (["--min-peers", "2"], "swarm.min_peers", 2),

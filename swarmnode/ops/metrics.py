@@ -30,6 +30,7 @@ class MetricsLog:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.lost = 0  # lines that could not be written (a full disk): said once, training goes on
+        self.closed = False
         self._file: TextIO | None = self._open()
 
     def _open(self) -> TextIO:
@@ -103,6 +104,7 @@ class MetricsLog:
 
     def close(self) -> None:
         self._drop_handle()
+        self.closed = True
 
 
 def _last_byte(path: Path) -> bytes:
