@@ -50,6 +50,14 @@ def _node(tmp_path, make_policy, name, hub=None, staleness=1, max_rejects=3, set
     return compose_node(config, policy, HFGenerator(policy, config.rollout), task, run, link, ledger)
 
 
+def _llama_policy(name: str = "tiny-llama") -> Policy:
+    """A small random Llama of tiny-llama's tokenizer family: another family than tiny's."""
+    tokenizer = build_tokenizer(TINY_LLAMA_SPEC)
+    model = build_model(tokenizer, TINY_LLAMA_SPEC, hidden_size=64, intermediate_size=128, num_hidden_layers=1)
+    return Policy(model.eval(), tokenizer, name, TrainSettings(lr=1e-3), LoraSettings(rank=0),
+                  use_chat_template=False, seed=0)
+
+
 def _step_together(nodes, round_):
     states = [n.produce(round_) for n in nodes]
     return [n.consume(round_, s) for n, s in zip(nodes, states)]
@@ -81,10 +89,7 @@ def test_nodes_of_two_tokenizer_families_train_on_each_others_samples(tmp_path, 
     samples, put into its own tokens by span, with no strike either way."""
     hub = InMemoryHub()
     tiny = _node(tmp_path, make_policy, "tiny", hub)
-    tokenizer = build_tokenizer(TINY_LLAMA_SPEC)
-    model = build_model(tokenizer, TINY_LLAMA_SPEC, hidden_size=64, intermediate_size=128, num_hidden_layers=1)
-    llama_policy = Policy(model.eval(), tokenizer, "tiny-llama", TrainSettings(lr=1e-3), LoraSettings(rank=0),
-                          use_chat_template=False, seed=0)
+    llama_policy = _llama_policy("tiny-llama")
     llama = _node(tmp_path, make_policy, "llama", hub, policy=llama_policy)
     assert tiny.run_id == llama.run_id and tiny.policy.fingerprint != llama.policy.fingerprint
     history = [_step_together([tiny, llama], r) for r in range(3)]
@@ -103,10 +108,7 @@ def test_a_node_that_does_not_know_a_peer_s_tokenizer_fetches_it_once_and_reads_
     hub = InMemoryHub()
     tiny = _node(tmp_path, make_policy, "tiny", hub)
     tiny.intake.families = Families(tiny.policy.tokenizer, tiny.policy.vocab_size, presets=False)
-    tokenizer = build_tokenizer(TINY_LLAMA_SPEC)
-    model = build_model(tokenizer, TINY_LLAMA_SPEC, hidden_size=64, intermediate_size=128, num_hidden_layers=1)
-    llama_policy = Policy(model.eval(), tokenizer, "tiny-llama", TrainSettings(lr=1e-3), LoraSettings(rank=0),
-                          use_chat_template=False, seed=0)
+    llama_policy = _llama_policy("tiny-llama")
     llama = _node(tmp_path, make_policy, "llama", hub, policy=llama_policy)
     fetched = []
     handed_out = tiny.exchange.tokenizers
@@ -136,13 +138,10 @@ def test_a_peer_s_tokenizer_is_rebuilt_from_the_hub_id_its_batch_names_and_its_s
     hub = InMemoryHub()
     tiny = _node(tmp_path, make_policy, "tiny", hub)
     tiny.intake.families = Families(tiny.policy.tokenizer, tiny.policy.vocab_size, presets=False)
-    tokenizer = build_tokenizer(TINY_LLAMA_SPEC)
-    model = build_model(tokenizer, TINY_LLAMA_SPEC, hidden_size=64, intermediate_size=128, num_hidden_layers=1)
-    llama_policy = Policy(model.eval(), tokenizer, "org/tiny-llama", TrainSettings(lr=1e-3), LoraSettings(rank=0),
-                          use_chat_template=False, seed=0)
+    llama_policy = _llama_policy("org/tiny-llama")
     assert llama_policy.hub_name == "org/tiny-llama"
     llama = _node(tmp_path, make_policy, "llama", hub, policy=llama_policy)
-    served = {"its document": tokenizer_document(tokenizer),
+    served = {"its document": tokenizer_document(llama_policy.tokenizer),
               "another document": tokenizer_document(build_tokenizer({**TINY_LLAMA_SPEC, "vocab_size": 700}))}
     looked_up, asked_peer = [], []
     tiny.intake.hub_tokenizers = HubTokenizers(offline=False, fetch=lambda name: looked_up.append(name) or served[hub_gives])
