@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import socket
+import sys
 import time
 from collections import namedtuple
 from email.utils import formatdate
@@ -20,6 +21,8 @@ from swarmnode.ops.doctor import BLOCKING, FINE, NOTE, examine
 from swarmnode.settings.config import load_config
 from swarmnode.sizing import memory
 from swarmnode.sizing.devices import vllm_installed
+from swarmnode.swarm.hivemind.addresses import tcp_endpoint
+from swarmnode.swarm.hivemind.swarm_file import write_swarm_file
 
 runner = CliRunner()
 
@@ -128,9 +131,51 @@ def test_initial_peers_are_asked_on_tcp_and_none_answering_blocks(tmp_path, offl
     assert "initial peers" not in _verdicts(load_config(None, [*base, "swarm.enabled=false"])), "alone: no peers"
 
 
+def test_the_peers_file_is_read_as_join_reads_it_and_its_peers_asked(tmp_path, offline):
+    peer = "/p2p/QmXfV8jn6FiD1VTcSmxpstA2WmtvRCB9yYbGcw3rTYXbbb"
+    peers_file = tmp_path / "a" / "swarm.json"
+    base = [f"node.run_dir={tmp_path / 'b'}", f"swarm.initial_peers_file={peers_file}"]
+    not_yet = _verdicts(load_config(None, base))["initial peers"]
+    assert not_yet[0] == NOTE and "is not there yet: join waits" in not_yet[1], "the bootstrap may start later"
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        write_swarm_file(peers_file.parent, "Qm", [f"/ip4/127.0.0.1/tcp/{listener.getsockname()[1]}{peer}"])
+        found = _verdicts(load_config(None, base))["initial peers"]
+    assert found == (FINE, f"1 of 1 answer on TCP (1 from {peers_file})")
+    peers_file.write_text("/ip4/1.2.3/tcp/1" + peer)
+    typo = _verdicts(load_config(None, base))["initial peers"]
+    assert typo[0] == BLOCKING and "is not a multiaddr" in typo[1]
+    peers_file.write_text("{not json")
+    broken = _verdicts(load_config(None, base))["initial peers"]
+    assert broken[0] == BLOCKING and "is not a swarm.json" in broken[1]
+
+
+def test_the_tcp_endpoint_of_a_multiaddr_is_read_by_its_parser():
+    peer = "/p2p/QmXfV8jn6FiD1VTcSmxpstA2WmtvRCB9yYbGcw3rTYXbbb"
+    assert tcp_endpoint(f"/ip4/10.0.0.2/tcp/31337{peer}") == ("10.0.0.2", 31337)
+    assert tcp_endpoint(f"/ip6/::1/tcp/8{peer}") == ("::1", 8)
+    assert tcp_endpoint(f"/dns4/relay.example.org/tcp/4001{peer}/p2p-circuit{peer}") == ("relay.example.org", 4001)
+    assert tcp_endpoint(f"/ip4/10.0.0.2/udp/4001/quic{peer}") is None, "not TCP"
+    assert tcp_endpoint("/ip4/10.0.0.2/tcp/notaport") is None and tcp_endpoint("tcp/ip4") is None
+
+
 def test_a_clock_far_from_the_hub_s_blocks_and_none_to_ask_is_a_note():
     fine = doctor._clock(1000.0, now=1005.0)
     assert (fine.verdict, fine.said) == (FINE, "5 s ahead of the hub's clock")
     late = doctor._clock(1000.0, now=900.0)
     assert late.verdict == BLOCKING and "100 s behind" in late.said and "timedatectl" in late.said
-    assert doctor._clock(None).verdict == NOTE
+    synced = doctor._clock(None, kernel_synced=True)
+    assert synced.verdict == FINE and "kept in sync by a time service" in synced.said
+    drifting = doctor._clock(None, kernel_synced=False)
+    assert drifting.verdict == NOTE and "no time service keeps it in sync" in drifting.said
+    assert "set-ntp" in drifting.said
+    assert doctor._clock(None).verdict in (FINE, NOTE), "without the hub the kernel is asked, never a block"
+
+
+def test_the_kernel_s_sync_flag_is_read_where_linux_has_it():
+    synced = doctor._kernel_clock_synced()
+    if sys.platform.startswith("linux"):
+        assert synced in (True, False), "adjtimex can be read without privileges"
+    else:
+        assert synced is None

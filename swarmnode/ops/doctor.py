@@ -10,8 +10,11 @@ second where the network refuses at once, as here, longer where it drops packets
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import shutil
 import socket
+import sys
 import time
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
@@ -37,13 +40,19 @@ from swarmnode.settings.config import Config
 from swarmnode.sizing.devices import cuda_available, vllm_installed
 from swarmnode.sizing.memory import GIB, check_fits
 from swarmnode.sizing.shapes import shape_of
+from swarmnode.swarm.hivemind.addresses import AddressError, check_swarm_addresses, tcp_endpoint
 from swarmnode.swarm.hivemind.reach import ADVICE, listen_ips
+from swarmnode.swarm.hivemind.swarm_file import PeersFileError, read_peers_file
 from swarmnode.tasks import data_source
 
 FINE, NOTE, BLOCKING = "ok", "note", "blocking"
 BYTES_PER_PARAM_ON_DISK = 4  # a full checkpoint in fp32 (safetensors), the upper end
 CHECKPOINT_COPIES = 2  # the checkpoint being written beside the last one
 DISK_MARGIN_BYTES = 1 * GIB  # logs, the hub cache's temporary files
+MAX_PEERS_ASKED = 8  # initial peers dialled, each for at most PEER_TIMEOUT_S
+PEER_TIMEOUT_S = 3.0
+TIMEX_BYTES = 512  # room for Linux's struct timex (208 bytes on x86-64)
+TIME_ERROR = 5  # adjtimex's answer for a clock no time service keeps in sync
 
 
 @dataclass(frozen=True)
@@ -121,11 +130,19 @@ def _hub() -> tuple[Finding, float | None]:
     return Finding("hub", FINE, f"{hub_constants.ENDPOINT} answers"), server_time
 
 
-def _clock(server_time: float | None, now: float | None = None) -> Finding:
+def _clock(server_time: float | None, now: float | None = None, kernel_synced: bool | None = None) -> Finding:
     """Peers refuse heartbeats dated more than MAX_CLOCK_SKEW_S ahead of their clock, and a
-    node behind refuses theirs: a clock that far off keeps a node out of every view."""
+    node behind refuses theirs: a clock that far off keeps a node out of every view. Without
+    the hub's clock, the kernel's own flag says whether a time service (NTP) keeps it in sync."""
     if server_time is None:
-        return Finding("clock", NOTE, "not checked: no time source answered (the hub's clock is the one asked)")
+        synced = _kernel_clock_synced() if kernel_synced is None else kernel_synced
+        if synced:
+            return Finding("clock", FINE, "kept in sync by a time service (the kernel says so; the hub's clock "
+                                          "could not be asked)")
+        said = ("no time service keeps it in sync (the kernel says so)" if synced is False
+                else "not checked: no time source answered (the hub's clock is the one asked)")
+        return Finding("clock", NOTE, f"{said}: peers refuse heartbeats more than {MAX_CLOCK_SKEW_S:.0f} s off; "
+                                      "timedatectl set-ntp true (or chrony) keeps it right")
     skew = (time.time() if now is None else now) - server_time
     said = f"{abs(skew):.0f} s {'ahead of' if skew > 0 else 'behind'} the hub's clock"
     if abs(skew) > MAX_CLOCK_SKEW_S:
@@ -134,38 +151,52 @@ def _clock(server_time: float | None, now: float | None = None) -> Finding:
     return Finding("clock", FINE, said)
 
 
-def _tcp_target(maddr: str) -> tuple[str, int] | None:
-    """(host, port) a multiaddr dials over TCP, or None (a relay circuit, another transport)."""
-    parts = maddr.split("/")
-    if "p2p-circuit" in parts or "tcp" not in parts:
+def _kernel_clock_synced() -> bool | None:
+    """Linux's adjtimex, read only (no privilege needed): False while no time service
+    disciplines the clock (TIME_ERROR), None where it cannot be asked."""
+    if not sys.platform.startswith("linux"):
         return None
-    host = next((parts[i + 1] for i, p in enumerate(parts[:-1]) if p in ("ip4", "ip6", "dns", "dns4", "dns6")), None)
     try:
-        port = int(parts[parts.index("tcp") + 1])
-    except (IndexError, ValueError):
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        state = libc.adjtimex(ctypes.create_string_buffer(TIMEX_BYTES))  # modes 0: only read
+    except (OSError, AttributeError):
         return None
-    return (host, port) if host else None
+    return None if state < 0 else state != TIME_ERROR
 
 
-def _initial_peers(config: Config, timeout_s: float = 3.0) -> Finding:
-    """Whether the initial peers accept a TCP connection (the swarm's handshake is the node's
-    to do): none that answers stops the join."""
-    peers = config.swarm.initial_peers
+def _initial_peers(config: Config) -> Finding:
+    """Whether the initial peers (and those of the peers file, as it is now) accept a TCP
+    connection (the swarm's handshake is the node's to do): none that answers stops the join."""
+    peers, file_said = list(config.swarm.initial_peers), ""
+    path = config.swarm.initial_peers_file
+    if path is not None:
+        if not path.is_file():
+            said = (f"{path} is not there yet: join waits {config.swarm.startup_timeout_s:.0f} s for it "
+                    "(start the bootstrap node first, or check the path)")
+            return Finding("initial peers", NOTE, said)
+        try:
+            listed = read_peers_file(path, timeout_s=0)
+            check_swarm_addresses(config.swarm, listed)
+        except (PeersFileError, AddressError) as err:
+            return Finding("initial peers", BLOCKING, str(err))
+        peers += listed
+        file_said = f" ({len(listed)} from {path})"
     if not peers:
         return Finding("initial peers", FINE, "none given: this node starts a new swarm; others join with the "
                                               "address it prints")
     answered, failures = 0, []
-    for maddr in peers[:8]:
-        target = _tcp_target(maddr)
+    for maddr in peers[:MAX_PEERS_ASKED]:
+        target = tcp_endpoint(maddr)
         if target is None:
             failures.append(f"{maddr}: not a TCP address, not checked")
             continue
         try:
-            with socket.create_connection(target, timeout=timeout_s):
+            with socket.create_connection(target, timeout=PEER_TIMEOUT_S):
                 answered += 1
         except OSError as err:
             failures.append(f"{target[0]}:{target[1]} {err.strerror or err}")
-    said = f"{answered} of {min(len(peers), 8)} answer on TCP" + (f" ({'; '.join(failures)})" if failures else "")
+    said = (f"{answered} of {min(len(peers), MAX_PEERS_ASKED)} answer on TCP{file_said}"
+            + (f" ({'; '.join(failures)})" if failures else ""))
     if answered == 0:
         return Finding("initial peers", BLOCKING, f"{said}: check the address (copy it whole from a running node) "
                                                   "and that its port is open to you")

@@ -36,6 +36,9 @@ def _parser() -> ModuleType:
     return module
 
 
+HOST_PROTOCOLS = ("ip4", "ip6", "dns", "dns4", "dns6")
+
+
 class AddressError(ValueError):
     """A multiaddr that cannot be used; the message names the setting and an example."""
 
@@ -59,3 +62,16 @@ def check_swarm_addresses(settings: SwarmSettings, initial_peers: list[str] | No
         check_multiaddr(text, "swarm.announce_maddrs")
     for text in settings.relays:
         check_multiaddr(text, "swarm.relays", needs_peer_id=True)
+
+
+def tcp_endpoint(text: str) -> tuple[str, int] | None:
+    """The (host, port) a multiaddr dials first over TCP (for a relayed address: the relay's),
+    or None where it has no host followed by a TCP port, or does not parse."""
+    try:
+        parts = list(_parser().Multiaddr(text).items())
+    except Exception:  # the multiaddr parser raises several unrelated types
+        return None
+    for (protocol, host), (transport, port) in zip(parts, parts[1:]):
+        if protocol.name in HOST_PROTOCOLS and transport.name == "tcp":
+            return host, int(port)
+    return None
