@@ -74,11 +74,13 @@ def assemble(
     *,
     join: JoinPeers | None = None,
     policy: Policy | None = None,
+    task: Task | None = None,
 ) -> Iterator[Node]:
     """A node built from `config`, ready to `run()`; everything is closed when the block ends.
 
     `join` replaces the swarm (e.g. an InMemoryHub's members); `policy` replaces loading the
-    configured model (tests use small random ones). Failures raise AssemblyError.
+    configured model (tests use small random ones); `task` is the one preflight already made
+    from `config.task` (else it is made here). Failures raise AssemblyError.
     """
     view = view or LiveView(quiet=True)
     with contextlib.ExitStack() as stack:
@@ -90,7 +92,7 @@ def assemble(
         stack.enter_context(node_log(run_dir))
         if config.node.memory_check and policy is None:
             config = _plan_memory(config, view)
-        task, ood_eval = _task(config)
+        task, ood_eval = _task(config, task)
         runtime = None
         if join is None and config.swarm.enabled:
             runtime = _start_swarm(config, view, config_path)
@@ -141,9 +143,11 @@ def assemble(
         yield node
 
 
-def run(config: Config, view: LiveView | None = None, config_path: Path | None = None) -> dict[str, Any]:
+def run(
+    config: Config, view: LiveView | None = None, config_path: Path | None = None, task: Task | None = None
+) -> dict[str, Any]:
     """Assemble, run every round, take everything down; the run's summary."""
-    with assemble(config, view, config_path) as node:
+    with assemble(config, view, config_path, task=task) as node:
         cores = CoreShare(node.view.say)
         cores.update()  # before the first evaluation, which is the first heavy work
         node.between_rounds.append(cores.update)
@@ -215,9 +219,9 @@ def _guard(build: Callable[[], Any], *errors: type[BaseException]) -> Any:
         raise AssemblyError(str(err)) from None
 
 
-def _task(config: Config) -> tuple[Task, Math500Eval | None]:
+def _task(config: Config, made: Task | None = None) -> tuple[Task, Math500Eval | None]:
     def build() -> tuple[Task, Math500Eval | None]:
-        task = make_task(config.task)
+        task = made if made is not None else make_task(config.task)
         ood = None
         if config.task.eval_data:
             ood = Math500Eval(config.task.eval_data, answer_format=config.task.answer_format)

@@ -144,7 +144,7 @@ def join(
 
     _terminate_like_ctrl_c()
     try:
-        summary = assemble.run(config, LiveView(console, quiet=quiet), config_path)
+        summary = assemble.run(config, LiveView(console, quiet=quiet), config_path, task=checked.task)
     except assemble.AssemblyError as err:
         raise _fail(str(err), err.exit_code) from None
     except KeyboardInterrupt:  # the node said what it saved

@@ -9,7 +9,7 @@ from importlib.metadata import distributions
 
 import pytest
 
-from swarmnode.assemble import compose_node, run_id_for
+from swarmnode.assemble import assemble, compose_node, run_id_for
 from swarmnode.loop.ledger import PeerLedger
 from swarmnode.ops.preflight import PreflightError, preflight
 from swarmnode.rollout.hf import HFGenerator
@@ -99,8 +99,12 @@ class Doubling(ArithmeticTask):
         return "doubling"  # a careless plug-in: the same whatever its options
 
 
+MADE = []  # each task made, so a test can count them
+
+
 def make_task(settings):
-    return Doubling(max_operand=int(settings.options.get("max_operand", 9)))
+    MADE.append(Doubling(max_operand=int(settings.options.get("max_operand", 9))))
+    return MADE[-1]
 '''
 
 
@@ -131,6 +135,20 @@ def test_a_plug_in_task_is_found_runs_and_enters_the_run_id(plugin_package, tmp_
     other = load_config(overrides=["task.name=doubling", "task.options.max_operand=6"])
     assert run_id_for(other, make_task(other.task), policy) != run_id_for(config, task, policy), \
         "its options enter the run id though its own fingerprint ignores them"
+
+
+def test_the_task_preflight_made_is_the_node_s_own_and_is_made_once(plugin_package, tmp_path, make_policy):
+    config = load_config(overrides=["task.name=doubling", f"node.run_dir={tmp_path / 'n'}", "node.checkpoint_every=0"])
+    found = preflight(config)
+    made = sys.modules["doubling_task"].MADE
+    assert len(made) == 1 and found.task.name == "doubling", "preflight makes the plug-in's task"
+    hub = InMemoryHub()
+    with assemble(config, policy=make_policy(), join=lambda run, standing: hub.join("n", run, standing),
+                  task=found.task) as node:
+        assert node.task is found.task
+    assert len(made) == 1, "the node takes the task preflight made instead of making another"
+    assert preflight(load_config(overrides=[f"node.run_dir={tmp_path / 'a'}"])).task is None, \
+        "a built-in task is made by the node"
 
 
 def test_a_plug_in_that_is_not_installed_or_fails_is_a_clear_error(plugin_package):

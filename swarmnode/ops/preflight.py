@@ -33,7 +33,7 @@ from swarmnode.settings.registry import TASKS
 from swarmnode.sizing.devices import device_of
 from swarmnode.sizing.shapes import KNOWN_SHAPES
 from swarmnode.swarm.hivemind.addresses import AddressError, check_swarm_addresses
-from swarmnode.tasks import data_source, make_task
+from swarmnode.tasks import Task, data_source, make_task
 from swarmnode.tasks.gym import INSTALL_HINT, ReasoningGymTask, check_reproducible
 
 HUB_TIMEOUT_S = 5.0  # one question to the hub: does this repository exist, can we reach it
@@ -51,6 +51,7 @@ class Preflight:
 
     notes: list[str] = field(default_factory=list)
     offline: bool = False  # the hub could not be reached: from here on only the cache is read
+    task: Task | None = None  # a reasoning-gym or plug-in task, built once here and handed to the node
 
 
 def hub_offline() -> bool:
@@ -66,7 +67,7 @@ def preflight(config: Config) -> Preflight:
     check_addresses(config)
     check_model(config.model, found)
     check_task_data(config.task, found)
-    check_task_source(config.task)
+    found.task = check_task_source(config.task)
     return found
 
 
@@ -155,17 +156,19 @@ def check_addresses(config: Config) -> None:
         raise PreflightError(str(err)) from None
 
 
-def check_task_source(task: TaskSettings) -> None:
+def check_task_source(task: TaskSettings) -> Task | None:
     """A reasoning-gym dataset exists and takes its config; a plug-in is installed and makes its
-    task (both cheap: reasoning-gym makes problems on demand)."""
+    task (both cheap: reasoning-gym makes problems on demand). The task made (None: a built-in
+    one, whose data the checks above read)."""
     if task.name in TASKS.names:
-        return
+        return None
     try:
         made = make_task(task)
         if isinstance(made, ReasoningGymTask):
             check_reproducible(made)
     except (ImportError, ValueError, TypeError) as err:
         raise PreflightError(f"task.name: {err}") from None
+    return made
 
 
 def _check_hub_repo(repo_id: str, revision: str | None, kind: str, setting: str, found: Preflight) -> None:
