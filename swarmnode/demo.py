@@ -30,6 +30,7 @@ from rich.table import Table
 from swarmnode.model.tiny import TINY_PRESETS, ensure_tiny
 from swarmnode.ops.lines import EvalRecord, RoundRecord
 from swarmnode.ops.metrics import read_records
+from swarmnode.ops.rundir import LOG_FILE
 from swarmnode.settings.presets import merged, tiny_cpu
 
 # Node kinds cycled through: full fine-tuning next to LoRA, and a model of another
@@ -50,8 +51,18 @@ DEMO_BASE: dict[str, Any] = tiny_cpu({
 })
 
 
+# What a node process printed (with -q: little beyond a fatal error or a crash's traceback);
+# the node's own log is <node dir>/run/node.log.
+CONSOLE_FILE = "console.log"
+
+
 class DemoError(RuntimeError):
     pass
+
+
+def _logs_of(node: DemoNode) -> str:
+    """Where a failed node says why: its own log, and its console for what came before it."""
+    return f"{node.directory / 'run' / LOG_FILE} (and {node.directory / CONSOLE_FILE})"
 
 
 @dataclass
@@ -162,7 +173,7 @@ class Demo:
             cmd += ["--initial-peers", maddr]
         threads = max(1, (os.cpu_count() or 1) // len(self.nodes))
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-        node.log_file = (node.directory / "node.log").open("w")
+        node.log_file = (node.directory / CONSOLE_FILE).open("w")
         node.process = subprocess.Popen(
             cmd, stdout=node.log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
@@ -175,7 +186,7 @@ class Demo:
         with self.console.status("starting the bootstrap node ..."):
             while not info.exists():
                 if bootstrap.process.poll() is not None:
-                    raise DemoError(f"the bootstrap node exited; see {bootstrap.directory / 'node.log'}")
+                    raise DemoError(f"the bootstrap node exited; see {_logs_of(bootstrap)}")
                 if time.monotonic() > deadline:
                     raise DemoError(f"the bootstrap node did not start within {self.startup_timeout_s:.0f} s")
                 time.sleep(0.2)
@@ -195,7 +206,7 @@ class Demo:
                 if failed:
                     raise DemoError(
                         f"node {failed[0].index} ({phase}) exited with code {failed[0].process.returncode}; "
-                        f"see {failed[0].directory / 'node.log'}"
+                        f"see {_logs_of(failed[0])}"
                     )
                 live.update(self._progress_table(nodes, phase))
                 if all(n.process.poll() is not None for n in nodes):

@@ -48,6 +48,9 @@ def test_demo_runs_a_local_swarm_and_reports_learning(tmp_path):
         alone = [json.loads(x) for x in (out / node / "solo" / "run" / "metrics.jsonl").read_text().splitlines()]
         assert [m["round"] for m in round_lines(alone)] == [0, 1, 2]
         assert all(m["peer_samples"] == 0 for m in round_lines(alone)) and alone[-1]["phase"] == "after"
+        logs = sorted(str(p.relative_to(out / node)) for p in (out / node).rglob("node.log"))
+        assert logs == ["run/node.log", "solo/run/node.log"], "one node.log a node process: the node's own"
+        assert "round 3/3" in (out / node / "run" / "node.log").read_text()
     rows = [line for line in done.stdout.splitlines() if line.startswith("│ ")]
     assert len(rows) == 2 and all(len(re.findall(r"(?<![-+.\d])\d\.\d{3}\b", row)) == 3 for row in rows), \
         "before, after and alone for each node"
