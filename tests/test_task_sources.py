@@ -17,6 +17,7 @@ from swarmnode.settings.config import ConfigError, load_config
 from swarmnode.swarm.local import InMemoryHub
 from swarmnode.tasks import make_task
 from swarmnode.tasks.gym import GymProblem, check_reproducible, gym_datasets
+from tests.test_swarm_processes import NodeProcess, wait_for
 
 CHAIN = ["task.name=rg:chain_sum", "task.options.max_terms=2", "task.options.max_digits=2"]
 
@@ -178,3 +179,23 @@ def test_two_nodes_of_one_reasoning_gym_run_train_on_each_other_s_samples(tmp_pa
         records = [node.consume(round_, state) for node, state in zip(nodes, states)]
         for record in records:
             assert record.peers == 1 and record.rejected == 0 and record.peer_samples > 0
+
+
+@pytest.mark.slow
+def test_two_join_processes_of_one_reasoning_gym_run_exchange_over_hivemind(tmp_path):
+    task = {"name": "rg:chain_sum", "options": {"max_terms": 2, "max_digits": 2}}
+    kinds = {"a": {"model": {"name": "tiny"}, "task": task, "swarm": {"min_peers": 1}},
+             "b": {"model": {"name": "tiny", "lora": {"rank": 8}}, "task": task, "swarm": {"min_peers": 1}}}
+    nodes = {name: NodeProcess(tmp_path, name, kind) for name, kind in kinds.items()}
+    try:
+        nodes["a"].start([])
+        wait_for(lambda: (nodes["a"].dir / "run" / "swarm.json").exists(), 60, "the first node", [nodes["a"]])
+        nodes["b"].start(nodes["a"].info["maddrs"])
+        live = list(nodes.values())
+        wait_for(lambda: all(sum(r["peer_samples"] > 0 for r in n.rounds()) >= 3 for n in live), 180,
+                 "three rounds with the other's samples on each node", live)
+    finally:
+        for node in nodes.values():
+            node.stop()
+    # batches are found by run id: samples taken at all mean both nodes made one run of the task
+    assert all(r["rejected"] == 0 for n in live for r in n.rounds()), "an honest peer of the same run"
