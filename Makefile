@@ -11,7 +11,7 @@ VLLM_VENV ?= .venv-vllm
 VPY := $(VLLM_VENV)/bin/python
 VSTAMP := $(VLLM_VENV)/.installed
 
-.PHONY: setup setup-vllm run test test-main test-vllm test-docker lint lint-docker bench clean
+.PHONY: setup setup-vllm run test test-main test-vllm test-docker test-docker-gpu lint lint-docker bench clean
 
 setup: $(STAMP)
 
@@ -63,6 +63,10 @@ test-main: setup  ## the suite in the main environment (slow multi-process tests
 # running Docker engine and debootstrap (apt-get install docker.io debootstrap; dockerd).
 test-docker: setup
 	SWARMNODE_DOCKER_TEST=require $(PY) -m pytest -q -m docker
+
+# The GPU image as well (vLLM from PyPI: gigabytes; no GPU needed to build it).
+test-docker-gpu: setup
+	SWARMNODE_DOCKER_TEST=require SWARMNODE_DOCKER_GPU=1 $(PY) -m pytest -q -m docker
 
 test-vllm: $(VSTAMP)  ## vLLM against the trainer, and a vLLM + HF swarm, in .venv-vllm
 	$(VPY) -m pytest -q -m vllm

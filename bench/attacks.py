@@ -11,6 +11,7 @@
     python bench/attacks.py honest [--rounds 40] [--seeds 5] [--models tiny tiny-large tiny]
     python bench/attacks.py drift [--identities 3 16] [--payload 1 4] [--rounds 300] [--arrive 20]
     python bench/attacks.py useful-crowd [--identities 3 16 64] [--rounds 80] [--arrive 20]
+    python bench/attacks.py grader [--timeout 10]
 
 Liveness: lying identities (see swarmnode/lab/adversary.py) start a swarm, and two honest
 `swarmnode join` processes (the tiny default, on 127.0.0.1) join it through the first identity
@@ -101,6 +102,15 @@ own publishing, in the same process, is not counted).
 Honest: the same three honest nodes with no attacker, defences off and on, over `--seeds`
 seeds: held-out accuracy after `--rounds` rounds and the paired difference (on - off) with its
 standard error over seeds.
+
+Grader: a peer's completion is graded by every node that trains on it, so for reasoning-gym
+tasks its answer reaches the dataset's own scorer. Each of reasoning-gym's datasets, in a
+process of its own, grades HOSTILE_ANSWERS (Python that creates a file, an exponent tower, deep
+brackets, a huge exponent, 4,000 digits) against its first problem: the datasets `rg:` offers
+through the node's own task (answer extraction, the 0 on a raise), the others by their scorer
+alone, as a node that offered them would. Printed for each group: datasets, those where an
+answer ran as code (the file appeared), hung past `--timeout` seconds, raised, or were rewarded,
+and the slowest grading.
 """
 
 from __future__ import annotations
@@ -163,6 +173,7 @@ from swarmnode.swarm.hivemind.status import open_status_client, read_heartbeats
 from swarmnode.swarm.local import InMemoryHub
 from swarmnode.tasks import make_task
 from swarmnode.tasks.answers import graded_reward
+from swarmnode.tasks.gym import ReasoningGymTask, gym_datasets
 
 ROOT = Path(__file__).resolve().parents[1]
 HONEST = ("a", "b")
@@ -1118,6 +1129,93 @@ def crowd_scenario(args: argparse.Namespace, payload_lengths: list[int]) -> None
               f"{r['round_s']:>8.2f}", flush=True)
 
 
+# Answers a peer can write: code that leaves a mark (MARK is replaced by a file's path), work
+# without end for an evaluator, and text that trips parsers.
+HOSTILE_ANSWERS = (
+    "__import__('pathlib').Path('MARK').touch()",
+    "(lambda: __import__('pathlib').Path('MARK').touch() or 1)()",
+    "9**9**9**9",
+    "(" * 3000 + "1" + ")" * 3000,
+    "1e999999999",
+    "7" * 4000,
+)
+
+
+RESULT_PREFIX = "grader-result "  # a dataset may print lines of its own
+
+
+def grade_hostile(dataset: str, mark: Path) -> dict:
+    """One dataset's scores of HOSTILE_ANSWERS against its first problem (run in a process of its
+    own: an evaluator may never return)."""
+    import reasoning_gym  # optional (the gym extra)
+
+    offered = dataset in gym_datasets()
+    answers = [a.replace("MARK", str(mark)) for a in HOSTILE_ANSWERS]
+    raised, rewarded, slowest = 0, 0, 0.0
+    if offered:
+        task = ReasoningGymTask(f"rg:{dataset}", {"size": 10})
+        problem = task.train_problem(0)
+        scorer, entry = task._train.score_answer, problem.entry
+    else:
+        made = reasoning_gym.create_dataset(dataset, seed=0, size=10)
+        scorer, entry = made.score_answer, made[0]
+    for answer in answers:
+        started = time.perf_counter()
+        try:
+            direct = float(scorer(answer, entry))
+        except Exception:
+            raised, direct = raised + 1, 0.0
+        score = task.reward(f"<answer>{answer}</answer>", problem) if offered else direct
+        slowest = max(slowest, time.perf_counter() - started)
+        rewarded += score > 0
+    return {"offered": offered, "raised": raised, "rewarded": rewarded, "slowest_s": slowest}
+
+
+def grader(args: argparse.Namespace) -> None:
+    if args.worker:
+        print(RESULT_PREFIX + json.dumps(grade_hostile(args.worker, args.mark)))
+        return
+    from reasoning_gym.factory import DATASETS  # optional (the gym extra)
+
+    offered = set(gym_datasets())
+    rows = {True: Counter(), False: Counter()}
+    slowest = {True: 0.0, False: 0.0}
+    with tempfile.TemporaryDirectory(prefix="swarmnode-grader-") as scratch:
+        for dataset in sorted(DATASETS):
+            mark = Path(scratch) / dataset
+            row = rows[dataset in offered]
+            row["datasets"] += 1
+            command = [sys.executable, __file__, "grader", "--worker", dataset, "--mark", str(mark)]
+            result, said = None, "hung"
+            try:
+                done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
+            except subprocess.TimeoutExpired:
+                row["hung"] += 1
+            else:
+                said = [line for line in done.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
+                result = json.loads(said[-1].removeprefix(RESULT_PREFIX)) if said else None
+                if result is None:
+                    row["not made"] += 1  # the dataset needs a config or data of its own
+                    said = "not made: " + (done.stderr.strip().splitlines() or ["?"])[-1][:100]
+                else:
+                    said = json.dumps(result)
+            row["ran code"] += mark.exists()
+            if result:
+                row["raised"] += result["raised"] > 0
+                row["rewarded"] += result["rewarded"] > 0
+                slowest[dataset in offered] = max(slowest[dataset in offered], result["slowest_s"])
+            ran = " RAN CODE" if mark.exists() else ""
+            print(f"  {dataset}: {'offered' if dataset in offered else 'refused'} {said}{ran}", flush=True)
+    print(f"grader: {len(HOSTILE_ANSWERS)} hostile answers a dataset, each dataset in a process of its own "
+          f"(timeout {args.timeout:.0f} s)")
+    print(f"{'datasets':<9} {'count':>6} {'ran code':>9} {'hung':>5} {'raised':>7} {'rewarded':>9} {'not made':>9} "
+          f"{'slowest s':>10}")
+    for is_offered in (True, False):
+        row = rows[is_offered]
+        print(f"{'offered' if is_offered else 'refused':<9} {row['datasets']:>6} {row['ran code']:>9} {row['hung']:>5} "
+              f"{row['raised']:>7} {row['rewarded']:>9} {row['not made']:>9} {slowest[is_offered]:>10.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="kind", required=True)
@@ -1176,8 +1274,12 @@ def main() -> None:
         sub_parser.add_argument("--arrive", type=int, default=20, help="the round the identities start publishing")
         sub_parser.add_argument("--eval-size", type=int, default=200)
         sub_parser.add_argument("--set", dest="overrides", action="append", default=[], help="config override")
+    grd = sub.add_parser("grader", help="hostile answers through every reasoning-gym dataset's scorer")
+    grd.add_argument("--timeout", type=float, default=10.0, help="seconds a dataset's process may take")
+    grd.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    grd.add_argument("--mark", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    kinds = {"liveness": liveness, "eclipse": eclipse, "ghost": ghost, "slow": slow_peer, "sybil": sybil, "flood": flood, "content": content, "honest": honest,
+    kinds = {"grader": grader, "liveness": liveness, "eclipse": eclipse, "ghost": ghost, "slow": slow_peer, "sybil": sybil, "flood": flood, "content": content, "honest": honest,
              "drift": lambda a: crowd_scenario(a, a.payload), "useful-crowd": lambda a: crowd_scenario(a, [0])}
     kinds[args.kind](args)
 

@@ -6,6 +6,10 @@ Python built with debootstrap (docker/test-base.sh) and torch's CPU wheel comes 
 machine's pip (its find-links), served to the build over loopback; everything else is the
 Dockerfile as a volunteer builds it. Without an engine the test is skipped, unless
 SWARMNODE_DOCKER_TEST=require (as `make test-docker` sets), where that is a failure.
+
+The GPU image is built the same way when asked (SWARMNODE_DOCKER_GPU=1; `make test-docker-gpu`):
+on the same base, with torch's wheel from this machine where it has one and vLLM from PyPI
+(gigabytes), then asked by `doctor` what it has, on a machine without a GPU.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[1]
 BASE = "swarmnode-test-base:bookworm"
 IMAGE = "swarmnode:cpu-test"
+GPU_IMAGE = "swarmnode:gpu-test"
 TORCH = "torch==2.13.0+cpu"
 
 
@@ -51,14 +56,15 @@ def _torch_wheel(folder: Path) -> Path | None:
     return folder if done.returncode == 0 else None
 
 
-def test_the_cpu_image_builds_from_a_fresh_clone_and_runs_the_demo_inside(tmp_path):
+def _build(dockerfile: str, tag: str, tmp_path: Path, extra_args: list[str] | None = None) -> None:
+    """Build `dockerfile` from a fresh clone on the test base, torch served from this machine."""
     _engine()
     if subprocess.run(["docker", "image", "inspect", BASE], capture_output=True).returncode != 0:
         _run("sh", str(ROOT / "docker" / "test-base.sh"), BASE, timeout=900)
     clone = tmp_path / "clone"
     _run("git", "clone", "-q", str(ROOT), str(clone), timeout=120)
-    build = ["docker", "build", "--network", "host", "-f", "docker/Dockerfile.cpu", "--build-arg", f"BASE={BASE}",
-             "-t", IMAGE]
+    build = ["docker", "build", "--network", "host", "-f", dockerfile, "--build-arg", f"BASE={BASE}", "-t", tag,
+             *(extra_args or [])]
     wheels = _torch_wheel(tmp_path / "wheels")
     server = None
     if wheels is not None:  # download.pytorch.org is out of reach here: serve the local wheel to the build
@@ -71,9 +77,25 @@ def test_the_cpu_image_builds_from_a_fresh_clone_and_runs_the_demo_inside(tmp_pa
     finally:
         if server is not None:
             server.shutdown()
+
+
+def test_the_cpu_image_builds_from_a_fresh_clone_and_runs_the_demo_inside(tmp_path):
+    _build("docker/Dockerfile.cpu", IMAGE, tmp_path)
     said = _run("docker", "run", "--rm", "--network", "none", "--entrypoint", "swarmnode", IMAGE,
                 "demo", "--dir", "/data/demo", "--rounds", "20", "--no-solo", timeout=900)
     assert "held-out accuracy" in said and "curves:" in said, said[-3000:]
     health = _run("docker", "run", "--rm", "--network", "none", "--entrypoint", "swarmnode", IMAGE, "doctor",
                   timeout=300)
     assert "tiny: found" in health, health
+
+
+@pytest.mark.skipif(os.environ.get("SWARMNODE_DOCKER_GPU") != "1", reason="the GPU image only when asked: "
+                    "SWARMNODE_DOCKER_GPU=1 (it downloads vLLM, gigabytes)")
+def test_the_gpu_image_builds_from_a_fresh_clone_with_its_base_and_torch_as_arguments(tmp_path):
+    _build("docker/Dockerfile", GPU_IMAGE, tmp_path)
+    health = _run("docker", "run", "--rm", "--network", "none", "--entrypoint", "swarmnode", GPU_IMAGE, "doctor",
+                  "--model", "tiny", timeout=300)
+    assert "vLLM is installed" in health and "tiny: found" in health, health
+    assert "no GPU: the node trains and generates on CPU" in health, health
+    user = _run("docker", "run", "--rm", "--network", "none", "--entrypoint", "id", GPU_IMAGE, "-u", timeout=60)
+    assert user.strip() == "1000"

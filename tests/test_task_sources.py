@@ -52,6 +52,17 @@ def test_a_reasoning_gym_task_is_scored_by_its_dataset_after_this_node_s_format_
     assert boxed.reward(f"\\boxed{{{problem.answer}}}", boxed.train_problem(3)) == 1.0
 
 
+def test_an_answer_that_only_contains_the_right_one_gets_no_part_credit():
+    task = _task("task.name=rg:gcd")
+    problem = task.train_problem(0)
+    listing = " ".join(str(n) for n in range(100))  # every small number, the right one among them
+    assert problem.answer in listing.split()
+    assert task._train.score_answer(listing, problem.entry) > 0, "reasoning-gym's default gives part credit"
+    assert task.exact_only and task.reward(f"<answer>{listing}</answer>", problem) == 0.0
+    assert task.reward(f"<answer>{problem.answer}</answer>", problem) == 1.0
+    assert not _task(*CHAIN).exact_only, "a reviewed scorer of its own is asked"
+
+
 def test_the_run_id_covers_the_dataset_its_config_and_its_seed():
     base = _task(*CHAIN).fingerprint
     assert _task(*CHAIN, "task.options.seed=1").fingerprint != base

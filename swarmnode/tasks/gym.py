@@ -19,6 +19,12 @@ Only datasets whose grading is safe on a stranger's text are offered: those that
 (reasoning-gym's default scorer) and those reviewed in VETTED_SCORERS. Some datasets grade by
 `eval` or sympy's parser, which would run a peer's completion as code. A scorer that still
 raises scores 0.
+
+reasoning-gym's default scorer also gives part credit to an answer that merely contains the
+right one (len(right) / len(answer)): an answer listing every number scores above a wrong one,
+and a group's normalised advantage turns that sliver into a full push towards listing. Where a
+dataset uses that default, this node rewards the answer itself only: 1 when it is the right
+one, else 0.
 """
 
 from __future__ import annotations
@@ -122,6 +128,7 @@ class ReasoningGymTask:
             raise ValueError(f"{name}: no dataset {self.dataset!r} among reasoning-gym's datasets whose grading is "
                              f"safe on a peer's text: {', '.join(offered)}")
         import reasoning_gym  # an optional dependency, 0.9 s to import: only for this task
+        from reasoning_gym.dataset import ProceduralDataset
 
         config = dict(options or {})
         self.seed, self.size = config.pop("seed", 0), config.pop("size", DEFAULT_SIZE)
@@ -133,6 +140,7 @@ class ReasoningGymTask:
             self._eval = reasoning_gym.create_dataset(self.dataset, seed=self.seed + self.size, size=self.size, **config)
         except Exception as err:  # the dataset's own config checks: TypeError, AssertionError, ValueError, ...
             raise ValueError(f"{name}: its config {config} is refused by reasoning-gym: {err}") from None
+        self.exact_only = type(self._train).score_answer is ProceduralDataset.score_answer  # see the module's doc
         self.version = importlib.metadata.version("reasoning-gym")
         self.answer_format = answer_format
         self.strict_format = strict_format or answer_format == "think_answer"
@@ -145,7 +153,7 @@ class ReasoningGymTask:
         return fingerprint_of(
             self.name, SCHEME, f"reasoning-gym={self.version}", json.dumps(self.config, sort_keys=True, default=str),
             str(self.seed), str(self.size), *grading_parts(self.answer_format, "numeric", self.strict_format, True),
-            self.system_prompt, str(EVAL_PERMILLE), self.problems_digest,
+            self.system_prompt, str(EVAL_PERMILLE), self.problems_digest, f"exact_only={self.exact_only}",
         )
 
     @property
@@ -180,6 +188,8 @@ class ReasoningGymTask:
         answer = extract_answer(completion, self.answer_format, self.strict_format, max_chars=MAX_ANSWER_CHARS)
         if answer is None or not isinstance(problem, GymProblem):
             return 0.0
+        if self.exact_only:
+            return 1.0 if answer == str(problem.entry["answer"]) else 0.0
         try:
             score = float(self._train.score_answer(answer, problem.entry))
         except Exception:  # a scorer that chokes on odd text ('((((', '1e999999'): no reward, no crash
