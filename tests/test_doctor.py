@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import socket
-import sys
 import time
 from collections import namedtuple
 from email.utils import formatdate
@@ -137,6 +136,11 @@ def test_the_peers_file_is_read_as_join_reads_it_and_its_peers_asked(tmp_path, o
     base = [f"node.run_dir={tmp_path / 'b'}", f"swarm.initial_peers_file={peers_file}"]
     not_yet = _verdicts(load_config(None, base))["initial peers"]
     assert not_yet[0] == NOTE and "is not there yet: join waits" in not_yet[1], "the bootstrap may start later"
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = f"/ip4/127.0.0.1/tcp/{probe.getsockname()[1]}{peer}"
+    given = _verdicts(load_config(None, [*base, f"swarm.initial_peers=['{closed}']"]))["initial peers"]
+    assert given[0] == BLOCKING and "is not there yet" in given[1], "the peers given are still asked"
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
@@ -173,9 +177,19 @@ def test_a_clock_far_from_the_hub_s_blocks_and_none_to_ask_is_a_note():
     assert doctor._clock(None).verdict in (FINE, NOTE), "without the hub the kernel is asked, never a block"
 
 
-def test_the_kernel_s_sync_flag_is_read_where_linux_has_it():
-    synced = doctor._kernel_clock_synced()
-    if sys.platform.startswith("linux"):
-        assert synced in (True, False), "adjtimex can be read without privileges"
-    else:
-        assert synced is None
+def test_the_kernel_s_sync_flag_is_read_by_adjtimex_and_a_refusal_is_no_answer(monkeypatch):
+    answers = iter([0, doctor.TIME_ERROR, -1])  # TIME_OK, unsynchronised, refused (a seccomp filter)
+    asked = []
+
+    class Libc:
+        @staticmethod
+        def adjtimex(buffer):
+            asked.append(bytes(buffer.raw[:4]))  # modes, the first field: 0 only reads
+            return next(answers)
+
+    monkeypatch.setattr(doctor.sys, "platform", "linux")
+    monkeypatch.setattr(doctor.ctypes, "CDLL", lambda *a, **k: Libc())
+    assert [doctor._kernel_clock_synced() for _ in range(3)] == [True, False, None]
+    assert asked == [b"\0" * 4] * 3, "read only: nothing set"
+    monkeypatch.setattr(doctor.sys, "platform", "darwin")
+    assert doctor._kernel_clock_synced() is None

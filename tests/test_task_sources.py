@@ -11,6 +11,7 @@ import pytest
 
 from swarmnode.assemble import assemble, compose_node, run_id_for
 from swarmnode.loop.ledger import PeerLedger
+from swarmnode.model.tiny import TINY_PRESETS, ensure_tiny
 from swarmnode.ops.preflight import PreflightError, preflight
 from swarmnode.rollout.hf import HFGenerator
 from swarmnode.settings.config import ConfigError, load_config
@@ -198,6 +199,7 @@ def test_two_join_processes_of_one_reasoning_gym_run_exchange_over_hivemind(tmp_
     kinds = {"a": {"model": {"name": "tiny"}, "task": task, "swarm": {"min_peers": 1}},
              "b": {"model": {"name": "tiny", "lora": {"rank": 8}}, "task": task, "swarm": {"min_peers": 1}}}
     nodes = {name: NodeProcess(tmp_path, name, kind) for name, kind in kinds.items()}
+    ensure_tiny(TINY_PRESETS["tiny"])  # built here, not by both processes at once
     try:
         nodes["a"].start([])
         wait_for(lambda: (nodes["a"].dir / "run" / "swarm.json").exists(), 60, "the first node", [nodes["a"]])

@@ -169,15 +169,16 @@ def _initial_peers(config: Config) -> Finding:
     connection (the swarm's handshake is the node's to do): none that answers stops the join."""
     peers, file_said = list(config.swarm.initial_peers), ""
     path = config.swarm.initial_peers_file
-    if path is not None:
-        if not path.is_file():
-            said = (f"{path} is not there yet: join waits {config.swarm.startup_timeout_s:.0f} s for it "
-                    "(start the bootstrap node first, or check the path)")
-            return Finding("initial peers", NOTE, said)
+    if path is not None and not path.is_file():
+        file_said = (f"; {path} is not there yet: join waits {config.swarm.startup_timeout_s:.0f} s for it "
+                     "(start the bootstrap node first, or check the path)")
+        if not peers:
+            return Finding("initial peers", NOTE, file_said.removeprefix("; "))
+    elif path is not None:
         try:
             listed = read_peers_file(path, timeout_s=0)
             check_swarm_addresses(config.swarm, listed)
-        except (PeersFileError, AddressError) as err:
+        except (PeersFileError, AddressError, ImportError, OSError) as err:
             return Finding("initial peers", BLOCKING, str(err))
         peers += listed
         file_said = f" ({len(listed)} from {path})"
