@@ -135,6 +135,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import yaml
+from grader_worker import HOSTILE_ANSWERS, RESULT_PREFIX
 from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.dht.protocol import DHTProtocol
 from hivemind.dht.storage import DictionaryDHTValue
@@ -173,7 +174,7 @@ from swarmnode.swarm.hivemind.status import open_status_client, read_heartbeats
 from swarmnode.swarm.local import InMemoryHub
 from swarmnode.tasks import make_task
 from swarmnode.tasks.answers import graded_reward
-from swarmnode.tasks.gym import ReasoningGymTask, gym_datasets
+from swarmnode.tasks.gym import gym_datasets
 
 ROOT = Path(__file__).resolve().parents[1]
 HONEST = ("a", "b")
@@ -1129,52 +1130,7 @@ def crowd_scenario(args: argparse.Namespace, payload_lengths: list[int]) -> None
               f"{r['round_s']:>8.2f}", flush=True)
 
 
-# Answers a peer can write: code that leaves a mark (MARK is replaced by a file's path), work
-# without end for an evaluator, and text that trips parsers.
-HOSTILE_ANSWERS = (
-    "__import__('pathlib').Path('MARK').touch()",
-    "(lambda: __import__('pathlib').Path('MARK').touch() or 1)()",
-    "9**9**9**9",
-    "(" * 3000 + "1" + ")" * 3000,
-    "1e999999999",
-    "7" * 4000,
-)
-
-
-RESULT_PREFIX = "grader-result "  # a dataset may print lines of its own
-
-
-def grade_hostile(dataset: str, mark: Path) -> dict:
-    """One dataset's scores of HOSTILE_ANSWERS against its first problem (run in a process of its
-    own: an evaluator may never return)."""
-    import reasoning_gym  # optional (the gym extra)
-
-    offered = dataset in gym_datasets()
-    answers = [a.replace("MARK", str(mark)) for a in HOSTILE_ANSWERS]
-    raised, rewarded, slowest = 0, 0, 0.0
-    if offered:
-        task = ReasoningGymTask(f"rg:{dataset}", {"size": 10})
-        problem = task.train_problem(0)
-        scorer, entry = task._train.score_answer, problem.entry
-    else:
-        made = reasoning_gym.create_dataset(dataset, seed=0, size=10)
-        scorer, entry = made.score_answer, made[0]
-    for answer in answers:
-        started = time.perf_counter()
-        try:
-            direct = float(scorer(answer, entry))
-        except Exception:
-            raised, direct = raised + 1, 0.0
-        score = task.reward(f"<answer>{answer}</answer>", problem) if offered else direct
-        slowest = max(slowest, time.perf_counter() - started)
-        rewarded += score > 0
-    return {"offered": offered, "raised": raised, "rewarded": rewarded, "slowest_s": slowest}
-
-
 def grader(args: argparse.Namespace) -> None:
-    if args.worker:
-        print(RESULT_PREFIX + json.dumps(grade_hostile(args.worker, args.mark)))
-        return
     from reasoning_gym.factory import DATASETS  # optional (the gym extra)
 
     offered = set(gym_datasets())
@@ -1185,7 +1141,7 @@ def grader(args: argparse.Namespace) -> None:
             mark = Path(scratch) / dataset
             row = rows[dataset in offered]
             row["datasets"] += 1
-            command = [sys.executable, __file__, "grader", "--worker", dataset, "--mark", str(mark)]
+            command = [sys.executable, str(Path(__file__).with_name("grader_worker.py")), dataset, str(mark)]
             result, said = None, "hung"
             try:
                 done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
@@ -1276,8 +1232,6 @@ def main() -> None:
         sub_parser.add_argument("--set", dest="overrides", action="append", default=[], help="config override")
     grd = sub.add_parser("grader", help="hostile answers through every reasoning-gym dataset's scorer")
     grd.add_argument("--timeout", type=float, default=10.0, help="seconds a dataset's process may take")
-    grd.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    grd.add_argument("--mark", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     kinds = {"grader": grader, "liveness": liveness, "eclipse": eclipse, "ghost": ghost, "slow": slow_peer, "sybil": sybil, "flood": flood, "content": content, "honest": honest,
              "drift": lambda a: crowd_scenario(a, a.payload), "useful-crowd": lambda a: crowd_scenario(a, [0])}
