@@ -22,7 +22,7 @@ NOT_SETTINGS = {"config_path", "fresh", "overrides", "solo", "quiet", "verbose"}
 def _join_config(monkeypatch, *args: str):
     """The config `swarmnode join ARGS` would run, without running it."""
     seen = []
-    monkeypatch.setattr(assemble, "run", lambda config, *rest: seen.append(config) or {})
+    monkeypatch.setattr(assemble, "run", lambda config, *rest, **named: seen.append(config) or {})
     result = CliRunner().invoke(app, ["join", *args])
     assert result.exit_code == 0, result.output
     (config,) = seen
