@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Generic, Literal, TypeVar
 
 
@@ -99,21 +99,23 @@ GYM_DATASET = re.compile(r"[a-z][a-z0-9_]{0,63}")  # what a reasoning-gym datase
 PLUGIN_GROUP = "swarmnode.tasks"  # the entry point group of task plug-ins (swarmnode.tasks.plugins)
 
 
-def task_plugins() -> list[str]:
-    """Installed task plug-ins' names (package metadata only: nothing is imported)."""
-    return sorted({point.name for point in entry_points(group=PLUGIN_GROUP)})
+def plugin_entry_points() -> dict[str, EntryPoint]:
+    """Installed task plug-ins by name (package metadata only: nothing is imported)."""
+    return {point.name: point for point in entry_points(group=PLUGIN_GROUP)}
 
 
 def check_task_name(name: str) -> str:
     """A built-in task, rg:<dataset> or an installed plug-in; ValueError naming the choices.
     Whether reasoning-gym has the dataset is preflight's to check (its import takes a second)."""
-    if name in TASKS.names or name in task_plugins():
+    if name in TASKS.names:
+        return name
+    plugins = sorted(plugin_entry_points())
+    if name in plugins:
         return name
     if name.startswith(GYM_PREFIX):
         if GYM_DATASET.fullmatch(name.removeprefix(GYM_PREFIX)):
             return name
         raise ValueError(f"{name!r}: a reasoning-gym task is rg:<dataset>, e.g. rg:chain_sum")
-    plugins = task_plugins()
     raise ValueError(f"unknown task {name!r}; choose from {TASKS.cli_help()}, {GYM_PREFIX}<dataset> (reasoning-gym)"
                      + (f", or an installed plug-in: {', '.join(plugins)}" if plugins else ", or an installed plug-in"))
 

@@ -67,16 +67,21 @@ def dataset_name(task_name: str) -> str:
     return name
 
 
+def uses_default_scorer(dataset_class: type) -> bool:
+    """The dataset grades with reasoning-gym's own comparison of text (no scorer of its own)."""
+    from reasoning_gym.dataset import ProceduralDataset  # 0.9 s to import: only for a reasoning-gym task
+
+    return dataset_class.score_answer is ProceduralDataset.score_answer
+
+
 def gym_datasets() -> list[str]:
     """The datasets of the installed reasoning-gym this node offers (their grading is safe on a
     stranger's text); ImportError with the fix when reasoning-gym is not installed."""
     try:
-        from reasoning_gym.dataset import ProceduralDataset  # 0.9 s to import: only for a reasoning-gym task
-        from reasoning_gym.factory import DATASETS
+        from reasoning_gym.factory import DATASETS  # 0.9 s to import: only for a reasoning-gym task
     except ImportError:
         raise ImportError(f"tasks rg:<dataset> need reasoning-gym: {INSTALL_HINT}") from None
-    return sorted(name for name, (cls, _) in DATASETS.items()
-                  if cls.score_answer is ProceduralDataset.score_answer or name in VETTED_SCORERS)
+    return sorted(name for name, (cls, _) in DATASETS.items() if uses_default_scorer(cls) or name in VETTED_SCORERS)
 
 
 def check_reproducible(task: ReasoningGymTask, timeout_s: float = 120.0) -> None:
@@ -128,7 +133,6 @@ class ReasoningGymTask:
             raise ValueError(f"{name}: no dataset {self.dataset!r} among reasoning-gym's datasets whose grading is "
                              f"safe on a peer's text: {', '.join(offered)}")
         import reasoning_gym  # an optional dependency, 0.9 s to import: only for this task
-        from reasoning_gym.dataset import ProceduralDataset
 
         config = dict(options or {})
         self.seed, self.size = config.pop("seed", 0), config.pop("size", DEFAULT_SIZE)
@@ -140,7 +144,7 @@ class ReasoningGymTask:
             self._eval = reasoning_gym.create_dataset(self.dataset, seed=self.seed + self.size, size=self.size, **config)
         except Exception as err:  # the dataset's own config checks: TypeError, AssertionError, ValueError, ...
             raise ValueError(f"{name}: its config {config} is refused by reasoning-gym: {err}") from None
-        self.exact_only = type(self._train).score_answer is ProceduralDataset.score_answer  # see the module's doc
+        self.exact_only = uses_default_scorer(type(self._train))  # see the module's doc
         self.version = importlib.metadata.version("reasoning-gym")
         self.answer_format = answer_format
         self.strict_format = strict_format or answer_format == "think_answer"

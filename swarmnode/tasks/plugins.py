@@ -17,17 +17,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from swarmnode.settings.config import TaskSettings
-from swarmnode.settings.registry import PLUGIN_GROUP
+from swarmnode.settings.registry import PLUGIN_GROUP, plugin_entry_points
 from swarmnode.tasks.base import Task, fingerprint_of
-
-
-def plugin_entry_points() -> dict[str, EntryPoint]:
-    """Installed task plug-ins by name (reading package metadata only, importing nothing)."""
-    return {point.name: point for point in entry_points(group=PLUGIN_GROUP)}
 
 
 class PluginTask:
