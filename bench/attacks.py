@@ -1103,8 +1103,8 @@ def _counting_take(take, log: list, crowd: UsefulCrowd, crowd_names: list[str]):
     the caller, so peers' here), payload samples, and the other honest node's samples."""
     def counted(round_, offered, own, timings):
         taken = take(round_, offered, own, timings)
-        payload = sum(1 for s in taken.kept if s.peer_id in crowd_names and crowd.carries_payload(s.train.completion_ids))
-        honest = sum(1 for s in taken.kept if s.peer_id not in crowd_names)
+        payload = sum(1 for s in taken.kept if s.source in crowd_names and crowd.carries_payload(s.tokens))
+        honest = sum(1 for s in taken.kept if s.source not in crowd_names)
         log.append((len(own) + len(taken.kept), payload, honest))
         return taken
     return counted

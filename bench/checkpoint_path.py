@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from random_weights import build_random_model
 
-from swarmnode.learn.loss import TrainSample
+from swarmnode.learn.sample import Sample
 from swarmnode.model.checkpoint import CheckpointWriter, snapshot_bytes
 from swarmnode.model.policy import Policy
 from swarmnode.protocol.wire import Completion
@@ -47,7 +47,7 @@ def main() -> None:
         policy = Policy.load(config.model, config.train, seed=config.node.seed)
         rng = np.random.default_rng(0)
         samples = [
-            TrainSample(list(rng.integers(10, 1000, 16)),
+            Sample.of(list(rng.integers(10, 1000, 16)),
                         Completion(rng.integers(10, 1000, 16).astype(np.int32), np.full(16, -2.0, np.float32)),
                         float(rng.choice([-1, 1])))
             for _ in range(4)

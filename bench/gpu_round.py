@@ -33,7 +33,7 @@ import torch
 from random_weights import build_random_model
 from transformers import AutoModelForCausalLM, GenerationConfig
 
-from swarmnode.learn.loss import TrainSample
+from swarmnode.learn.sample import Sample
 from swarmnode.model.policy import Policy
 from swarmnode.rollout import make_generator, vllm_available
 from swarmnode.settings.config import Config, load_config
@@ -153,7 +153,7 @@ def measure(label: str, config: Config, shape: ModelShape, args: argparse.Namesp
             completions = [(p, c) for p, g in zip(prompts, groups) for c in g]
             tokens = sum(len(c.tokens) for _, c in completions)
             samples = [
-                TrainSample(p, c, float(rng.choice([-1.0, 1.0])), source)
+                Sample.of(p, c, float(rng.choice([-1.0, 1.0])), source)
                 for source in ("", "peer") for p, c in completions  # own samples and as many peers'
             ]
             t = time.perf_counter()

@@ -9,10 +9,8 @@ import argparse
 import statistics
 import time
 
-import torch
-
 from swarmnode.assemble import assemble
-from swarmnode.learn.loss import TrainSample, group_advantages
+from swarmnode.learn.sample import samples_of
 from swarmnode.model.policy import Policy
 from swarmnode.settings.config import LossSettings, load_config
 
@@ -26,12 +24,7 @@ def main() -> None:
     policy = Policy.load(config.model, config.train, seed=config.node.seed)
     with assemble(config, policy=policy) as node:
         state = node.produce(0)
-    samples = []
-    for group in state.own_groups:
-        adv = group_advantages(torch.tensor(group.rewards), config.loss.advantage_std).tolist()
-        samples += [
-            TrainSample(group.prompt_ids, c, a) for c, a in zip(group.completions, adv)
-        ]
+    samples = samples_of(state.own_groups)
     policy.optimizer.param_groups[0]["lr"] = 0.0  # same weights every step: compare like with like
     times: dict[str, list[float]] = {"nois": [], "f-tis": []}
     for step in range(args.steps + 2):

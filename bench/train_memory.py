@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from random_weights import build_random_model
 
-from swarmnode.learn.loss import TrainSample
+from swarmnode.learn.sample import Sample
 from swarmnode.model.policy import Policy
 from swarmnode.protocol.wire import Completion
 from swarmnode.settings.config import Config
@@ -55,7 +55,7 @@ def main() -> None:
                 policy = Policy.load(config.model, config.train, seed=config.node.seed)
                 rng = np.random.default_rng(0)
                 samples = [
-                    TrainSample(list(rng.integers(10, 1000, TYPICAL_PROMPT_TOKENS)),
+                    Sample.of(list(rng.integers(10, 1000, TYPICAL_PROMPT_TOKENS)),
                                 Completion(rng.integers(10, 1000, args.length).astype(np.int32), np.full(args.length, -2.0, np.float32)),
                                 float(rng.choice([-1, 1])))
                     for _ in range(args.samples)

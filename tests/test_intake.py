@@ -12,8 +12,7 @@ import pytest
 
 from swarmnode.assemble import assemble
 from swarmnode.lab.poison import poisoning_link
-from swarmnode.learn.loss import TrainSample
-from swarmnode.learn.trust import Screening
+from swarmnode.learn.sample import Group, Sample, Verdict
 from swarmnode.loop.intake import Intake
 from swarmnode.loop.ledger import PeerLedger
 from swarmnode.loop.pool import (
@@ -25,10 +24,11 @@ from swarmnode.loop.pool import (
     cohorts,
     fair_queue,
 )
-from swarmnode.loop.samples import Sample, ScoredGroup
-from swarmnode.loop.usefulness import UsefulnessWeights
+from swarmnode.loop.scoring import score_group
 from swarmnode.model.policy import Policy
 from swarmnode.protocol.wire import Completion
+from swarmnode.screening.screener import standing_counts
+from swarmnode.screening.usefulness import UsefulnessWeights
 from swarmnode.settings.config import load_config
 from swarmnode.swarm.base import GatherWait
 from swarmnode.swarm.local import InMemoryHub
@@ -185,16 +185,15 @@ def test_standing_follows_the_share_of_useful_samples():
 
 def test_samples_near_a_bar_earn_their_sender_no_standing():
     """Kept and trained on, but passing the gate by a hair (trust.near_bar): not useful."""
-    ledger = PeerLedger()
-    samples = [SimpleNamespace(peer_id=peer) for peer in ("walker", "walker", "honest", "honest")]
-    screening = Screening(
-        keep=[True] * 4, below_bar_flags=[False] * 4, near_bar_flags=[True, True, False, True],
-        weight_scale=[1.0] * 4, advantages=[0.5, -0.5, 0.5, -0.5], bar=-2.0, verdicts={},
-    )
-    weights = UsefulnessWeights(enabled=True)
-    Intake._note_standing(SimpleNamespace(ledger=ledger, usefulness=weights), 0, samples, screening)
-    assert ledger.standing("walker") == 0.0 and ledger.standing("honest") == 0.5
-    assert weights.usefulness == {"walker": 0.0, "honest": 0.1}, "usefulness counts by the same rule, from 0"
+    completion = Completion(np.array([5], dtype=np.int32), np.array([-1.0], dtype=np.float32))
+    groups = [
+        Group(peer, Problem(0, "1+1", "2"), [1], [
+            Sample.of([1], completion, advantage, peer).judged(Verdict(near_bar=near), advantage)
+            for advantage, near in zip((0.5, -0.5), nears)
+        ])
+        for peer, nears in (("walker", (True, True)), ("honest", (False, True)))
+    ]
+    assert standing_counts(groups) == {"walker": (2, 0), "honest": (2, 1)}
 
 
 class _RecordingExchange:
@@ -262,7 +261,13 @@ def _scored_intake(tmp_path, rewards: dict[int, list[float]], *sets: str) -> Int
     intake = Intake(config, None, None, "run", _RecordingExchange(), _Live([]), PeerLedger())
     problem = Problem(0, "1+1", "2")
     completion = Completion(np.array([5], dtype=np.int32), np.array([-1.0], dtype=np.float32))
-    intake._score = lambda group: ScoredGroup(group.peer_id, problem, [1], [completion] * 4, rewards[group.prompt_id])
+
+    def score(group: OfferedGroup) -> Group:
+        values = iter(rewards[group.prompt_id])
+        task = SimpleNamespace(reward=lambda text, problem: next(values))
+        return score_group(task, SimpleNamespace(decode=str), group.peer_id, problem, [1], [completion] * 4, False)
+
+    intake._score = score
     return intake
 
 
@@ -274,24 +279,24 @@ def test_zero_advantage_samples_take_no_room_yet_count_in_their_group_s_mean(tmp
     intake = _scored_intake(tmp_path, rewards, "node.skip_uninformative=true")
     offered = _groups("p", 0, 2)
     taken = intake.take(0, offered, own=[], timings={})
-    assert sorted(sample.train.advantage for sample in taken.kept) == [-0.5, 0.5]
+    assert sorted(sample.advantage for sample in taken.kept) == [-0.5, 0.5]
     assert taken.uninformative == 6, "four of the all-right group, two at their group's mean"
 
     diluted = _scored_intake(tmp_path, rewards).take(0, _groups("p", 0, 2), own=[], timings={})
-    assert [sample.train.advantage for sample in diluted.kept] == [0.0] * 4, "the default: the first group fills the share"
+    assert [sample.advantage for sample in diluted.kept] == [0.0] * 4, "the default: the first group fills the share"
     assert diluted.uninformative == 0
 
 
 def _own(advantages: list[float]) -> list[Sample]:
     completion = Completion(np.array([5], dtype=np.int32), np.array([-1.0], dtype=np.float32))
-    return [Sample(TrainSample([1], completion, advantage), 0.0) for advantage in advantages]
+    return [Sample.of([1], completion, advantage) for advantage in advantages]
 
 
 def test_completions_that_cannot_be_put_into_our_tokens_taught_nothing(tmp_path):
     """A peer of another tokenizer whose every completion fails to translate (a lone piece of a
     character, say) trains nothing, and its standing counts them as screened and useless."""
     intake = _scored_intake(tmp_path, {0: [1.0] * 4})
-    intake._score = lambda group: ScoredGroup(group.peer_id, Problem(0, "1+1", "2"), [1], [], [], [], untranslated=4)
+    intake._score = lambda group: Group(group.peer_id, Problem(0, "1+1", "2"), [1], untranslated=4)
     taken = intake.take(0, _groups("p", 0, 1), own=[], timings={})
     assert taken.kept == [] and intake.ledger.standing("p") == 0.0 and intake.ledger.peers["p"].screened == 4
 
@@ -311,7 +316,7 @@ def test_with_weight_by_usefulness_a_peer_counts_what_it_taught_over_what_ours_t
             offered = [OfferedGroup(peer, round_, prompt, [], 0.0) for peer, prompt in (("all", 0), ("half", 1), ("none", 2))]
             found: dict[str, set[float]] = {}
             for sample in intake.take(round_, offered, own=own, timings={}).kept:
-                found.setdefault(sample.peer_id, set()).add(round(sample.train.weight_scale, 6))
+                found.setdefault(sample.source, set()).add(round(sample.weight_scale, 6))
             seen.append(found)
         return seen
 
@@ -395,7 +400,7 @@ def test_crowding_identities_with_many_useless_groups_lose_the_batch_to_the_hone
 
         def recording(round_, offered, own, timings):
             result = take(round_, offered, own, timings)
-            taken.append([sample.peer_id for sample in result.kept])
+            taken.append([sample.source for sample in result.kept])
             return result
 
         nodes[0].intake.take = recording

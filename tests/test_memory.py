@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from swarmnode.learn.loss import TrainSample
+from swarmnode.learn.sample import Sample
 from swarmnode.model.policy import Policy
 from swarmnode.model.tiny import build_model
 from swarmnode.protocol.wire import Completion
@@ -90,7 +90,7 @@ def _one_step(policy: Policy, tokenizer) -> float:
     prompt = tokenizer("12+34=")["input_ids"]
     rng = np.random.default_rng(0)
     samples = [
-        TrainSample(prompt, Completion(rng.integers(5, 200, 8).astype(np.int32), np.full(8, -3.0, np.float32)), adv)
+        Sample.of(prompt, Completion(rng.integers(5, 200, 8).astype(np.int32), np.full(8, -3.0, np.float32)), adv)
         for adv in (1.0, -1.0, 0.5, -0.5)
     ]
     policy.train_step(samples, Config().loss, 1.0)

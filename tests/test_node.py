@@ -76,7 +76,7 @@ def test_heterogeneous_nodes_train_on_each_others_samples(tmp_path, make_policy)
             assert rec.peer_samples == 12 and rec.peers == 1
             assert rec.wire_bytes > rec.wire_tokens * 8
     # Different models: the peer's samples are off-policy, so weights differ from 1 (their
-    # mean is held at most 1 by the weight budget, swarmnode.learn.trust).
+    # mean is held at most 1 by the weight budget, swarmnode.screening).
     last = history[-1]
     assert all(abs(rec.weight_max - 1.0) > 1e-3 for rec in last)
     assert all(rec.weight_mean <= 1.0 + 1e-5 for rec in last)

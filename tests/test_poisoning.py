@@ -91,7 +91,7 @@ def test_injected_text_is_never_trained_on_with_a_positive_advantage(tmp_path, a
         trained = [_spy_on_steps(node) for node in nodes]
         history = _rounds(nodes, evil, range(4))
         for node, records, samples in zip(nodes, zip(*history), trained):
-            injected = [s for s in samples if s.source and carries_injection(node.policy.decode(s.completion_ids))]
+            injected = [s for s in samples if s.source and carries_injection(node.policy.decode(s.tokens))]
             assert all(s.advantage <= 0 for s in injected), [s.advantage for s in injected]
             assert all(r.peer_samples + r.gated == 64 for r in records), "both peers' batches arrive"
             # gated: under a bar with a positive advantage, or a wrong answer of a group whose right ones were

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from swarmnode.learn.alignment import Spans
-from swarmnode.learn.loss import TrainSample
+from swarmnode.learn.sample import Sample
 from swarmnode.model.batching import OutOfMemory
 from swarmnode.model.policy import Policy
 from swarmnode.model.tiny import build_model
@@ -60,7 +60,7 @@ def _samples(policy, n=6):
     for i in range(n):
         tokens = rng.integers(3, 200, size=4 + i % 3).astype(np.int32)
         out.append(
-            TrainSample(
+            Sample.of(
                 _prompts(policy, 1)[0],
                 Completion(tokens, -np.ones(len(tokens), np.float32)),
                 advantage=1.0 if i % 2 else -1.0,
@@ -125,7 +125,7 @@ def test_chunked_log_probs_equal_the_full_log_softmax_in_value_and_gradient(make
 def _samples(policy, count=8, length=5):
     rng = np.random.default_rng(1)
     return [
-        TrainSample([1, 2, 3], Completion(rng.integers(0, policy.vocab_size, length), np.full(length, -1.0)), float(a))
+        Sample.of([1, 2, 3], Completion(rng.integers(0, policy.vocab_size, length), np.full(length, -1.0)), float(a))
         for a in np.linspace(-1, 1, count)
     ]
 
@@ -220,9 +220,9 @@ def test_out_of_memory_while_scoring_peers_halves_the_micro_batch(make_policy, m
         return real(prompts, completions, temperature, model)
 
     samples = _samples(policy)
-    expected = policy.token_logprobs([s.prompt_ids for s in samples], [s.completion_ids for s in samples], 1.0)
+    expected = policy.token_logprobs([s.prompt_ids for s in samples], [s.tokens for s in samples], 1.0)
     monkeypatch.setattr(policy, "completion_logprobs", flaky)
-    scored = policy.token_logprobs([s.prompt_ids for s in samples], [s.completion_ids for s in samples], 1.0)
+    scored = policy.token_logprobs([s.prompt_ids for s in samples], [s.tokens for s in samples], 1.0)
     assert policy.micro_batch.value == 2 and policy.train_settings.micro_batch_size == 8
     assert all(np.allclose(a, b, atol=1e-6) for a, b in zip(scored, expected)) and len(scored) == 8
 
@@ -276,8 +276,8 @@ def test_a_step_on_samples_by_span_is_the_token_level_step_when_each_span_is_a_t
         samples = _samples(policy)
         if spans != "none":
             samples = [
-                replace(s, spans=Spans.token_level(s.gen_logprobs) if spans == "token" else Spans(
-                    np.arange(len(s.completion_ids)) // 2, np.full((len(s.completion_ids) + 1) // 2, -2.0, np.float32)
+                replace(s, logprobs=None, spans=Spans.token_level(s.logprobs) if spans == "token" else Spans(
+                    np.arange(len(s.tokens)) // 2, np.full((len(s.tokens) + 1) // 2, -2.0, np.float32)
                 ))
                 for s in samples
             ]

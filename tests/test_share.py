@@ -21,7 +21,7 @@ def _share(own_share: float, nats: float) -> AdaptiveShare:
 
 
 def _own(logprob: float, samples: int = 4, tokens: int = 3) -> list[SimpleNamespace]:
-    return [SimpleNamespace(train=SimpleNamespace(gen_logprobs=np.full(tokens, logprob))) for _ in range(samples)]
+    return [SimpleNamespace(logprobs=np.full(tokens, logprob)) for _ in range(samples)]
 
 
 def test_the_share_rises_from_own_share_to_all_of_it_with_the_gap():

@@ -1,4 +1,5 @@
-"""Screening peers' samples: the likelihood gate, the weight budget, and the one strike they give."""
+"""Screening peers' samples: the likelihood gate, balanced advantages, the weight budget, and the
+one strike they give (swarmnode.screening)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from swarmnode.learn.alignment import Spans
-from swarmnode.learn.loss import TrainSample, group_advantages, objective_terms
-from swarmnode.learn.trust import (
+from swarmnode.learn.loss import group_advantages, importance_weights, objective_terms
+from swarmnode.learn.sample import Group, Sample
+from swarmnode.screening.budget import WeightBudget
+from swarmnode.screening.gate import (
     ANCHOR_FOLLOW,
     GATE_MIN_OWN,
     Anchor,
@@ -20,23 +23,53 @@ from swarmnode.learn.trust import (
     gate_bar,
     least_likely_window,
     own_near_bar,
-    screen,
 )
-from swarmnode.protocol.wire import Completion
-from swarmnode.settings.config import LossSettings, TrustSettings
+from swarmnode.screening.screen import Screening, screen
+from swarmnode.screening.screener import Screener
+from swarmnode.settings.config import LossSettings, TrustSettings, load_config
+from swarmnode.settings.registry import OBJECTIVES
+from swarmnode.tasks.base import Problem
 
 LOSS = LossSettings()
 TRUST = TrustSettings()
 
 
-def _sample(source: str, logprobs: np.ndarray, advantage: float = 0.0) -> TrainSample:
-    return TrainSample([1], Completion(np.zeros(len(logprobs), np.int32), np.asarray(logprobs, np.float32)), advantage, source)
+def _sample(source: str, logprobs: np.ndarray, advantage: float = 0.0, prompt: int = 1) -> Sample:
+    return Sample([prompt], np.zeros(len(logprobs), np.int32), np.asarray(logprobs, np.float32), advantage, source=source)
+
+
+def _grouped(samples: list[Sample]) -> list[Group]:
+    """Samples in groups: consecutive ones of one sender and prompt."""
+    groups: list[Group] = []
+    for sample in samples:
+        if not groups or (groups[-1].source, groups[-1].prompt_ids) != (sample.source, sample.prompt_ids):
+            groups.append(Group(sample.source, Problem(0, "1+1", "2"), sample.prompt_ids))
+        groups[-1].samples.append(sample)
+    return groups
+
+
+class _Flat:
+    """A screening read per sample, in the order the samples went in."""
+
+    def __init__(self, result: Screening) -> None:
+        samples = result.samples
+        self.keep = [s.verdict.kept for s in samples]
+        self.below_bar_flags = [s.verdict.below_bar for s in samples]
+        self.near_bar_flags = [s.verdict.near_bar for s in samples]
+        self.weight_scale = [s.verdict.weight_scale for s in samples]
+        self.advantages = [s.advantage for s in samples]
+        self.verdicts = result.peers
+        self.gated, self.below_bar = result.gated, result.below_bar
+
+
+def _screen_samples(samples, theta, own, trust, loss, anchor=None) -> _Flat:
+    return _Flat(screen(_grouped(samples), theta, own, trust, loss, anchor))
 
 
 def _screen(peers, advantages, gen, theta, own, trust, loss):
     """screen() on peers' samples made of parallel lists: senders, advantages, reported log-probs."""
     samples = [_sample(peer, g, a) for peer, a, g in zip(peers, advantages, gen)]
-    return screen(samples, theta, [_sample("", o) for o in own], trust, loss)
+    return _screen_samples(samples, theta, [_sample("", o) for o in own], trust, loss)
 
 
 def _own(count: int = 16, level: float = -0.5, length: int = 12, seed: int = 0) -> list[np.ndarray]:
@@ -153,10 +186,10 @@ def test_by_span_a_low_log_prob_buys_no_weight_either_but_is_no_proof():
     like any other, but proves no lie, so it is no strike."""
     own, theta = _own(), _own(8, seed=3)
     by_span = [
-        replace(_sample("other", np.zeros(12), 1.0), spans=Spans(np.arange(12) // 3, np.full(4, -20.0, np.float32)))
+        replace(_sample("other", np.zeros(12), 1.0), logprobs=None, spans=Spans(np.arange(12) // 3, np.full(4, -20.0, np.float32)))
         for _ in range(8)
     ]
-    result = screen(by_span, theta, [_sample("", o) for o in own], TRUST, LOSS)
+    result = _screen_samples(by_span, theta, [_sample("", o) for o in own], TRUST, LOSS)
     verdict = result.verdicts["other"]
     assert verdict.weight_mean == pytest.approx(LOSS.trunc_c) and result.weight_scale == [pytest.approx(1 / LOSS.trunc_c)] * 8
     assert verdict.strikes == []
@@ -197,19 +230,18 @@ def test_wrong_answers_whose_right_ones_were_gated_push_nothing_down():
     rewards = torch.tensor([1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0])
     advantages = group_advantages(rewards, False).tolist()
     theta = [unlikely] * 2 + [likely] * 6  # two of the three right answers are unlikely
-    samples = [TrainSample([7], Completion(np.zeros(12, np.int32), lp.astype(np.float32)), a, "p")
-               for lp, a in zip(theta, advantages)]
-    result = screen(samples, theta, [_sample("", o) for o in own], TRUST, LOSS)
+    samples = [_sample("p", lp, a, prompt=7) for lp, a in zip(theta, advantages)]
+    result = _screen_samples(samples, theta, [_sample("", o) for o in own], TRUST, LOSS)
     assert result.keep == [False, False] + [True] * 6
     kept = [a for a, k in zip(result.advantages, result.keep) if k]
     assert sum(kept) == pytest.approx(0.0, abs=1e-6), "the kept advantages of the group balance"
     assert kept[0] == pytest.approx(advantages[2]), "the kept right answer keeps its advantage"
     assert all(a < 0 for a in kept[1:]), "wrong answers still count against, in proportion"
-    all_gated = screen(samples, [unlikely] * 3 + [likely] * 5, [_sample("", o) for o in own], TRUST, LOSS)
+    all_gated = _screen_samples(samples, [unlikely] * 3 + [likely] * 5, [_sample("", o) for o in own], TRUST, LOSS)
     assert all_gated.keep == [False] * 8, "no right answer left: its wrong ones teach nothing and take no room"
     # a second group of another prompt, with nothing gated, is left as it was
-    other = [TrainSample([8], Completion(np.zeros(12, np.int32), likely.astype(np.float32)), a, "p") for a in advantages]
-    result = screen(samples + other, theta + [likely] * 8, [_sample("", o) for o in own], TRUST, LOSS)
+    other = [_sample("p", likely, a, prompt=8) for a in advantages]
+    result = _screen_samples(samples + other, theta + [likely] * 8, [_sample("", o) for o in own], TRUST, LOSS)
     assert result.advantages[8:] == pytest.approx(advantages)
 
 
@@ -218,8 +250,8 @@ def test_the_anchored_gate_holds_what_our_model_learned_to_like():
     own, likely = _own(), _own(1, seed=4)[0]
     sample = _sample("crowd", likely, advantage=0.5)
     anchored = Anchor(logprobs=[np.full(12, -10.0)], bar=-1.5)
-    assert screen([sample], [likely], [_sample("", o) for o in own], TRUST, LOSS).keep == [True]
-    result = screen([sample], [likely], [_sample("", o) for o in own], TRUST, LOSS, anchored)
+    assert _screen_samples([sample], [likely], [_sample("", o) for o in own], TRUST, LOSS).keep == [True]
+    result = _screen_samples([sample], [likely], [_sample("", o) for o in own], TRUST, LOSS, anchored)
     assert result.keep == [False] and result.below_bar_flags == [True]
 
 
@@ -246,16 +278,16 @@ def test_a_sample_that_passes_a_bar_by_a_hair_is_kept_but_flagged_near_it():
     """Near-bar samples still train (an honest peer's unlikely right answers do), but earn their
     sender no standing: passing by a hair is how a patient attacker walks a gate."""
     own = [_sample("", o) for o in _own()]
-    bar = gate_bar([s.gen_logprobs for s in own], TRUST)
+    bar = gate_bar([s.logprobs for s in own], TRUST)
     hair, clear, under = (np.full(12, bar + d) for d in (0.5 * TRUST.near_bar, 2 * TRUST.near_bar, -0.5))
     samples = [_sample("p", x, advantage=0.5) for x in (hair, clear, under)]
-    result = screen(samples, [hair, clear, under], own, TRUST, LOSS)
+    result = _screen_samples(samples, [hair, clear, under], own, TRUST, LOSS)
     assert result.keep == [True, True, False]
     assert result.near_bar_flags == [True, False, True] and result.below_bar_flags == [False, False, True]
     anchored = Anchor(logprobs=[np.zeros(12), np.full(12, -1.0), np.zeros(12)], bar=-1.0 - 0.5 * TRUST.near_bar)
-    result = screen(samples, [clear, clear, clear], own, TRUST, LOSS, anchored)
+    result = _screen_samples(samples, [clear, clear, clear], own, TRUST, LOSS, anchored)
     assert result.near_bar_flags == [False, True, False], "the anchored bar counts too"
-    flat = screen(samples, [hair, clear, under], own, TrustSettings(near_bar=0.0), LOSS)
+    flat = _screen_samples(samples, [hair, clear, under], own, TrustSettings(near_bar=0.0), LOSS)
     assert flat.near_bar_flags == [False, False, True]
 
 
@@ -263,15 +295,91 @@ def test_our_own_samples_are_held_to_the_near_bar_rule_a_peer_s_samples_meet():
     """A copy of our model sends samples distributed as ours: judged by one rule, as many of
     ours as of its sit near a bar, so the copy's usefulness can equal our own share."""
     own = [_sample("", o) for o in _own()]
-    bar = gate_bar([s.gen_logprobs for s in own], TRUST)
+    bar = gate_bar([s.logprobs for s in own], TRUST)
     hair, clear = np.full(12, bar + 0.5 * TRUST.near_bar), np.full(12, bar + 2 * TRUST.near_bar)
     ours = own + [_sample("", hair), _sample("", clear)]
-    copy = [_sample("copy", s.gen_logprobs) for s in ours]
-    by_screen = screen(copy, [s.gen_logprobs for s in copy], ours, TRUST, LOSS).near_bar_flags
+    copy = [_sample("copy", s.logprobs) for s in ours]
+    by_screen = _screen_samples(copy, [s.logprobs for s in copy], ours, TRUST, LOSS).near_bar_flags
     assert own_near_bar(ours, TRUST) == by_screen
     assert by_screen[-2:] == [True, False] and not any(by_screen[:-2])
     reference = [np.zeros(12)] * len(ours)
     reference[0] = np.full(12, -1.0)
     anchored = Anchor(logprobs=reference, bar=-1.0 - 0.5 * TRUST.near_bar)
     assert own_near_bar(ours, TRUST, anchored)[0], "the anchored bar counts for ours too"
-    assert own_near_bar(ours, TRUST, anchored) == screen(copy, [s.gen_logprobs for s in copy], ours, TRUST, LOSS, anchored).near_bar_flags
+    assert own_near_bar(ours, TRUST, anchored) == _screen_samples(copy, [s.logprobs for s in copy], ours, TRUST, LOSS, anchored).near_bar_flags
+
+
+def test_two_groups_of_one_sender_and_prompt_are_balanced_apart():
+    """A group is a record, not a run of neighbours: two groups of the same peer for the same
+    prompt (two of its rounds) side by side are balanced each by its own samples."""
+    own, likely, unlikely = _own(), _own(1, seed=3)[0], np.full(12, -10.0)
+    advantages = group_advantages(torch.tensor([1.0, 0.0, 0.0, 0.0]), False).tolist()
+    first = Group("p", Problem(0, "1+1", "2"), [7], [_sample("p", likely, a, prompt=7) for a in advantages])
+    second = Group("p", Problem(0, "1+1", "2"), [7], [_sample("p", likely, a, prompt=7) for a in advantages])
+    theta = [unlikely] + [likely] * 3 + [likely] * 4  # the first group's right answer is gated
+    result = screen([first, second], theta, [_sample("", o) for o in own], TRUST, LOSS)
+    assert [s.verdict.kept for s in result.groups[0].samples] == [False] * 4, "nothing right left: its wrong ones go"
+    assert [s.advantage for s in result.groups[1].samples] == pytest.approx(advantages), "the other group untouched"
+
+
+def test_a_sample_carries_its_generator_s_log_probs_per_token_or_by_span_never_both():
+    tokens = np.zeros(4, np.int32)
+    spans = Spans(np.array([0, 0, 1, 1]), np.array([-1.0, -2.0], np.float32))
+    assert Sample([1], tokens, None, 0.0, spans=spans).by_span
+    assert not Sample([1], tokens, np.zeros(4, np.float32), 0.0).by_span
+    for logprobs, by_span in ((np.zeros(4, np.float32), spans), (None, None)):
+        with pytest.raises(ValueError, match="exactly one"):
+            Sample([1], tokens, logprobs, 0.0, spans=by_span)
+
+
+def test_the_budget_and_the_loss_take_their_weights_from_one_function():
+    """importance_weights is the loss's weight (objective_terms' weight_sum) and the budget's;
+    for vis the budget measures the ratio before vis_clip's clip (its behaviour so far)."""
+    theta, gen = np.linspace(-3.0, -0.1, 12).astype(np.float32), np.full(12, -1.5, np.float32)
+    for objective in ("tis", "f-tis", "vis", "nois"):
+        loss = LossSettings(objective=objective)
+        log_ratios = torch.from_numpy(theta - gen)
+        weights, _ = importance_weights(log_ratios[None], loss, torch.tensor([1.0]))
+        terms = objective_terms(torch.from_numpy(theta)[None], torch.from_numpy(gen)[None], torch.ones(1, 12, dtype=torch.bool),
+                                torch.tensor([1.0]), loss)
+        assert terms.weight_sum == pytest.approx(float(weights.sum()))
+        budget = WeightBudget()
+        budget.add(_sample("p", gen, 1.0), theta, loss, OBJECTIVES.get(objective).weighting)
+        unclipped, _ = importance_weights(log_ratios, loss, weighting=OBJECTIVES.get(objective).weighting, clip_vis=False)
+        assert budget.weight_mean == pytest.approx(float(unclipped.mean()))
+    vis = LossSettings(objective="vis")
+    clipped, _ = importance_weights(torch.from_numpy(theta - gen)[None], vis, torch.tensor([1.0]))
+    raw, _ = importance_weights(torch.from_numpy(theta - gen), vis, clip_vis=False)
+    assert float(clipped.sum()) < float(raw.sum()), "vis_clip zeroes the tokens whose ratio left the range"
+    with pytest.raises(ValueError, match="advantages"):
+        importance_weights(torch.from_numpy(theta - gen), LossSettings(objective="vis"))
+
+
+class _Scorer:
+    """A policy as screening uses it: every token of a peer's sample at log-prob -1 under ours."""
+
+    has_reference = False
+
+    def token_logprobs(self, prompts, completions, temperature):
+        return [np.full(len(c), -1.0) for c in completions]
+
+
+def test_a_lying_peer_is_struck_once_a_round_however_many_passes_screen_it():
+    config = load_config(None, ["trust.likelihood_gate=false"])
+    screener = Screener(config, _Scorer())
+    liar = [Group("liar", Problem(0, "1+1", "2"), [1], [_sample("liar", np.full(12, -20.0), 0.5)] * 4)]
+    first = screener.open_round([], peers_coming=True)
+    assert list(first.screen(liar).strikes) == ["liar"]
+    assert first.screen(liar).strikes == {}, "a second pass of the same round: no second strike"
+    assert list(screener.open_round([], peers_coming=True).screen(liar).strikes) == ["liar"], "the next round's batch"
+    done = first.screen(liar)
+    assert done.standing == {"liar": (4, 4)} and len(done.kept) == 4, "struck, yet its samples were kept, held to the budget"
+    assert [s.weight_scale for s in done.kept] == [pytest.approx(1 / LOSS.trunc_c)] * 4
+
+
+def test_with_neither_gate_nor_budget_every_sample_passes_as_it_is():
+    config = load_config(None, ["trust.likelihood_gate=false", "trust.weight_budget=false"])
+    liar = [Group("liar", Problem(0, "1+1", "2"), [1], [_sample("liar", np.full(12, -20.0), a) for a in (0.5, -0.5)])]
+    done = Screener(config, _Scorer()).open_round([], peers_coming=True).screen(liar)
+    assert done.theta is None and done.strikes == {} and done.screening.peers == {}
+    assert [(s.advantage, s.weight_scale, s.verdict.kept) for s in done.kept] == [(0.5, 1.0, True), (-0.5, 1.0, True)]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from swarmnode.learn.loss import TrainSample
+from swarmnode.learn.sample import Sample
 from swarmnode.model.policy import Policy
 from swarmnode.rollout.hf import HFGenerator
 from swarmnode.settings.config import Config, LoraSettings, ModelSettings, RolloutSettings, TrainSettings
@@ -131,7 +131,7 @@ def _train_and_compare(lora_rank: int) -> tuple[np.ndarray, np.ndarray]:
     groups = generator.generate(prompts, settings.group_size)
     old = copy.deepcopy(policy.model)
     samples = [
-        TrainSample(prompt, c, advantage=1.0 if i % 2 else -1.0)
+        Sample.of(prompt, c, advantage=1.0 if i % 2 else -1.0)
         for prompt, group in zip(prompts, groups)
         for i, c in enumerate(group)
     ]

@@ -16,8 +16,9 @@ detached per-token importance weight:
 The ``f-`` variants also drop samples with A_i < 0 whose divergence from the generator exceeds
 g: they add nothing to the sum, yet N counts them and they stay in their group's mean and std.
 With `filter_shape` soft they drop none and weight each such sample by g / (g + divergence).
-A peer's samples may carry a weight scale below 1 (swarmnode.learn.trust's weight budget), which
-multiplies w.
+A peer's samples may carry a weight scale below 1 (screening's weight budget, swarmnode.screening),
+which multiplies w. `importance_weights` is the one place w is computed: the loss and screening
+both call it.
 """
 
 from __future__ import annotations
@@ -25,43 +26,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
-from swarmnode.learn.alignment import SpanBatch, Spans
-from swarmnode.protocol.wire import Completion
+from swarmnode.learn.alignment import SpanBatch
 from swarmnode.settings.config import LossSettings
 from swarmnode.settings.registry import DIVERGENCES, OBJECTIVES
-
-
-@dataclass(frozen=True)
-class TrainSample:
-    """One completion as the loss takes it: its prompt's ids, the completion (token ids and the
-    generator's log-probs), its advantage, who generated it and how much its importance
-    weights count (screening's weight budget). A completion a peer of another tokenizer sent is
-    in our tokens, and its generator's log-probs are per span (`spans`), not per token."""
-
-    prompt_ids: list[int]
-    completion: Completion
-    advantage: float
-    source: str = ""  # the peer that generated it; "" for this node's own
-    weight_scale: float = 1.0  # multiplies its importance weights (a peer's weight budget)
-    spans: Spans | None = None  # when its tokens are ours, not its generator's: the generator's log-probs by span
-
-    @property
-    def completion_ids(self) -> np.ndarray:
-        return self.completion.tokens
-
-    @property
-    def gen_logprobs(self) -> np.ndarray:
-        return self.completion.logprobs
-
-    def log_ratios(self, logp_theta: np.ndarray) -> np.ndarray:
-        """Per token: log pi_theta - log pi_gen, where pi_theta is `logp_theta` on our tokens;
-        by span when the tokens are not the generator's own."""
-        if self.spans is None:
-            return logp_theta - self.gen_logprobs
-        return self.spans.log_ratios(logp_theta)
 
 
 def group_advantages(rewards: torch.Tensor, scale_by_std: bool = False, eps: float = 1e-4) -> torch.Tensor:
@@ -145,6 +114,31 @@ if missing := {o.weighting for o in OBJECTIVES} - WEIGHTINGS.keys():
     raise RuntimeError(f"objectives name weightings without an implementation: {missing}")
 
 
+def importance_weights(
+    log_ratios: torch.Tensor,
+    settings: LossSettings,
+    advantages: torch.Tensor | None = None,
+    *,
+    weighting: str | None = None,
+    clip_vis: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per token, the importance weight w and whether it was truncated, from the log-ratios
+    log pi_theta - log pi_gen (clamped to `log_ratio_clamp` here).
+
+    `weighting` is the objective's (`loss.objective`) unless named. With `clip_vis` and
+    `loss.vis_clip`, a vanilla weight is PPO-clipped against the generator, which needs each
+    sequence's advantage (`advantages`, one per row of `log_ratios`); `clip_vis=False` gives the
+    unclipped ratio, which is what screening's weight budget measures."""
+    weighting = weighting or OBJECTIVES.get(settings.objective).weighting
+    log_w = log_ratios.clamp(-settings.log_ratio_clamp, settings.log_ratio_clamp)
+    weight, truncated = WEIGHTINGS[weighting](log_w, settings)
+    if weighting == "vanilla" and settings.vis_clip and clip_vis:
+        if advantages is None:
+            raise ValueError("vis_clip needs the advantages: the clip's direction is the advantage's")
+        weight, truncated = _clipped_against_generator(weight, advantages, settings.clip_eps)
+    return weight, truncated
+
+
 @dataclass
 class ObjectiveTerms:
     """The summed loss of a (micro-)batch and the raw sums its diagnostics come from."""
@@ -172,7 +166,7 @@ def objective_terms(
 
     `logp_theta` carries the gradient; `logp_gen` is what the generator reported; `logp_old`
     is the policy the PPO ratio is taken against (defaults to `logp_theta` detached);
-    `weight_scale` [B] multiplies each sequence's weights (swarmnode.learn.trust's weight budget).
+    `weight_scale` [B] multiplies each sequence's weights (screening's weight budget).
     With `spans` (tokens that are not the generator's own: swarmnode.learn.alignment), the
     generator's log-probs are per span (`spans.gen`; `logp_gen` is not read): each token's
     importance weight is its span's, and the divergence is taken over spans. Token-level spans
@@ -188,10 +182,7 @@ def objective_terms(
     else:
         event_theta, event_gen, event_mask = spans.sums(current), spans.gen.to(current.dtype), spans.mask
         log_w = spans.spread(event_theta - event_gen)
-    log_w = log_w.clamp(-settings.log_ratio_clamp, settings.log_ratio_clamp)
-    weight, truncated = WEIGHTINGS[choice.weighting](log_w, settings)
-    if choice.weighting == "vanilla" and settings.vis_clip:
-        weight, truncated = _clipped_against_generator(weight, advantages, settings.clip_eps)
+    weight, truncated = importance_weights(log_w, settings, advantages, weighting=choice.weighting)
     if weight_scale is not None:
         weight = weight * weight_scale.to(weight.dtype).unsqueeze(-1)
     ratio = (logp_theta - old).clamp(-settings.log_ratio_clamp, settings.log_ratio_clamp).exp()

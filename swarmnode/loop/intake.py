@@ -2,9 +2,9 @@
 
 Each round: collect what peers published into the pool (waiting a bounded time when the pool
 cannot fill the peers' share), check every batch strictly, then fill the peers' share in the
-pool's fair order with samples that pass screening by our own model (swarmnode.learn.trust). This is
-the only place that writes verdicts about peers' content to the ledger: bad batches, and
-log-probs that claim more weight than an honest generator's.
+pool's fair order: each group taken is scored by our task (swarmnode.loop.scoring) and screened
+by our own model (swarmnode.screening). This is the only place that writes verdicts about peers'
+content to the ledger: bad batches, screening's strikes, and how useful each peer's samples were.
 """
 
 from __future__ import annotations
@@ -12,18 +12,16 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
 
-from swarmnode.learn.trust import Anchor, AnchorBar, Screening, own_near_bar, screen
+from swarmnode.learn.sample import Group, Sample, samples_of
 from swarmnode.loop.ledger import PeerLedger
 from swarmnode.loop.pool import PROBATION_EVERY, OfferedGroup, PeerPool, fair_queue
-from swarmnode.loop.samples import Sample, ScoredGroup, score_group, train_samples
+from swarmnode.loop.scoring import score_group
 from swarmnode.loop.share import AdaptiveShare
-from swarmnode.loop.usefulness import UsefulnessWeights
 from swarmnode.loop.waiting import WaitRule
 from swarmnode.model.families import Families, Family, UnknownFamily
 from swarmnode.model.hub_tokenizers import HubTokenizers
@@ -33,6 +31,7 @@ from swarmnode.protocol import wire
 from swarmnode.protocol.batches import batch_split, check_batch
 from swarmnode.protocol.prompts import build_prompt
 from swarmnode.protocol.records import short_peer
+from swarmnode.screening import Pass, Screener
 from swarmnode.settings.config import Config
 from swarmnode.swarm.base import Membership, Received, RolloutExchange, is_useless
 from swarmnode.tasks.base import Task
@@ -47,25 +46,34 @@ UNREAD_NAMED = 8  # tokenizers this node names in its log when it cannot read th
 class Taken:
     """The peers' samples a round trains on, and what screening and the pool said of them."""
 
-    kept: list[Sample] = field(default_factory=list)
-    screenings: list[Screening] = field(default_factory=list)
+    passes: list[Pass] = field(default_factory=list)  # screening's, one per chunk of groups screened
     peers: set[str] = field(default_factory=set)  # whose groups were taken
     ages_s: list[float] = field(default_factory=list)  # per group taken: seconds since it arrived
     lags: list[int] = field(default_factory=list)  # per group taken: its sender's rounds since
-    uninformative: int = 0  # samples left out for advantage 0 (node.skip_uninformative)
-    usefulness: list[float] = field(default_factory=list)  # per kept sample: its peer's factor (node.weight_by_usefulness)
+
+    @property
+    def kept(self) -> list[Sample]:
+        return [sample for done in self.passes for sample in done.kept]
 
     @property
     def gated(self) -> int:
-        return sum(s.gated for s in self.screenings)
+        return sum(done.screening.gated for done in self.passes)
 
     @property
     def below_bar(self) -> int:
-        return sum(s.below_bar for s in self.screenings)
+        return sum(done.screening.below_bar for done in self.passes)
+
+    @property
+    def uninformative(self) -> int:
+        return sum(done.uninformative for done in self.passes)
+
+    @property
+    def usefulness(self) -> list[float]:
+        return [factor for done in self.passes for factor in done.usefulness]
 
     @property
     def min_weight_scale(self) -> float | None:
-        return min((v.weight_scale for s in self.screenings for v in s.verdicts.values()), default=None)
+        return min((p.weight_scale for done in self.passes for p in done.screening.peers.values()), default=None)
 
 
 class Intake:
@@ -88,9 +96,8 @@ class Intake:
         self.ledger = ledger
         self.pool = PeerPool()
         self.waits = WaitRule(config)
-        self.anchor_bar = AnchorBar(config.trust.anchor_slack)
+        self.screener = Screener(config, policy)
         self.share = AdaptiveShare(config)
-        self.usefulness = UsefulnessWeights(config.node.weight_by_usefulness)
         self.unread: set[str] = set()  # tokenizers a peer sent that this node cannot read
         self.hub_tokenizers = HubTokenizers(offline=hub_offline())  # peers' tokenizers rebuilt from their hub ids
 
@@ -204,10 +211,10 @@ class Intake:
 
     def take(self, round_: int, offered: list[OfferedGroup], own: list[Sample], timings: dict[str, float]) -> Taken:
         """Fill the peers' share of the batch from `offered`, in its order, with samples that
-        pass screening: a gated sample takes no room, nor (`node.skip_uninformative`) one with
-        advantage 0, which would only dilute the step (its group still counted in its mean);
-        the next groups are screened in their place (at most SCREEN_PASSES times), and a group
-        on probation comes on top. Every group screened is used up."""
+        pass screening (swarmnode.screening): a gated sample takes no room, nor (with
+        `node.skip_uninformative`) one with advantage 0; the next groups are screened in their
+        place (at most SCREEN_PASSES times), and a group on probation comes on top. Every group
+        screened is used up. Screening's strikes and each peer's useful samples go to the ledger."""
         _, budget = batch_split(self.config, self.share.current())
         group_size = self.config.rollout.group_size
         # a useless peer's group on probation comes first (pool.fair_queue) and on top of the
@@ -219,16 +226,10 @@ class Intake:
         )
         wanted = (budget + on_probation) * group_size
         taken = Taken()
-        struck: set[str] = set()
         queue = list(offered)
         timings["score_s"] = timings["screen_s"] = 0.0
-        # measured in the first round, peers or not (its start is the run's start), then in rounds with peers
-        screening_peers = bool(queue) and budget > 0
-        own_anchor = self._own_anchor(own) if self.anchor_bar.start is None or screening_peers else None
-        anchor_bar = own_anchor.bar if own_anchor else None
+        screening = self.screener.open_round(own, peers_coming=bool(queue) and budget > 0)
         screened_logprobs: list[np.ndarray] = []  # peers' samples under our model (node.adapt_share_nats)
-        if screening_peers:  # judged by the bars the peers' samples meet this round
-            self.usefulness.observe_own(own, own_near_bar([s.train for s in own], self.config.trust, own_anchor))
         for _ in range(SCREEN_PASSES):
             missing = wanted - len(taken.kept)
             if missing <= 0 or not queue:
@@ -241,104 +242,36 @@ class Intake:
             taken.lags += [self.pool.lag(group) for group in chunk]
             taken.peers.update(group.peer_id for group in chunk)
             t = time.perf_counter()
-            scored = [self._score(group) for group in chunk]
-            samples = train_samples(scored, self.config.loss.advantage_std)
-            untranslated = Counter({g.peer_id: g.untranslated for g in scored if g.untranslated})
+            groups = [self._score(group) for group in chunk]
             timings["score_s"] += time.perf_counter() - t
             t = time.perf_counter()
-            screening, theta = self._screen(own, samples, struck, anchor_bar)
+            done = screening.screen(groups)
             if self.share.enabled:
-                screened_logprobs += theta if theta is not None else self._theta(samples)
+                screened_logprobs += done.theta if done.theta is not None else self._theta(samples_of(groups))
             timings["screen_s"] += time.perf_counter() - t
-            self._note_standing(round_, samples, screening, untranslated)  # first: a peer's factor counts this batch too
-            factors = {s.peer_id: self.usefulness.factor(s.peer_id) for s in samples}
-            kept = [
-                sample.screened(scale * factors[sample.peer_id], advantage)
-                for sample, keep, scale, advantage in zip(samples, screening.keep, screening.weight_scale, screening.advantages)
-                if keep and factors[sample.peer_id] > 0  # a peer that never taught us takes no room
-            ]
-            if self.config.node.skip_uninformative:
-                informative = [sample for sample in kept if sample.train.advantage != 0]
-                taken.uninformative += len(kept) - len(informative)
-                kept = informative
-            taken.kept += kept
-            if self.usefulness.enabled:
-                taken.usefulness += [factors[sample.peer_id] for sample in kept]
-            taken.screenings.append(screening)
+            self._record(round_, done)
+            taken.passes.append(done)
         if self.share.enabled:
-            self.share.observe([s.train.gen_logprobs for s in own], screened_logprobs)
+            self.share.observe([s.logprobs for s in own], screened_logprobs)
         return taken
+
+    def _record(self, round_: int, done: Pass) -> None:
+        """Screening's strikes and each peer's useful samples, into the ledger."""
+        for peer, reason in done.strikes.items():
+            self.reject(peer, reason)
+        for peer, (screened, useful) in done.standing.items():
+            self.ledger.screened(peer, screened, useful, round_)
 
     def _theta(self, samples: list[Sample]) -> list[np.ndarray]:
         """Per-token log-probs of `samples` under our model now."""
         return self.policy.token_logprobs(
-            [s.train.prompt_ids for s in samples], [s.train.completion_ids for s in samples],
-            self.config.rollout.temperature,
+            [s.prompt_ids for s in samples], [s.tokens for s in samples], self.config.rollout.temperature
         )
 
-    def _score(self, group: OfferedGroup) -> ScoredGroup:
+    def _score(self, group: OfferedGroup) -> Group:
         problem = self.task.train_problem(group.prompt_id)
         prompt = build_prompt(self.task, problem, self.policy)
         sender = self.families.get(group.family) if group.family else None
         translation = (sender.tokenization, self.families.own.tokenization) if sender else None
-        return score_group(self.task, self.policy, group.peer_id, problem, prompt, group.completions, translation,
-                           self.config.rollout.max_new_tokens)
-
-    def _own_anchor(self, own: list[Sample]) -> Anchor | None:
-        """This round's bar of the anchored gate, moved by our own samples as the reference
-        scores them, with those scores; None when the gate is not anchored or has no bar yet
-        (swarmnode.learn.trust)."""
-        trust = self.config.trust
-        if not (own and trust.likelihood_gate and trust.anchor and self.policy.has_reference):
-            return None  # without own samples there is no bar this round, anchored or not
-        reference = self.policy.reference_logprobs(
-            [s.train.prompt_ids for s in own], [s.train.completion_ids for s in own], self.config.rollout.temperature
-        )
-        bar = self.anchor_bar.update(reference, trust)
-        return Anchor(reference, bar) if bar is not None else None
-
-    def _screen(
-        self, own: list[Sample], peers: list[Sample], struck: set[str], anchor_bar: float | None
-    ) -> tuple[Screening, list[np.ndarray] | None]:
-        """Judge peers' samples by our own model (swarmnode.learn.trust): which to keep (the gate
-        drops only unlikely samples with a positive advantage), how much their weights count; a
-        peer whose log-probs claim more weight than an honest generator's gets one strike a
-        round (failing the gate is none: see swarmnode.learn.trust). Also the peers' per-token
-        log-probs under our model, when screening computed them."""
-        trust = self.config.trust
-        if not peers or not (trust.likelihood_gate or trust.weight_budget):
-            return Screening(keep=[True] * len(peers), below_bar_flags=[False] * len(peers),
-                             near_bar_flags=[False] * len(peers), weight_scale=[1.0] * len(peers),
-                             advantages=[s.train.advantage for s in peers], bar=None, verdicts={}), None
-        theta = self._theta(peers)
-        anchor = None
-        if anchor_bar is not None:
-            anchor = Anchor(self.policy.reference_logprobs(
-                [s.train.prompt_ids for s in peers], [s.train.completion_ids for s in peers],
-                self.config.rollout.temperature,
-            ), anchor_bar)
-        screening = screen([s.train for s in peers], theta, [s.train for s in own], trust, self.config.loss, anchor)
-        for peer, verdict in screening.verdicts.items():
-            if verdict.strikes and peer not in struck:  # one batch, one strike, however many passes
-                struck.add(peer)
-                self.reject(peer, verdict.strikes[0])
-        return screening, theta
-
-    def _note_standing(
-        self, round_: int, samples: list[Sample], screening: Screening, untranslated: Counter[str] | None = None,
-    ) -> None:
-        """Tell the ledger how many of each peer's screened samples were useful: kept, not
-        under a bar of the gate nor just above one (`trust.near_bar`: samples that pass by a
-        hair are how a gate is walked), and trained with a non-zero advantage (a group all
-        right or all wrong teaches nothing, nor do wrong answers whose right ones were gated).
-        Completions that could not be put into our tokens (`untranslated`) taught nothing."""
-        offered: Counter[str] = Counter(untranslated or {})
-        useful: Counter[str] = Counter()
-        for sample, kept, near, advantage in zip(
-            samples, screening.keep, screening.near_bar_flags, screening.advantages
-        ):
-            offered[sample.peer_id] += 1
-            useful[sample.peer_id] += int(kept and not near and advantage != 0)
-        for peer, count in offered.items():
-            self.ledger.screened(peer, count, useful[peer], round_)
-            self.usefulness.observe_peer(peer, count, useful[peer])
+        return score_group(self.task, self.policy, group.peer_id, problem, prompt, group.completions,
+                           self.config.loss.advantage_std, translation, self.config.rollout.max_new_tokens)

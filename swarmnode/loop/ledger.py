@@ -25,11 +25,10 @@ import threading
 from collections import Counter
 from dataclasses import dataclass
 
+from swarmnode.screening import STANDING_WEIGHT
 from swarmnode.settings.config import SwarmSettings
 
 log = logging.getLogger(__name__)
-
-STANDING_WEIGHT = 0.2  # how far one screened batch moves a peer's standing
 
 
 @dataclass
@@ -100,9 +99,8 @@ class PeerLedger:
             record.cut = True
 
     def screened(self, peer_id: str, offered: int, useful: int, round_: int) -> None:
-        """In our round `round_`, `useful` of the peer's `offered` samples were kept by
-        screening, clear of the gate's bars by `trust.near_bar`, and trained with a non-zero
-        advantage (Intake._note_standing): its standing moves toward that share
+        """In our round `round_`, `useful` of the peer's `offered` samples were useful by
+        screening's rule (swarmnode.screening.usefulness): its standing moves toward that share
         (STANDING_WEIGHT per batch), and the first useful one starts its seniority."""
         if offered <= 0:
             return

@@ -21,10 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from swarmnode.learn.sample import OWN, Group, Sample, samples_of
 from swarmnode.loop.evaluation import Evaluator
 from swarmnode.loop.intake import Intake, Taken
 from swarmnode.loop.ledger import PeerLedger
-from swarmnode.loop.samples import OWN, Sample, ScoredGroup, score_group, train_samples
+from swarmnode.loop.scoring import score_group
 from swarmnode.model.batching import OutOfMemory
 from swarmnode.model.checkpoint import DISK_ERRORS, CheckpointWriter, checkpoint_present, load_checkpoint
 from swarmnode.model.policy import Policy, StepResult
@@ -48,7 +49,7 @@ LINGER_S = 10.0  # the longest a finishing node keeps serving its last batch to 
 
 @dataclass
 class RoundState:
-    own_groups: list[ScoredGroup] = field(default_factory=list)
+    own_groups: list[Group] = field(default_factory=list)
     payload_bytes: int = 0
     payload_tokens: int = 0
     timings: dict[str, float] = field(default_factory=dict)
@@ -137,22 +138,22 @@ class Node:
         state.timings["publish_s"] = time.perf_counter() - t
         self.published += batch.num_completions
         for problem, prompt, group in zip(problems, prompts, groups):
-            state.own_groups.append(score_group(self.task, self.policy, OWN, problem, prompt, group))
+            state.own_groups.append(
+                score_group(self.task, self.policy, OWN, problem, prompt, group, self.config.loss.advantage_std)
+            )
         return state
 
     def consume(self, round_: int, state: RoundState) -> RoundRecord:
         """Gather peers' groups, screen them, take one optimiser step on everything, log it."""
         offered = self.intake.collect(round_, state.timings["generate_s"], state.timings)
-        own = train_samples(state.own_groups, self.config.loss.advantage_std)
+        own = samples_of(state.own_groups)
         taken = self.intake.take(round_, offered, own, state.timings)
         t = time.perf_counter()
-        result = self.policy.train_step(
-            [sample.train for sample in own + taken.kept], self.config.loss, self.config.rollout.temperature
-        )
+        result = self.policy.train_step(own + taken.kept, self.config.loss, self.config.rollout.temperature)
         state.timings["train_s"] = time.perf_counter() - t
         state.timings["sync_s"] = self.generator.sync_weights()
         self.consumed += len(taken.kept)
-        self.used_by_peer.update(sample.peer_id for sample in taken.kept)
+        self.used_by_peer.update(sample.source for sample in taken.kept)
         return self._record(round_, state, own, taken, result)
 
     def _record(
@@ -189,7 +190,7 @@ class Node:
             uninformative=taken.uninformative,
             likelihood_gap=self.intake.share.gap,
             peer_usefulness=float(np.mean(taken.usefulness)) if taken.usefulness else None,
-            samples_by_peer=dict(Counter(sample.peer_id for sample in taken.kept)),
+            samples_by_peer=dict(Counter(sample.source for sample in taken.kept)),
             timings=state.timings,
         )
 
@@ -230,7 +231,7 @@ class Node:
         meta = {
             "run_id": self.run_id, "peer_id": self.peer_id, "time": round(time.time(), 3),
             # a resumed node keeps the anchored gate's bar and the order its peers earned
-            "anchor_bar": {"start": self.intake.anchor_bar.start, "value": self.intake.anchor_bar.value},
+            **self.intake.screener.checkpoint_state(),
             "seniority": self.ledger.seniority(),
             "likelihood_gap": self.intake.share.gap,  # and the share of its batch it generates
         }
@@ -276,8 +277,7 @@ class Node:
                 "the settings changed; use a new --run-dir or set node.resume=false"
             )
         self.next_round = int(meta["round"]) + 1
-        bar = meta.get("anchor_bar") or {}
-        self.intake.anchor_bar.resume(bar.get("start"), bar.get("value"))
+        self.intake.screener.restore(meta)
         self.ledger.restore_seniority(meta.get("seniority") or {})
         self.intake.share.resume(meta.get("likelihood_gap"))
         self.generator.sync_weights()

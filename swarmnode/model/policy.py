@@ -18,8 +18,9 @@ from peft.tuners.lora import LoraLayer
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
-from swarmnode.learn.alignment import SpanBatch, Spans
-from swarmnode.learn.loss import ObjectiveStats, ObjectiveTerms, TrainSample, objective_terms
+from swarmnode.learn.alignment import SpanBatch
+from swarmnode.learn.loss import ObjectiveStats, ObjectiveTerms, objective_terms
+from swarmnode.learn.sample import Sample
 from swarmnode.model.batching import AdaptiveBatch
 from swarmnode.model.logprobs import chunked_logprobs, decoder_and_head, logprobs_from_logits
 from swarmnode.model.tiny import TINY_PRESETS, load_tiny, tiny_path
@@ -277,7 +278,7 @@ class Policy:
 
     def keep_reference(self) -> None:
         """Keep the weights as they are now as the reference that screening is anchored to
-        (swarmnode.learn.trust): nothing a peer sends can move it. A LoRA model's frozen base is
+        (swarmnode.screening): nothing a peer sends can move it. A LoRA model's frozen base is
         one already, at no cost; full fine-tuning keeps a frozen copy in the compute dtype
         (the memory planner counts it). Called before a checkpoint is loaded, so a resumed
         run keeps the weights it started from."""
@@ -328,7 +329,7 @@ class Policy:
         return out
 
     def train_step(
-        self, samples: list[TrainSample], objective: LossSettings, temperature: float
+        self, samples: list[Sample], objective: LossSettings, temperature: float
     ) -> StepResult:
         """One optimiser step over all samples, micro-batched so memory stays bounded.
 
@@ -347,7 +348,7 @@ class Policy:
                     "rollout.max_new_tokens or a smaller model (swarmnode plan --model ... shows what fits)",
                 )
 
-    def _step(self, samples: list[TrainSample], objective: LossSettings, temperature: float) -> StepResult:
+    def _step(self, samples: list[Sample], objective: LossSettings, temperature: float) -> StepResult:
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         total = len(samples)
@@ -356,20 +357,16 @@ class Policy:
         size = self.micro_batch.value
         for start in range(0, total, size):
             chunk = samples[start : start + size]
-            logp, mask = self.completion_logprobs(
-                [s.prompt_ids for s in chunk], [s.completion_ids for s in chunk], temperature
-            )
-            gen = torch.zeros_like(logp)
+            logp, mask = self.completion_logprobs([s.prompt_ids for s in chunk], [s.tokens for s in chunk], temperature)
+            gen = torch.zeros_like(logp)  # the generators' log-probs per token (a row by span leaves it unread)
             for row, sample in enumerate(chunk):
-                gen[row, : len(sample.gen_logprobs)] = torch.tensor(
-                    np.array(sample.gen_logprobs, dtype=np.float32)
-                )
+                if sample.logprobs is not None:
+                    gen[row, : len(sample.logprobs)] = torch.tensor(np.array(sample.logprobs, dtype=np.float32))
             advantages = torch.tensor([s.advantage for s in chunk], device=self.device)
             scales = torch.tensor([s.weight_scale for s in chunk], device=self.device)
             spans = None  # a sample in our tokens but another generator's needs every row by span
-            if any(s.spans is not None for s in chunk):
-                rows = [s.spans or Spans.token_level(s.gen_logprobs) for s in chunk]
-                spans = SpanBatch.of(rows, logp.shape[1], self.device)
+            if any(s.by_span for s in chunk):
+                spans = SpanBatch.of([s.gen_spans() for s in chunk], logp.shape[1], self.device)
             terms = objective_terms(logp, gen, mask, advantages, objective, weight_scale=scales, spans=spans)
             (terms.loss_sum / total).backward()
             loss_value += float(terms.loss_sum.detach()) / total

@@ -1,15 +1,19 @@
-"""How much a peer's samples count in our step: as much as they have been teaching us.
+"""What counts as a useful sample, and how much a peer's samples count for what they taught.
 
-A peer's sample is useful when screening kept it clear of the gate's bars (by `trust.near_bar`)
-and it trained with a non-zero advantage: the rule the ledger's standing uses. With
-`node.weight_by_usefulness`, each peer has a running usefulness that starts at 0 and moves
-toward each screened batch's useful share (STANDING_WEIGHT of the way), and each of its kept
-samples counts that over our own samples' useful share (by the same rule), at most 1. A peer
-whose groups teach as often as ours comes to count fully, one that mostly sends groups that
-teach nothing, or samples that sit at the gate's bar, counts that much less even in the
-samples that do teach, and one whose samples never taught us counts 0: its samples take no
-room, the next groups are screened in their place. Off, every kept sample counts 1 and
-standing orders the share only (swarmnode.loop.pool.fair_queue).
+A peer's sample is useful when screening kept it clear of the gate's bars (by `trust.near_bar`:
+samples that pass by a hair are how a gate is walked) and it trained with a non-zero advantage
+(a group all right or all wrong teaches nothing, nor do wrong answers whose right ones were
+gated). Completions that could not be put into our tokens taught nothing either. The ledger's
+standing of a peer (swarmnode.loop.ledger) moves toward each screened batch's useful share by
+STANDING_WEIGHT, and orders whom the node asks and whose groups it takes first.
+
+With `node.weight_by_usefulness`, each peer also has a running usefulness that starts at 0 and
+moves the same way, and each of its kept samples counts that over our own samples' useful share
+(by the same rule), at most 1. A peer whose groups teach as often as ours comes to count fully,
+one that mostly sends groups that teach nothing, or samples that sit at the gate's bar, counts
+that much less even in the samples that do teach, and one whose samples never taught us counts
+0: its samples take no room, the next groups are screened in their place. Off, every kept sample
+counts 1.
 
 The measure is this node's own and starts at 0 for every identity, so a fresh identity earns
 its weight batch by batch (a peer that drops a poor record for a new name starts lower, not
@@ -22,8 +26,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from swarmnode.loop.ledger import STANDING_WEIGHT
-from swarmnode.loop.samples import Sample
+from swarmnode.learn.sample import Sample
+
+STANDING_WEIGHT = 0.2  # how far one screened batch moves a peer's standing (and its usefulness)
+
+
+def is_useful(sample: Sample) -> bool:
+    """A screened peer sample that taught us: kept, clear of the gate's bars, and trained with
+    a non-zero advantage."""
+    return sample.verdict.kept and not sample.verdict.near_bar and sample.advantage != 0
 
 
 class UsefulnessWeights:
@@ -40,7 +51,7 @@ class UsefulnessWeights:
         (`near_bar[i]`: own[i] is under a bar or within `trust.near_bar` above one)."""
         if not self.enabled or not own:
             return
-        share = sum(sample.train.advantage != 0 and not near for sample, near in zip(own, near_bar, strict=True)) / len(own)
+        share = sum(sample.advantage != 0 and not near for sample, near in zip(own, near_bar, strict=True)) / len(own)
         self.own_share = share if self.own_share is None else self.own_share + STANDING_WEIGHT * (share - self.own_share)
 
     def observe_peer(self, peer_id: str, offered: int, useful: int) -> None:
