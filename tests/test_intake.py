@@ -445,3 +445,14 @@ def test_seniority_survives_a_restart_through_the_checkpoint_s_record():
     restored.restore_seniority({**ledger.seniority(), "bad": "x", 7: 1})  # a damaged record is skipped
     assert restored.seniority() == {"honest": 3}
     assert restored.standing("honest") is None and not restored.known("honest"), "only its seniority comes back"
+
+
+def test_every_group_s_untranslated_completions_count_against_its_sender():
+    """Two groups of one peer, each with completions that could not be put into our tokens:
+    all of them count as screened and useless, not only the last group's."""
+    completion = Completion(np.array([5], dtype=np.int32), np.array([-1.0], dtype=np.float32))
+    groups = [
+        Group("p", Problem(0, "1+1", "2"), [1], [Sample.of([1], completion, 0.5, "p")], untranslated=3),
+        Group("p", Problem(1, "1+2", "3"), [2], [], untranslated=4),
+    ]
+    assert standing_counts(groups) == {"p": (8, 1)}

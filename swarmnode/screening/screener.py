@@ -138,10 +138,11 @@ class ScreeningRound:
 def standing_counts(groups: list[Group]) -> dict[str, tuple[int, int]]:
     """Per peer: its samples screened (those that could not be put into our tokens count,
     and taught nothing) and how many of them were useful."""
-    offered: Counter[str] = Counter({g.source: g.untranslated for g in groups if g.untranslated})
+    offered: Counter[str] = Counter()
     useful: Counter[str] = Counter()
     for group in groups:
+        offered[group.source] += group.untranslated
         for sample in group.samples:
             offered[sample.source] += 1
             useful[sample.source] += is_useful(sample)
-    return {peer: (count, useful[peer]) for peer, count in offered.items()}
+    return {peer: (count, useful[peer]) for peer, count in offered.items() if count}
