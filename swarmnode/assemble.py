@@ -307,6 +307,6 @@ def _link(
 def _serve_health(config: Config, node: Node) -> HealthServer:
     host, port = config.node.health_host, config.node.health_port
     try:
-        return HealthServer(host, port, node.health, metrics=metrics_page(node.snapshot))
+        return HealthServer(host, port, node.report.health, metrics=metrics_page(node.report.snapshot))
     except OSError as err:
         raise AssemblyError(f"cannot serve /health on {host}:{port}: {err}") from None

@@ -184,7 +184,7 @@ def test_nodes_of_different_wire_versions_ignore_each_other_without_bans(
             for round_ in range(2):
                 states = [n.produce(round_) for n in (old, new)]
                 for node, state in zip((old, new), states):
-                    node.membership.announce(node.status(round_))
+                    node.membership.announce(node.report.status(round_))
                     record = node.consume(round_, state)
                     assert record.peer_samples == 0 and record.rejected == 0
             deadline = time.monotonic() + 10
@@ -206,7 +206,7 @@ def test_nodes_of_the_same_version_do_exchange(tmp_path, make_policy, nothing_le
                       policy=make_policy()) as b:
             assert a.run_id == b.run_id
             for node in (a, b):
-                node.membership.announce(node.status(0))
+                node.membership.announce(node.report.status(0))
             assert a.membership.wait_for_peers(1, 10) == 1 and b.membership.wait_for_peers(1, 10) == 1
             samples = []
             for round_ in range(3):  # a peer is waited for once it delivered: round 0 need not wait

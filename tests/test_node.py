@@ -321,7 +321,7 @@ def test_checkpoint_resume_continues_where_it_stopped(tmp_path, make_policy):
     node = _node(tmp_path, make_policy, "solo")
     node.run(rounds=2)
     weights = [p.detach().clone() for p in node.policy.model.parameters()]
-    evals = list(node.evals)
+    evals = list(node.report.evals)
     node.close()
     metrics = tmp_path / "solo" / "metrics.jsonl"
     with metrics.open("a") as file:
@@ -330,7 +330,7 @@ def test_checkpoint_resume_continues_where_it_stopped(tmp_path, make_policy):
     assert again.maybe_resume() and again.next_round == 2
     assert all(torch.equal(a, b) for a, b in zip(weights, again.policy.model.parameters()))
     assert again.policy.optimizer.state_dict()["state"], "optimizer state restored"
-    assert len(evals) == 2 and again.status(2).evals == evals, "the heartbeat's evaluations survive a restart"
+    assert len(evals) == 2 and again.report.status(2).evals == evals, "the heartbeat's evaluations survive a restart"
     again.run(rounds=3)
     again.close()
     rounds = [m["round"] for m in round_lines(read_metrics(metrics))]
@@ -339,11 +339,11 @@ def test_checkpoint_resume_continues_where_it_stopped(tmp_path, make_policy):
 
 def test_checkpoints_come_by_time_as_well_as_by_rounds(tmp_path, make_policy):
     node = _node(tmp_path, make_policy, "solo", sets={"node.checkpoint_every": 0, "node.checkpoint_every_s": 60})
-    assert not node._checkpoint_due(0)
-    node._saved_at -= 61  # a minute of slow rounds since the last checkpoint
-    assert node._checkpoint_due(0)
+    assert not node.checkpoints.due(0)
+    node.checkpoints._saved_at -= 61  # a minute of slow rounds since the last checkpoint
+    assert node.checkpoints.due(0)
     node.save(0)
-    assert not node._checkpoint_due(1), "the clock starts again at each checkpoint"
+    assert not node.checkpoints.due(1), "the clock starts again at each checkpoint"
     node.close()
 
 
@@ -352,7 +352,7 @@ def test_a_checkpoint_is_written_beside_the_next_rounds_and_holds_the_state_it_w
     tmp_path, make_policy, monkeypatch, lora_rank
 ):
     node = _node(tmp_path, make_policy, "solo", lora_rank=lora_rank)
-    assert node.checkpoints.background, "a tiny model's copy fits in memory"
+    assert node.checkpoints.writer.background, "a tiny model's copy fits in memory"
     node.run_round(0)
     started, release = threading.Event(), threading.Event()
     real_write = checkpoint.write_snapshot
@@ -368,7 +368,7 @@ def test_a_checkpoint_is_written_beside_the_next_rounds_and_holds_the_state_it_w
     node.save(0, wait=False)
     assert started.wait(10) and not (node.checkpoint_dir / "meta.json").exists(), "still being written"
     frozen = {n: p for n, p in node.policy.model.named_parameters() if n not in trainable}
-    snapshot_weights = node.checkpoints.pending.weights
+    snapshot_weights = node.checkpoints.writer.pending.weights
     assert all(snapshot_weights[n].data_ptr() == p.data_ptr() for n, p in frozen.items()), "frozen: not copied"
     node.run_round(1)  # the next round runs while the write waits
     with torch.no_grad():  # and training changes the weights in place (a round of a random model may not)
@@ -388,7 +388,7 @@ def test_a_checkpoint_is_written_beside_the_next_rounds_and_holds_the_state_it_w
 def test_a_checkpoint_too_big_for_the_memory_left_is_written_in_the_round(tmp_path, make_policy, monkeypatch):
     monkeypatch.setattr(checkpoint, "available_memory_bytes", lambda: 1024)
     node = _node(tmp_path, make_policy, "solo")
-    assert not node.checkpoints.background
+    assert not node.checkpoints.writer.background
     node.run_round(0)
     node.save(0, wait=False)
     assert (node.checkpoint_dir / "meta.json").exists(), "written before save returned"
@@ -432,7 +432,7 @@ def test_a_checkpoint_that_cannot_be_written_is_said_and_training_goes_on(tmp_pa
     node.run(rounds=1)
     kept = (node.checkpoint_dir / "meta.json").read_text()
     said = []
-    node.view.say = said.append
+    node.checkpoints.say = said.append  # where a checkpoint says it could not be written
     real_save = checkpoint.save_file
 
     def full_disk(tensors, path, *args, **kwargs):  # what safetensors raises on a full disk: no OSError
@@ -535,11 +535,11 @@ def test_prometheus_metrics_report_the_last_round_and_the_totals(tmp_path, make_
     node = _node(tmp_path, make_policy, "solo")
     node.run(rounds=2)
     node.close()
-    families = {f.name: f for f in text_string_to_metric_families(metrics_page(node.snapshot)().decode())}
+    families = {f.name: f for f in text_string_to_metric_families(metrics_page(node.report.snapshot)().decode())}
     value = {name: family.samples[0].value for name, family in families.items()}
-    assert value["swarmnode_round"] == 1 and value["swarmnode_own_samples"] == node.last_record.own_samples
-    assert value["swarmnode_published"] == node.published > 0, "a counter of what was published"
-    assert value["swarmnode_eval_acc"] == node.last_eval
+    assert value["swarmnode_round"] == 1 and value["swarmnode_own_samples"] == node.report.last_record.own_samples
+    assert value["swarmnode_published"] == node.report.published > 0, "a counter of what was published"
+    assert value["swarmnode_eval_acc"] == node.report.last_eval
     assert families["swarmnode_published"].type == "counter" and families["swarmnode_round"].type == "gauge"
 
 
@@ -630,14 +630,14 @@ def test_each_node_sees_the_other_use_its_rollouts_within_five_rounds_and_a_liar
     for round_ in range(5):
         _step_together([a, b], round_)
         for node in (a, b):
-            node.membership.announce(node.status(round_))
+            node.membership.announce(node.report.status(round_))
     for node, other in ((a, b), (b, a)):
-        snap = node.snapshot()
-        assert snap["claimants"] == 1 and 0 < snap["claimed_used"] == other.used_by_peer[node.peer_id] <= node.published
+        snap = node.report.snapshot()
+        assert snap["claimants"] == 1 and 0 < snap["claimed_used"] == other.report.used_by_peer[node.peer_id] <= node.report.published
         assert snap["info"] == {"peer_id": node.peer_id, "model": node.policy.name, "run_id": node.run_id}
     liar = hub.join("liar", a.run_id, PeerLedger())
     liar.membership.announce(NodeStatus(used={"a": 10**9}))
-    snap = a.snapshot()
-    assert snap["claimants"] == 2 and snap["claimed_used"] == b.used_by_peer["a"] + a.published
-    page = metrics_page(a.snapshot)().decode()
+    snap = a.report.snapshot()
+    assert snap["claimants"] == 2 and snap["claimed_used"] == b.report.used_by_peer["a"] + a.report.published
+    page = metrics_page(a.report.snapshot)().decode()
     assert 'swarmnode_node_info{model="test-model",peer_id="a"' in page and "swarmnode_claimed_used" in page

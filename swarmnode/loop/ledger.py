@@ -24,6 +24,7 @@ import logging
 import threading
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from swarmnode.screening import STANDING_WEIGHT
 from swarmnode.settings.config import SwarmSettings
@@ -111,6 +112,13 @@ class PeerLedger:
             record.screened += offered
             if useful and record.taught_since is None:
                 record.taught_since = round_
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """What a resumed node keeps (swarmnode.loop.checkpoints): the order its peers earned."""
+        return {"seniority": self.seniority()}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.restore_seniority(state.get("seniority") or {})
 
     def restore_seniority(self, seniority: dict[str, int]) -> None:
         """Seniority kept in a checkpoint (`seniority()`): a restart does not make a crowd the

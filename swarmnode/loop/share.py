@@ -15,6 +15,7 @@ so the worst a peer can do with it is make this node generate its whole batch, a
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -51,6 +52,13 @@ class AdaptiveShare:
             return
         gap = own - peers
         self.gap = gap if self.gap is None else (1 - SMOOTHING) * self.gap + SMOOTHING * gap
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """What a resumed node keeps (swarmnode.loop.checkpoints): the running gap."""
+        return {"likelihood_gap": self.gap}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.resume(state.get("likelihood_gap"))
 
     def resume(self, gap: float | None) -> None:
         """The running gap of a checkpoint (None: none measured yet)."""

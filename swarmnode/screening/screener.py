@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -76,11 +77,11 @@ class Screener:
         score = self.policy.reference_logprobs if reference else self.policy.token_logprobs
         return score([s.prompt_ids for s in samples], [s.tokens for s in samples], self.config.rollout.temperature)
 
-    def checkpoint_state(self) -> dict:
-        """What a resumed node keeps: the anchored bar."""
+    def checkpoint_state(self) -> dict[str, Any]:
+        """What a resumed node keeps (swarmnode.loop.checkpoints): the anchored bar."""
         return {"anchor_bar": {"start": self.anchor_bar.start, "value": self.anchor_bar.value}}
 
-    def restore(self, state: dict) -> None:
+    def restore(self, state: dict[str, Any]) -> None:
         bar = state.get("anchor_bar") or {}
         self.anchor_bar.resume(bar.get("start"), bar.get("value"))
 
