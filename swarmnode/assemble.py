@@ -37,17 +37,18 @@ from swarmnode.settings.config import Config
 from swarmnode.sizing.memory import GIB, check_fits
 from swarmnode.sizing.plan import plan_for_device
 from swarmnode.swarm.base import PeerStanding, SwarmLink
-from swarmnode.swarm.hivemind.addresses import AddressError
-from swarmnode.swarm.hivemind.connect import (
+from swarmnode.swarm.hivemind import (
+    AddressError,
+    IdentityError,
+    PeersFileError,
+    SwarmError,
+    SwarmRuntime,
     announce_address,
     attach,
     identity_path_of,
     initial_peers_of,
     start_runtime,
 )
-from swarmnode.swarm.hivemind.identity import IdentityError
-from swarmnode.swarm.hivemind.runtime import SwarmError, SwarmRuntime
-from swarmnode.swarm.hivemind.swarm_file import PeersFileError
 from swarmnode.swarm.local import solo_link
 from swarmnode.tasks import Math500Eval, Task, make_task
 from swarmnode.tasks.base import fingerprint_of

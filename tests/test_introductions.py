@@ -11,7 +11,8 @@ import pytest
 
 from swarmnode.swarm.hivemind import introductions as introductions_module
 from swarmnode.swarm.hivemind.introductions import Introductions, peer_of, scope_of, widest_scope, within
-from swarmnode.swarm.hivemind.payloads import MAX_INTRODUCTIONS, FetchError, _introductions
+from swarmnode.swarm.hivemind.fetch import FetchError, introductions_of
+from swarmnode.swarm.hivemind.payloads import MAX_INTRODUCTIONS
 
 PEER = "QmS3Wxqi78B4RQ5dJDt1UraQK87qXSJn2fuE4BtZS9gqCV"
 
@@ -32,7 +33,7 @@ def test_a_peer_on_the_internet_cannot_make_us_probe_our_own_network():
 
 def test_an_answer_is_checked_for_shape_and_size_not_for_truth():
     raw = msgpack.unpackb(msgpack.packb([[PEER, ["/ip4/127.0.0.1/tcp/5"]]]), raw=False)
-    assert _introductions(raw, "p") == [(PEER, ["/ip4/127.0.0.1/tcp/5"])]
+    assert introductions_of(raw, "p") == [(PEER, ["/ip4/127.0.0.1/tcp/5"])]
     bad = [
         [[PEER, ["/ip4/1.2.3.4/tcp/1"] * 5]],  # too many addresses for one name
         [[PEER]],
@@ -43,7 +44,7 @@ def test_an_answer_is_checked_for_shape_and_size_not_for_truth():
     ]
     for answer in bad:
         with pytest.raises(FetchError) as err:
-            _introductions(answer, "p")
+            introductions_of(answer, "p")
         assert err.value.misbehaved, answer
 
 

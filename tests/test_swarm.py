@@ -34,16 +34,17 @@ from swarmnode.protocol.records import (
 from swarmnode.settings.config import SwarmSettings, load_config
 from swarmnode.swarm.base import GatherWait, SwarmLink
 from swarmnode.swarm.hivemind import dht as records
-from swarmnode.swarm.hivemind import payloads
+from swarmnode.swarm.hivemind import fetch, payloads
 from swarmnode.swarm.hivemind.connect import attach
 from swarmnode.swarm.hivemind.dht import Manifest, owner_or_none, pack, payload_digest
-from swarmnode.swarm.hivemind.exchange import choose_downloads, choose_pull_set, direct_pulls
+from swarmnode.swarm.hivemind.downloads import choose_downloads
+from swarmnode.swarm.hivemind.exchange import choose_pull_set, direct_pulls
+from swarmnode.swarm.hivemind.fetch import fetch_payload
 from swarmnode.swarm.hivemind.identity import ensure_identity, load_signing_key
 from swarmnode.swarm.hivemind.payloads import (
     MAX_STREAMS_PER_PEER,
     PAYLOAD_PROTOCOL,
     PayloadServer,
-    fetch_payload,
 )
 from swarmnode.swarm.hivemind.runtime import LOOKUP_BEAM, SwarmRuntime
 from swarmnode.swarm.hivemind.shards import (
@@ -349,8 +350,8 @@ def test_a_tokenizer_document_is_fetched_once_checked_against_its_digest_and_bou
     document = os.urandom(300_000)
     digest = tokenizer_document_digest(document)
     served.offer_tokenizer(digest, document)
-    with pytest.raises(payloads.FetchError, match="not serve its tokenizer to us now"):  # a stranger that never read our batch: not now
-        asker.call(payloads.fetch_tokenizer(asker.p2p, server_side.peer_id, RUN, digest), timeout=15)
+    with pytest.raises(fetch.FetchError, match="not serve its tokenizer to us now"):  # a stranger that never read our batch: not now
+        asker.call(fetch.fetch_tokenizer(asker.p2p, server_side.peer_id, RUN, digest), timeout=15)
     served.publish(0, b"a batch", tokens=1)
     assert [g.round for g in ex.gather(GatherWait(timeout_s=30, wait_for={server_side.peer_id}))] == [0]
     ex.want_tokenizer(server_side.peer_id, digest)  # as a node does on reading a batch in a tokenizer it lacks
@@ -374,8 +375,8 @@ def test_a_tokenizer_document_is_fetched_once_checked_against_its_digest_and_bou
         time.sleep(0.05)
     assert ledger.counts[server_side.peer_id] == 1 and ex.tokenizers() == [] and requests == [promised]
     # larger than the receiver takes: refused before it is read, no strike (an honest one may be large)
-    with pytest.raises(payloads.FetchError, match="above 1000") as refused:
-        asker.call(payloads.fetch_tokenizer(asker.p2p, server_side.peer_id, RUN, digest, max_bytes=1000), timeout=15)
+    with pytest.raises(fetch.FetchError, match="above 1000") as refused:
+        asker.call(fetch.fetch_tokenizer(asker.p2p, server_side.peer_id, RUN, digest, max_bytes=1000), timeout=15)
     assert not refused.value.misbehaved
     # a peer that never answers costs the fetch its deadline only
 
@@ -384,8 +385,8 @@ def test_a_tokenizer_document_is_fetched_once_checked_against_its_digest_and_bou
 
     served.server._serve_tokenizer = silent
     started = time.monotonic()
-    with pytest.raises(payloads.FetchError) as stalled:
-        asker.call(payloads.fetch_tokenizer(asker.p2p, server_side.peer_id, RUN, digest, timeout_s=1.0), timeout=15)
+    with pytest.raises(fetch.FetchError) as stalled:
+        asker.call(fetch.fetch_tokenizer(asker.p2p, server_side.peer_id, RUN, digest, timeout_s=1.0), timeout=15)
     assert stalled.value.slow and not stalled.value.misbehaved and time.monotonic() - started < 5
     assert ledger.counts[server_side.peer_id] == 1
 
@@ -576,7 +577,7 @@ def test_a_held_peer_s_manifest_waits_like_its_direct_pull(start_runtime):
 
 async def _copy_inflight(exchange) -> list:
     """The exchange's downloads in flight, read on its loop."""
-    return list(exchange._inflight)
+    return list(exchange.downloads.running)
 
 
 def test_a_pull_set_too_small_for_every_known_peer_leaves_none_out_for_good():
@@ -719,7 +720,7 @@ def test_idle_payload_streams_from_one_identity_block_no_one(start_runtime):
     assert a.call(_open_streams(ex_a.server), timeout=5) <= MAX_STREAMS_PER_PEER
     started = time.monotonic()
     fetched = b.call(fetch_payload(b.p2p, a.peer_id, RUN, 0, len(payload), payload_digest(payload), 10), timeout=15)
-    assert fetched == payload
+    assert fetched == fetch.Batch(0, payload)
     assert time.monotonic() - started < 2.0
 
 
@@ -829,7 +830,7 @@ def test_downloads_one_per_peer_and_strangers_bounded_in_count_and_bytes():
         [_manifest("friend", 0, 32 * mib), _manifest("friend", 1, mib), *strangers], {}, known, 64, 64 * mib
     )
     assert [(m.peer_id, m.round) for m in chosen] == [("friend", 0), ("s0", 0), ("s1", 0)]
-    running = {("s0", 0): 32 * mib}
+    running = {"s0": 32 * mib}
     assert [m.peer_id for m in choose_downloads(strangers, running, known, 64, 64 * mib)] == ["s1"]
     small = [_manifest(f"t{i}", 0, 1024) for i in range(8)]
     assert len(choose_downloads(small, {}, known, 3, 64 * mib)) == 3
@@ -1165,8 +1166,8 @@ def test_a_node_of_another_run_answers_no_liveness_probe_and_earns_no_strike(sta
     asker = start_runtime("asker", other_run.visible_maddrs())
     server = PayloadServer("another run", keep_rounds=5)
     other_run.call(server.register(other_run.p2p), timeout=10)
-    assert asker.call(payloads.answers(asker.p2p, other_run.peer_id, RUN, 5.0), timeout=15) is None
-    with pytest.raises(payloads.FetchError) as refused:
-        asker.call(payloads.fetch_newest(asker.p2p, other_run.peer_id, RUN, -1, 1 << 20, 5.0), timeout=15)
+    assert asker.call(fetch.answers(asker.p2p, other_run.peer_id, RUN, 5.0), timeout=15) is None
+    with pytest.raises(fetch.FetchError) as refused:
+        asker.call(fetch.fetch_newest(asker.p2p, other_run.peer_id, RUN, -1, 1 << 20, 5.0), timeout=15)
     assert not refused.value.misbehaved
-    assert asker.call(payloads.answers(asker.p2p, other_run.peer_id, "another run", 5.0), timeout=15) is not None
+    assert asker.call(fetch.answers(asker.p2p, other_run.peer_id, "another run", 5.0), timeout=15) is not None

@@ -11,8 +11,9 @@ import asyncio
 
 import pytest
 
-from swarmnode.swarm.hivemind.exchange import STRANGER_BACKOFF_MAX_S, STRANGER_BACKOFF_S, Backoff
-from swarmnode.swarm.hivemind.payloads import FLOOR_GRACE_S, FetchError, _read_payload
+from swarmnode.swarm.hivemind.downloads import STRANGER_BACKOFF_MAX_S, STRANGER_BACKOFF_S, Backoff
+from swarmnode.swarm.hivemind.fetch import FetchError, _read_payload
+from swarmnode.swarm.hivemind.payloads import FLOOR_GRACE_S
 
 
 async def _fed(chunks: list[tuple[float, bytes]], eof: bool, read_length: int, floor: float) -> bytes:
@@ -40,7 +41,7 @@ def test_a_payload_at_the_floor_rate_arrives_whole():
 
 
 def test_a_download_below_the_floor_rate_is_cut_after_the_grace(monkeypatch):
-    monkeypatch.setattr("swarmnode.swarm.hivemind.payloads.FLOOR_GRACE_S", 0.2)
+    monkeypatch.setattr("swarmnode.swarm.hivemind.fetch.FLOOR_GRACE_S", 0.2)
     # 100 bytes in the grace, then a byte every 0.15 s: the floor (1 KB/s) wants 100 bytes in 0.1 s
     drip = [(0.05, b"x" * 100)] + [(0.15, b"x")] * 20
     with pytest.raises(FetchError) as err:

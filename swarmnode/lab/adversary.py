@@ -46,7 +46,8 @@ from swarmnode.protocol.batches import assigned_prompt_ids
 from swarmnode.protocol.records import Heartbeat, RecordError
 from swarmnode.settings.config import SwarmSettings
 from swarmnode.swarm.hivemind.dht import Manifest, heartbeat_from_record, owner_or_none, pack, payload_digest
-from swarmnode.swarm.hivemind.payloads import OK, PROTOCOL, PayloadServer, fetch_payload
+from swarmnode.swarm.hivemind.fetch import fetch_payload
+from swarmnode.swarm.hivemind.payloads import OK, PROTOCOL, PayloadServer
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 from swarmnode.swarm.hivemind.shards import HEARTBEAT_FAMILY, ShardedFamily, manifest_family
 

@@ -27,7 +27,8 @@ from collections.abc import Callable
 from hivemind.p2p import PeerID
 from hivemind.utils.multiaddr import Multiaddr
 
-from swarmnode.swarm.hivemind.payloads import MAX_INTRODUCTIONS, WHOM_EVERY_S, FetchError, ask_whom
+from swarmnode.swarm.hivemind.fetch import FetchError, ask_whom
+from swarmnode.swarm.hivemind.payloads import MAX_INTRODUCTIONS, WHOM_EVERY_S
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 
 log = logging.getLogger(__name__)

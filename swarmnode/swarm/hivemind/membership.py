@@ -19,7 +19,8 @@ from swarmnode import __version__
 from swarmnode.protocol.records import MAX_CLOCK_SKEW_S, Heartbeat, NodeStatus, RecordError
 from swarmnode.settings.config import SwarmSettings
 from swarmnode.swarm.hivemind.dht import heartbeat_from_record, owner_or_none, owner_peer_id, pack
-from swarmnode.swarm.hivemind.payloads import ANSWER_TIMEOUT_S, answers
+from swarmnode.swarm.hivemind.fetch import answers
+from swarmnode.swarm.hivemind.payloads import ANSWER_TIMEOUT_S
 from swarmnode.swarm.hivemind.reach import classify
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 from swarmnode.swarm.hivemind.shards import HEARTBEAT_FAMILY, ShardedFamily

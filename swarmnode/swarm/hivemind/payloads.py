@@ -1,4 +1,5 @@
-"""Rollout payloads peer to peer: the receiver pulls a batch straight from its producer.
+"""Rollout payloads peer to peer, the serving side: the receiver pulls a batch straight from its
+producer (swarmnode.swarm.hivemind.fetch asks).
 
 Protocol `/swarmnode/payload/5` on a libp2p stream, four requests (each at most 1 KiB):
   {"run": str, "round": int}  that round's payload, as a DHT manifest announced it:
@@ -42,11 +43,8 @@ import msgpack
 from hivemind.p2p import P2P, PeerID
 
 from swarmnode.protocol.records import (
-    MAX_TOKENIZER_DOCUMENT_BYTES,
     PAYLOAD_PROTOCOL,
-    tokenizer_document_digest,
 )
-from swarmnode.swarm.hivemind.dht import payload_digest
 
 log = logging.getLogger(__name__)
 
@@ -71,19 +69,6 @@ FLOOR_GRACE_S = 5.0  # a download's first bytes may take this long (dialling, a 
 FLOOR_BYTES_PER_S = 256 * 1024  # ... then the payload must keep coming at least this fast
 TOKENIZER_EVERY_S = 600.0  # a requester gets our tokenizer's document at most this often ...
 TOKENIZERS_PER_WINDOW = 32  # ... and all requesters together at most this many times in that time
-TOKENIZER_FETCH_TIMEOUT_S = FLOOR_GRACE_S + MAX_TOKENIZER_DOCUMENT_BYTES / FLOOR_BYTES_PER_S  # the largest at the floor rate
-
-
-class FetchError(RuntimeError):
-    """A payload could not be fetched. `misbehaved` is True when the peer sent bad data (as
-    opposed to being unreachable or slow), which counts against it."""
-
-    def __init__(self, message: str, misbehaved: bool, cut: bool = False, slow: bool = False, gone: bool = False) -> None:
-        super().__init__(message)
-        self.misbehaved = misbehaved
-        self.cut = cut  # the peer closed mid-payload: not provably a lie (a crash looks alike), not retried
-        self.slow = slow  # sent below the floor rate: cut by us (a slow link looks alike)
-        self.gone = gone  # the round asked for is no longer served: the peer moved on, nothing wasted
 
 
 class PayloadServer:
@@ -297,31 +282,6 @@ async def _read_request(reader: asyncio.StreamReader) -> dict:
     return request
 
 
-async def fetch_payload(
-    p2p: P2P, peer_id: str, run_id: str, round_: int, size: int, digest: bytes, timeout_s: float
-) -> bytes:
-    """Download one payload whose size and digest the producer's manifest promised."""
-    return await _bounded(_fetch(p2p, peer_id, run_id, round_, size, digest), peer_id, timeout_s)
-
-
-async def fetch_newest(
-    p2p: P2P, peer_id: str, run_id: str, after: int, max_bytes: int, timeout_s: float
-) -> tuple[int, bytes] | None:
-    """Ask a peer directly for its newest payload of a round after `after`: (round, payload),
-    or None when it has nothing newer."""
-    return await _bounded(_fetch_newest(p2p, peer_id, run_id, after, max_bytes), peer_id, timeout_s)
-
-
-async def fetch_tokenizer(
-    p2p: P2P, peer_id: str, run_id: str, digest: str, max_bytes: int = MAX_TOKENIZER_DOCUMENT_BYTES,
-    timeout_s: float = TOKENIZER_FETCH_TIMEOUT_S,
-) -> bytes:
-    """The tokenizer document `digest` from the peer whose batch named it: at most `max_bytes`
-    (a larger one is refused before it is read), within `timeout_s` and the floor rate, and
-    bytes whose SHA-256 is `digest` (others are a lie: FetchError with misbehaved)."""
-    return await _bounded(_fetch_tokenizer(p2p, peer_id, run_id, digest, max_bytes), peer_id, timeout_s)
-
-
 def _remember(peers: OrderedDict[str, None], requester: str) -> None:
     """A peer of our run that talks to us, newest last (REMEMBERED_REQUESTERS kept): the
     exchange may ask it for batches in turn, so two nodes that never find each other in the
@@ -330,167 +290,3 @@ def _remember(peers: OrderedDict[str, None], requester: str) -> None:
     peers[requester] = None
     while len(peers) > REMEMBERED_REQUESTERS:
         peers.popitem(last=False)
-
-
-async def answers(p2p: P2P, peer_id: str, run_id: str, timeout_s: float) -> float | None:
-    """Seconds a peer took to answer a question only a live one answers ('anything after
-    round 2^62?'), None when it did not: what a heartbeat claims, checked."""
-    started = time.monotonic()
-    try:
-        await fetch_newest(p2p, peer_id, run_id, NOTHING_AFTER, 1, timeout_s)
-    except FetchError:
-        return None
-    return time.monotonic() - started
-
-
-async def ask_whom(p2p: P2P, peer_id: str, run_id: str, timeout_s: float) -> list[tuple[str, list[str]]]:
-    """Ask a peer whom it knows: up to MAX_INTRODUCTIONS (peer id, multiaddrs), unchecked
-    claims; an empty list when it has no answer for us now. FetchError on a malformed answer."""
-    return await _bounded(_ask_whom(p2p, peer_id, run_id), peer_id, timeout_s)
-
-
-async def _ask_whom(p2p: P2P, peer_id: str, run_id: str) -> list[tuple[str, list[str]]]:
-    reader, writer = await _ask(p2p, peer_id, {"run": run_id, "whom": True})
-    try:
-        status, length = struct.unpack(">BI", await _read_header(reader, peer_id, 5))
-        if status == NOTHING_NEWER:
-            return []
-        if status != OK or length > MAX_INTRODUCTION_BYTES:
-            raise FetchError(f"{peer_id} answered 'whom' with status {status}, {length} bytes", misbehaved=True)
-        raw = msgpack.unpackb(await _read_payload(reader, peer_id, length), raw=False, max_str_len=256)
-    finally:
-        writer.close()
-    return _introductions(raw, peer_id)
-
-
-def _introductions(raw: object, peer_id: str) -> list[tuple[str, list[str]]]:
-    """The entries of a 'whom' answer, checked for shape and size (their truth is not)."""
-    if not isinstance(raw, list) or len(raw) > MAX_INTRODUCTIONS:
-        raise FetchError(f"{peer_id} sent a malformed list of peers", misbehaved=True)
-    entries = []
-    for entry in raw:
-        valid = (
-            isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str) and isinstance(entry[1], list)
-            and len(entry[1]) <= MAX_ADDRS_PER_PEER and all(isinstance(a, str) for a in entry[1])
-        )
-        if not valid:
-            raise FetchError(f"{peer_id} sent a malformed list of peers", misbehaved=True)
-        try:
-            PeerID.from_base58(entry[0])
-        except Exception:  # base58 or multihash errors of a made-up id
-            raise FetchError(f"{peer_id} introduced {entry[0][:60]!r}, not a peer id", misbehaved=True) from None
-        entries.append((entry[0], list(entry[1])))
-    return entries
-
-
-async def _bounded(download, peer_id: str, timeout_s: float):  # noqa: ANN001, ANN202
-    """One download under a deadline, every failure a FetchError that says whose fault it is."""
-    try:
-        return await asyncio.wait_for(download, timeout_s)
-    except TimeoutError:
-        raise FetchError(f"no payload from {peer_id} within {timeout_s:.0f} s", misbehaved=False, slow=True) from None
-    except (ConnectionError, asyncio.IncompleteReadError, OSError) as err:
-        raise FetchError(f"connection to {peer_id} failed: {err}", misbehaved=False) from None
-    except Exception as err:  # the daemon client reports an unreachable peer as ControlFailure
-        if isinstance(err, FetchError):
-            raise
-        raise FetchError(f"cannot reach {peer_id}: {err}", misbehaved=False) from None
-
-
-async def _ask(p2p: P2P, peer_id: str, request: dict) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    _, reader, writer = await p2p.call_binary_stream_handler(PeerID.from_base58(peer_id), PROTOCOL)
-    packed = msgpack.packb(request)
-    writer.write(struct.pack(">I", len(packed)) + packed)
-    await writer.drain()
-    return reader, writer
-
-
-async def _read_header(reader: asyncio.StreamReader, peer_id: str, size: int) -> bytes:
-    """An answer's fixed header, within FLOOR_GRACE_S of asking."""
-    try:
-        return await asyncio.wait_for(reader.readexactly(size), FLOOR_GRACE_S)
-    except TimeoutError:
-        raise FetchError(f"{peer_id} did not answer within {FLOOR_GRACE_S:.0f} s", misbehaved=False, slow=True) from None
-
-
-async def _read_payload(
-    reader: asyncio.StreamReader, peer_id: str, length: int, floor_bytes_per_s: float = FLOOR_BYTES_PER_S
-) -> bytes:
-    """`length` bytes, arriving at `floor_bytes_per_s` at least once FLOOR_GRACE_S passed: a
-    peer that promised a large payload cannot hold the download (and the budget it takes,
-    swarm.hivemind.exchange.choose_downloads) by sending nothing, or a few bytes a second."""
-    started = time.monotonic()
-    parts: list[bytes] = []
-    received = 0
-    while received < length:
-        due = started + FLOOR_GRACE_S + received / floor_bytes_per_s  # when more than `received` must be here
-        try:
-            # never a zero timeout: bytes already buffered must not be refused for a late wake-up
-            chunk = await asyncio.wait_for(reader.read(min(CHUNK_BYTES, length - received)), max(0.05, due - time.monotonic()))
-        except TimeoutError:
-            raise FetchError(
-                f"{peer_id} sent {received} of the {length} bytes it promised in {time.monotonic() - started:.1f} s, "
-                f"below {floor_bytes_per_s / 1024:.0f} KiB/s", misbehaved=False, slow=True,
-            ) from None
-        if not chunk:
-            raise FetchError(f"{peer_id} closed after {received} of the {length} bytes it promised", misbehaved=False, cut=True)
-        parts.append(chunk)
-        received += len(chunk)
-    return b"".join(parts)
-
-
-async def _fetch_newest(p2p: P2P, peer_id: str, run_id: str, after: int, max_bytes: int) -> tuple[int, bytes] | None:
-    reader, writer = await _ask(p2p, peer_id, {"run": run_id, "after": after})
-    try:
-        status, round_, length = struct.unpack(">BQQ", await _read_header(reader, peer_id, 17))
-        if status == NOTHING_NEWER:
-            return None
-        if status == NOT_FOUND:  # a node of another run (a shared bootstrap node): no lie, no strike
-            raise FetchError(f"{peer_id} serves another run", misbehaved=False)
-        if status != OK or round_ <= after or not 0 < length <= max_bytes:
-            raise FetchError(
-                f"{peer_id} answered status {status}, round {round_} (asked after {after}), {length} bytes "
-                f"(at most {max_bytes})", misbehaved=True,
-            )
-        return round_, await _read_payload(reader, peer_id, length)
-    finally:
-        writer.close()
-
-
-async def _fetch_tokenizer(p2p: P2P, peer_id: str, run_id: str, digest: str, max_bytes: int) -> bytes:
-    reader, writer = await _ask(p2p, peer_id, {"run": run_id, "tokenizer": digest})
-    try:
-        status, length = struct.unpack(">BQ", await _read_header(reader, peer_id, 9))
-        if status == NOT_FOUND:  # restarted with another tokenizer, say: not provably a lie
-            raise FetchError(f"{peer_id} serves no tokenizer {digest[:16]}", misbehaved=False, gone=True)
-        if status == NOTHING_NEWER:
-            raise FetchError(f"{peer_id} will not serve its tokenizer to us now", misbehaved=False)
-        if status != OK:
-            raise FetchError(f"{peer_id} answered a tokenizer request with status {status}", misbehaved=True)
-        if length > max_bytes:  # an honest peer may have a tokenizer this large: refused, not blamed
-            raise FetchError(f"{peer_id} offers a tokenizer document of {length} bytes, above {max_bytes}", misbehaved=False)
-        document = await _read_payload(reader, peer_id, length)
-    finally:
-        writer.close()
-    if tokenizer_document_digest(document) != digest:
-        raise FetchError(f"{peer_id} served a tokenizer document that does not match the digest it named", misbehaved=True)
-    return document
-
-
-async def _fetch(p2p: P2P, peer_id: str, run_id: str, round_: int, size: int, digest: bytes) -> bytes:
-    reader, writer = await _ask(p2p, peer_id, {"run": run_id, "round": round_})
-    try:
-        status, length = struct.unpack(">BQ", await _read_header(reader, peer_id, 9))
-        if status == NOT_FOUND:
-            raise FetchError(f"{peer_id} no longer holds round {round_}", misbehaved=False, gone=True)
-        if status != OK or length != size:
-            raise FetchError(
-                f"{peer_id} sent status {status} and {length} bytes; its manifest promised {size}",
-                misbehaved=True,
-            )
-        payload = await _read_payload(reader, peer_id, length)
-    finally:
-        writer.close()
-    if payload_digest(payload) != digest:
-        raise FetchError(f"payload from {peer_id} does not match its signed digest", misbehaved=True)
-    return payload

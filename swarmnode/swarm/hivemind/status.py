@@ -23,7 +23,8 @@ from hivemind.utils.timed_storage import get_dht_time
 from swarmnode.protocol.records import PeerRow, RecordError
 from swarmnode.settings.config import SwarmSettings
 from swarmnode.swarm.hivemind.dht import heartbeat_from_record, owner_or_none
-from swarmnode.swarm.hivemind.payloads import ANSWER_TIMEOUT_S, answers
+from swarmnode.swarm.hivemind.fetch import answers
+from swarmnode.swarm.hivemind.payloads import ANSWER_TIMEOUT_S
 from swarmnode.swarm.hivemind.reach import classify
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 from swarmnode.swarm.hivemind.shards import HEARTBEAT_FAMILY, ShardedFamily, ShardReads
