@@ -11,7 +11,7 @@ VLLM_VENV ?= .venv-vllm
 VPY := $(VLLM_VENV)/bin/python
 VSTAMP := $(VLLM_VENV)/.installed
 
-.PHONY: setup setup-vllm run test test-main test-vllm test-docker test-docker-gpu lint lint-docker bench clean
+.PHONY: setup setup-vllm run test test-main test-vllm test-docker test-docker-gpu lint lint-docker reference bench clean
 
 setup: $(STAMP)
 
@@ -48,6 +48,11 @@ run: setup  ## a local swarm of 3 heterogeneous tiny nodes on CPU, offline (swar
 
 lint: setup
 	$(VENV)/bin/ruff check swarmnode tests bench
+
+# join's and doctor's flags (swarmnode/settings/flags.py) and docs/configuration.md, rendered
+# from the settings' schema (swarmnode/settings/config.py); tests/test_settings.py fails when stale.
+reference: setup
+	$(PY) -m swarmnode.settings.reference
 
 lint-docker: $(TSTAMP)  ## hadolint on the Dockerfiles, docker-compose's own check of both compose files
 	$(TOOLS_VENV)/bin/hadolint docker/Dockerfile docker/Dockerfile.cpu

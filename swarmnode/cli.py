@@ -1,5 +1,9 @@
 """The `swarmnode` command line: parses flags, builds the config, hands over.
 
+The flags of `join` and `doctor` that set a setting are not written here: they come from
+swarmnode.settings.flags, rendered from the settings' schema (each flag's help is its setting's
+description), and are added to the commands' signatures (`_setting_options`).
+
 `join` hands over to swarmnode.assemble, `status` to the swarm's status reader, `demo` to
 swarmnode.demo, `health` to swarmnode.ops.health. Nothing here builds or wires parts of a node.
 Each command imports its implementation when it runs (torch, transformers and hivemind take
@@ -8,13 +12,15 @@ seconds to import), so `--help`, `version` and bad flags answer at once.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -24,7 +30,7 @@ from rich.table import Table
 
 from swarmnode import __version__
 from swarmnode.ops.health import ASK_TIMEOUT_S, DOCKER_PORT, ask
-from swarmnode.settings.flags import JOIN_FLAGS
+from swarmnode.settings.flags import DOCTOR_FLAGS, JOIN_FLAGS, Flag
 from swarmnode.settings.network import LOCAL_HOST
 from swarmnode.swarm.hivemind.swarm_file import PeersFileError, read_peers_file
 
@@ -64,26 +70,51 @@ def version() -> None:
     typer.echo(__version__)
 
 
-_help = {name: flag.description for name, flag in JOIN_FLAGS.items()}  # a flag's help is its setting's
+Command = TypeVar("Command", bound=Callable[..., Any])
+_VALUE_TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "path": Path}
+
+
+def _value_type(kind: str) -> Any:
+    """A flag's kind (swarmnode.settings.flags) as the type typer parses: list[...] is repeatable."""
+    if kind.startswith("list[") and kind.endswith("]"):
+        return list[_VALUE_TYPES[kind.removeprefix("list[").removesuffix("]")]]
+    return _VALUE_TYPES[kind]
+
+
+def _setting_options(flags: dict[str, Flag], after: str) -> Callable[[Command], Command]:
+    """Give a command an option for each flag, after its parameter `after`; the values come in
+    the command's **given by parameter name, None where not given. Typer reads a command's
+    parameters from its signature, so the signature is set and the options are written once."""
+
+    def attach(command: Command) -> Command:
+        keyword = inspect.Parameter.KEYWORD_ONLY
+        own = [param.replace(kind=keyword) for param in inspect.signature(command, eval_str=True).parameters.values()
+               if param.kind is not inspect.Parameter.VAR_KEYWORD]
+        options = []
+        for name, flag in flags.items():
+            names = [flag.option, flag.short] if flag.short else [flag.option]
+            option = typer.Option(*names, envvar=flag.envvar, help=flag.description)
+            options.append(inspect.Parameter(name, keyword, default=None,
+                                             annotation=Annotated[_value_type(flag.kind) | None, option]))
+        at = [param.name for param in own].index(after) + 1
+        command.__signature__ = inspect.Signature([*own[:at], *options, *own[at:]])  # type: ignore[attr-defined]
+        return command
+
+    return attach
+
+
+def _settings_given(flags: dict[str, Flag], given: dict[str, Any]) -> dict[str, Any]:
+    """The settings the flags given set, by dotted name (None: not given)."""
+    return {flag.setting: _flag_value(given[name]) for name, flag in flags.items()}
 
 
 @app.command()
+@_setting_options(JOIN_FLAGS, after="config_path")
 def join(
     config_path: Annotated[
         Path | None,
         typer.Option("--config", "-c", envvar="SWARMNODE_CONFIG", help="YAML config file (see configs/)"),
     ] = None,
-    model: Annotated[str | None, typer.Option(envvar="SWARMNODE_MODEL", help=_help["model"])] = None,
-    lora_rank: Annotated[int | None, typer.Option(help=_help["lora_rank"])] = None,
-    objective: Annotated[str | None, typer.Option(help=_help["objective"])] = None,
-    task: Annotated[str | None, typer.Option(help=_help["task"])] = None,
-    data: Annotated[str | None, typer.Option(help=_help["data"])] = None,
-    rounds: Annotated[int | None, typer.Option(help=_help["rounds"])] = None,
-    run_dir: Annotated[Path | None, typer.Option(help=_help["run_dir"])] = None,
-    seed: Annotated[int | None, typer.Option(help=_help["seed"])] = None,
-    lr: Annotated[float | None, typer.Option(help=_help["lr"])] = None,
-    device: Annotated[str | None, typer.Option(help=_help["device"])] = None,
-    backend: Annotated[str | None, typer.Option(help=_help["backend"])] = None,
     fresh: Annotated[
         bool, typer.Option("--fresh", help="ignore an existing checkpoint in --run-dir (node.resume=false)")
     ] = False,
@@ -91,34 +122,17 @@ def join(
         list[str] | None,
         typer.Option("--set", help="any setting, e.g. --set rollout.group_size=12 (repeatable)"),
     ] = None,
-    initial_peers: Annotated[
-        list[str] | None,
-        typer.Option("--initial-peers", envvar="SWARMNODE_INITIAL_PEERS", help=_help["initial_peers"]),
-    ] = None,
-    initial_peers_from: Annotated[
-        Path | None,
-        typer.Option("--initial-peers-from", envvar="SWARMNODE_INITIAL_PEERS_FROM", help=_help["initial_peers_from"]),
-    ] = None,
-    host_maddrs: Annotated[list[str] | None, typer.Option("--host-maddrs", help=_help["host_maddrs"])] = None,
-    announce_maddrs: Annotated[
-        list[str] | None,
-        typer.Option("--announce-maddrs", envvar="SWARMNODE_ANNOUNCE_MADDRS", help=_help["announce_maddrs"]),
-    ] = None,
-    identity: Annotated[Path | None, typer.Option("--identity", help=_help["identity"])] = None,
-    startup_timeout: Annotated[float | None, typer.Option(help=_help["startup_timeout"])] = None,
-    min_peers: Annotated[int | None, typer.Option(help=_help["min_peers"])] = None,
-    health_port: Annotated[int | None, typer.Option(help=_help["health_port"])] = None,
     solo: Annotated[bool, typer.Option("--solo", help="train alone: no swarm, no network (swarm.enabled=false)")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no per-round lines")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    **given: Any,
 ) -> None:
     """Run a node: start a swarm (no --initial-peers) or join one, and train every round on your
     own and your peers' rollouts. Ctrl-C writes a checkpoint; the same --run-dir resumes."""
     from swarmnode.settings.config import ConfigError, load_config
 
     _setup_logging(verbose)
-    given = locals()
-    flags = {flag.setting: _flag_value(given[name]) for name, flag in JOIN_FLAGS.items()}
+    flags = _settings_given(JOIN_FLAGS, given)
     flags["node.resume"] = False if fresh else None
     flags["swarm.enabled"] = False if solo else None
     from swarmnode.ops.rundir import log_failure
@@ -126,8 +140,8 @@ def join(
     try:
         config = load_config(config_path, overrides, flags)
     except ConfigError as err:
-        if run_dir is not None:  # the run dir the person named: its node.log says why too
-            log_failure(run_dir, str(err))
+        if given["run_dir"] is not None:  # the run dir the person named: its node.log says why too
+            log_failure(given["run_dir"], str(err))
         raise _fail(str(err)) from None
     from swarmnode.ops.preflight import PreflightError, preflight
 
@@ -207,17 +221,13 @@ def plan(
 
 
 @app.command()
+@_setting_options(DOCTOR_FLAGS, after="config_path")
 def doctor(
     config_path: Annotated[
         Path | None, typer.Option("--config", "-c", envvar="SWARMNODE_CONFIG", help="YAML config file (see configs/)")
     ] = None,
-    model: Annotated[str | None, typer.Option(envvar="SWARMNODE_MODEL", help=_help["model"])] = None,
-    task: Annotated[str | None, typer.Option(help=_help["task"])] = None,
-    data: Annotated[str | None, typer.Option(help=_help["data"])] = None,
-    device: Annotated[str | None, typer.Option(help=_help["device"])] = None,
-    backend: Annotated[str | None, typer.Option(help=_help["backend"])] = None,
-    run_dir: Annotated[Path | None, typer.Option(help=_help["run_dir"])] = None,
     overrides: Annotated[list[str] | None, typer.Option("--set", help="any setting, as join takes it")] = None,
+    **given: Any,
 ) -> None:
     """Check, without joining, what this machine can run with these settings (the same as
     join's): device, generation, the hub, model, data, memory, run dir and disk; each finding
@@ -225,10 +235,8 @@ def doctor(
     from swarmnode.ops.doctor import BLOCKING, FINE, examine
     from swarmnode.settings.config import ConfigError, load_config
 
-    given = {"model.name": model, "task.name": task, "task.data": data, "model.device": device,
-             "rollout.backend": backend, "node.run_dir": str(run_dir) if run_dir else None}
     try:
-        config = load_config(config_path, overrides, given)
+        config = load_config(config_path, overrides, _settings_given(DOCTOR_FLAGS, given))
     except ConfigError as err:
         raise _fail(str(err)) from None
     findings = examine(config)

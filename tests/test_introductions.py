@@ -10,8 +10,8 @@ import msgpack
 import pytest
 
 from swarmnode.swarm.hivemind import introductions as introductions_module
-from swarmnode.swarm.hivemind.introductions import Introductions, peer_of, scope_of, widest_scope, within
 from swarmnode.swarm.hivemind.fetch import FetchError, introductions_of
+from swarmnode.swarm.hivemind.introductions import Introductions, peer_of, scope_of, widest_scope, within
 from swarmnode.swarm.hivemind.payloads import MAX_INTRODUCTIONS
 
 PEER = "QmS3Wxqi78B4RQ5dJDt1UraQK87qXSJn2fuE4BtZS9gqCV"

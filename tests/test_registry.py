@@ -1,4 +1,5 @@
-"""One list per kind of choice: config, CLI help, code and the configuration reference agree with it."""
+"""One list per kind of choice: config, CLI help, code and the configuration reference agree with it.
+The built-in tasks' list is their entry points (pyproject.toml), as a plug-in's is."""
 
 from __future__ import annotations
 
@@ -14,42 +15,77 @@ from swarmnode.cli import app
 from swarmnode.learn.loss import WEIGHTINGS
 from swarmnode.rollout import resolve_backend
 from swarmnode.settings.config import Config, ConfigError, RolloutSettings, TaskSettings, load_config
-from swarmnode.settings.registry import BACKENDS, DIVERGENCES, OBJECTIVES, TASKS, Registry
-from swarmnode.tasks import make_task
+from swarmnode.settings.registry import (
+    BACKENDS,
+    DIVERGENCES,
+    OBJECTIVES,
+    PLUGIN_GROUP,
+    Registry,
+    builtin_tasks,
+    data_tasks,
+    makes_own_problems,
+    task_entry_point,
+)
+from swarmnode.tasks import data_source, make_task
+from swarmnode.tasks.gsm8k import GSM8K_SOURCE
+from swarmnode.tasks.plugins import PluginTask
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 REFERENCE = ROOT / "docs" / "configuration.md"  # every setting; the README keeps a few rows
-KEYS = {"loss.objective": OBJECTIVES, "loss.divergence": DIVERGENCES, "task.name": TASKS, "rollout.backend": BACKENDS}
+KEYS = {"loss.objective": OBJECTIVES.names, "loss.divergence": DIVERGENCES.names, "task.name": builtin_tasks(),
+        "rollout.backend": BACKENDS.names}
 
 
-@pytest.mark.parametrize("key,registry", KEYS.items())
-def test_the_config_accepts_exactly_the_registered_names(key, registry):
-    for name in registry.names:
+@pytest.mark.parametrize("key,names", KEYS.items())
+def test_the_config_accepts_exactly_the_registered_names(key, names):
+    for name in names:
         load_config(None, [f"{key}={name}"])
     with pytest.raises(ConfigError, match=key):
         load_config(None, [f"{key}=no-such-thing"])
 
 
-@pytest.mark.parametrize("key,registry", KEYS.items())
-def test_the_reference_table_lists_every_registered_name(key, registry):
+def _cells(row: str) -> list[str]:
+    """A table row's cells (a cell's own | is escaped)."""
+    return [cell.strip() for cell in re.split(r"(?<!\\)\|", row.strip().strip("|"))]
+
+
+@pytest.mark.parametrize("key,names", KEYS.items())
+def test_the_reference_table_lists_every_registered_name(key, names):
     row = next(line for line in REFERENCE.read_text().splitlines() if line.startswith(f"| {key} |"))
-    listed = set(re.findall(r"`([a-z0-9][a-z0-9-]*)`", row.split("|")[3]))
-    assert listed == set(registry.names), row
+    listed = set(re.findall(r"`([a-z0-9][a-z0-9-]*)`", _cells(row)[2]))
+    assert listed == set(names), row
 
 
 def test_the_cli_help_names_every_choice():
     text = " ".join(CliRunner().invoke(app, ["join", "--help"], env={"COLUMNS": "250"}).output.split())
-    for registry in (OBJECTIVES, TASKS, BACKENDS):
-        assert registry.cli_help() in text
+    for names in (OBJECTIVES.names, builtin_tasks(), BACKENDS.names):
+        assert " | ".join(names) in text
 
 
-def test_every_objective_has_a_weighting_and_every_task_a_constructor():
+def test_every_objective_has_a_weighting_and_every_task_a_constructor(tmp_path):
     assert {o.weighting for o in OBJECTIVES} <= WEIGHTINGS.keys()
     assert [o.filtered for o in OBJECTIVES] == [o.name.startswith("f-") for o in OBJECTIVES]
-    for name in TASKS.names:
-        if name != "gsm8k":  # gsm8k needs data; its constructor is covered in test_tasks
-            assert make_task(TaskSettings(name=name)).name == name
+    assert set(builtin_tasks()) >= {"arithmetic", "gsm8k"}, "swarmnode's own tasks are its entry points"
+    for split in ("train", "test"):  # a GSM8K of one problem
+        (tmp_path / f"{split}.jsonl").write_text('{"question": "1+1?", "answer": "#### 2"}\n')
+    for name in builtin_tasks():
+        point = task_entry_point(name)
+        assert point.group == PLUGIN_GROUP and point.module == f"swarmnode.tasks.{name}", "in the task's own module"
+        settings = TaskSettings(name=name, data=None if makes_own_problems(name) else str(tmp_path))
+        task = make_task(settings)
+        assert task.name == name
+        assert not isinstance(task, PluginTask), "a built-in task's fingerprint (the run id's) is its own"
+
+
+def test_whether_a_task_reads_data_is_declared_by_its_entry_points(tmp_path):
+    assert data_tasks() == ("gsm8k",) and makes_own_problems("arithmetic") and makes_own_problems("rg:chain_sum")
+    assert data_source(TaskSettings(name="gsm8k")) == GSM8K_SOURCE, "where it reads without task.data"
+    assert data_source(TaskSettings(name="gsm8k", data=str(tmp_path))) == str(tmp_path)
+    assert data_source(TaskSettings()) is None
+    with pytest.raises(ConfigError, match="task.data is given but the task is arithmetic, which makes its own "
+                                          "problems: add --task gsm8k \\(or task.name: gsm8k\\), or drop the data"):
+        load_config(None, [f"task.data={tmp_path}"])
 
 
 def test_backends_resolve_and_unknown_names_are_errors():
@@ -74,6 +110,11 @@ def _table_rows(text: str) -> list[str]:
 
 
 README_ITEM = re.compile(r"- (?P<key>`[^(]+?) \(default (?P<default>`.+?`)\): (?P<meaning>.+)")
+
+
+def _plain(row: str) -> str:
+    """A row as it reads: the table's escapes (\\| \\< \\*) dropped, which a README line needs not."""
+    return re.sub(r"\\([|<*])", r"\1", row)
 
 
 def _readme_rows() -> list[str]:
@@ -103,7 +144,7 @@ def _reference() -> dict[str, str]:
     keys of one section (`node.eval_every / eval_size`) with their defaults in the same order."""
     rows = {}
     for line in _table_rows(REFERENCE.read_text()):
-        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        cells = _cells(line)
         if len(cells) < 3 or cells[0] in ("setting", "---"):
             continue
         first, *rest = [key.strip() for key in cells[0].split(" / ")]
@@ -149,7 +190,8 @@ def test_the_reference_lists_every_setting_with_its_default():
 
 
 def test_the_readme_table_copies_rows_of_the_reference():
-    readme, reference = _readme_rows(), set(_table_rows(REFERENCE.read_text()))
+    readme = [_plain(row) for row in _readme_rows()]
+    reference = {_plain(row) for row in _table_rows(REFERENCE.read_text())}
     assert len(readme) >= 5, readme
     missing = [row for row in readme if row not in reference]
     assert not missing, missing

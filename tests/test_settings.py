@@ -1,5 +1,6 @@
 """Every setting is declared once: the tiny preset is the embedded default and the file users
-copy, and `join`'s flags take their help from the settings they set."""
+copy; the schema describes every setting and declares which are flags, and `join`'s and
+`doctor`'s flags and docs/configuration.md are rendered from it."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from typer.testing import CliRunner
 
 from swarmnode import assemble
 from swarmnode.cli import app
+from swarmnode.settings import reference
 from swarmnode.settings.config import describe, load_config
-from swarmnode.settings.flags import JOIN_FLAGS
+from swarmnode.settings.flags import DOCTOR_FLAGS, JOIN_FLAGS
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_CPU_YAML = ROOT / "configs" / "tiny-cpu.yaml"
@@ -40,9 +42,12 @@ def test_join_solo_without_a_config_trains_as_tiny_cpu_yaml(monkeypatch):
     assert config.train.lr == 1e-4, "a tiny model learns at 1e-4, not the paper's 1e-6 for billions of weights"
 
 
+def _options(command: str) -> dict[str, object]:
+    return {param.name: param for param in typer.main.get_command(app).commands[command].params}
+
+
 def _join_options() -> dict[str, object]:
-    command = typer.main.get_command(app).commands["join"]
-    return {param.name: param for param in command.params}
+    return _options("join")
 
 
 def test_every_join_flag_that_sets_a_setting_has_its_description_as_help():
@@ -50,6 +55,23 @@ def test_every_join_flag_that_sets_a_setting_has_its_description_as_help():
     assert set(options) - NOT_SETTINGS == set(JOIN_FLAGS), "a flag for a setting is declared in JOIN_FLAGS"
     for name, flag in JOIN_FLAGS.items():
         assert options[name].help == describe(flag.setting), name
+        assert options[name].opts == [flag.option] and options[name].envvar == flag.envvar
+
+
+def test_doctor_takes_the_flags_its_settings_declare_and_no_other():
+    options = _options("doctor")
+    assert set(options) == {"config_path", "overrides", *DOCTOR_FLAGS}
+    assert set(DOCTOR_FLAGS) == {"model", "task", "data", "device", "backend", "run_dir"}
+    for name, flag in DOCTOR_FLAGS.items():
+        assert options[name].help == describe(flag.setting), name
+
+
+def test_flags_and_the_reference_are_rendered_from_the_schema():
+    """Every setting has a description; flags.py and docs/configuration.md are what the schema
+    renders (a setting, a description or a default changed without `make reference` fails here)."""
+    assert all(setting.description for setting in reference.settings())
+    stale = [str(path) for path, text in reference.rendered().items() if path.read_text() != text]
+    assert not stale, f"{', '.join(stale)} stale against swarmnode/settings/config.py: run {reference.REGENERATE}"
 
 
 PEER_A = "/ip4/127.0.0.1/tcp/1/p2p/QmXfV8jn6FiD1VTcSmxpstA2WmtvRCB9yYbGcw3rTYXbbb"  # multiaddrs a node could dial (preflight parses them)

@@ -29,7 +29,7 @@ from huggingface_hub.utils import validate_repo_id
 
 from swarmnode.settings.config import Config, ModelSettings, TaskSettings
 from swarmnode.settings.models import GYM_PRESETS, TINY_NAMES, resolve_model_name
-from swarmnode.settings.registry import TASKS
+from swarmnode.settings.registry import is_builtin_task
 from swarmnode.sizing.devices import device_of
 from swarmnode.sizing.shapes import KNOWN_SHAPES
 from swarmnode.swarm.hivemind.addresses import AddressError, check_swarm_addresses
@@ -160,7 +160,7 @@ def check_task_source(task: TaskSettings) -> Task | None:
     """A reasoning-gym dataset exists and takes its config; a plug-in is installed and makes its
     task (both cheap: reasoning-gym makes problems on demand). The task made (None: a built-in
     one, whose data the checks above read)."""
-    if task.name in TASKS.names:
+    if is_builtin_task(task.name):
         return None
     try:
         made = make_task(task)

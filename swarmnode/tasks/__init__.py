@@ -1,55 +1,33 @@
-"""Tasks: verifiable problems and the rewards this node computes itself."""
+"""Tasks: verifiable problems and the rewards this node computes itself.
+
+A named task is found by its entry point (group `swarmnode.tasks`): swarmnode's own
+(arithmetic, gsm8k, declared in its pyproject.toml) and other packages' plug-ins alike;
+`rg:<dataset>` names a reasoning-gym dataset.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from swarmnode.settings.config import TaskSettings
-from swarmnode.settings.registry import TASKS
+from swarmnode.settings.registry import PLUGIN_GROUP, data_entry_point, is_builtin_task, task_entry_point
 from swarmnode.tasks.arithmetic import ArithmeticTask
 from swarmnode.tasks.base import Problem, Task
-from swarmnode.tasks.gsm8k import GSM8K_SOURCE, GSM8KTask
+from swarmnode.tasks.gsm8k import GSM8KTask
 from swarmnode.tasks.gym import ReasoningGymTask, is_gym_task
 from swarmnode.tasks.math500 import Math500Eval
 from swarmnode.tasks.plugins import make_plugin_task
 
 __all__ = ["ArithmeticTask", "GSM8KTask", "Math500Eval", "Problem", "Task", "data_source", "make_task"]
 
-DEFAULT_SOURCES = {"gsm8k": GSM8K_SOURCE}  # a task that reads data, where it reads it without --data
-
 
 def data_source(settings: TaskSettings) -> str | None:
-    """Where the task reads its data: --data, else its default (None: it makes its own problems)."""
-    return settings.data or DEFAULT_SOURCES.get(settings.name)
-
-
-def _arithmetic(settings: TaskSettings) -> Task:
-    return ArithmeticTask(
-        max_operand=settings.max_operand,
-        operations=settings.operations,
-        answer_format=settings.answer_format,
-        strict_format=settings.strict_format,
-        strict_numbers=settings.strict_numbers,
-        system_prompt=settings.system_prompt,
-        grader=settings.grader,
-    )
-
-
-def _gsm8k(settings: TaskSettings) -> Task:
-    return GSM8KTask(
-        source=data_source(settings) or GSM8K_SOURCE,
-        answer_format=settings.answer_format,
-        strict_format=settings.strict_format,
-        strict_numbers=settings.strict_numbers,
-        system_prompt=settings.system_prompt,
-        grader=settings.grader,
-    )
-
-
-# One constructor per registered task name.
-_MAKERS: dict[str, Callable[[TaskSettings], Task]] = {"arithmetic": _arithmetic, "gsm8k": _gsm8k}
-if set(_MAKERS) != set(TASKS.names):
-    raise RuntimeError(f"task registry and constructors differ: {set(TASKS.names) ^ set(_MAKERS)}")
+    """Where the task reads its data: --data, else where its package says it reads without it
+    (entry point group `swarmnode.task_data`; None: it makes its own problems)."""
+    if settings.data:
+        return settings.data
+    point = data_entry_point(settings.name)
+    return None if point is None else point.load()
 
 
 def _gym(settings: TaskSettings) -> Task:
@@ -58,9 +36,16 @@ def _gym(settings: TaskSettings) -> Task:
 
 
 def make_task(settings: TaskSettings) -> Task:
-    """The task the settings name: built in, a reasoning-gym dataset (rg:<dataset>) or a plug-in's."""
-    if settings.name in _MAKERS:
-        return _MAKERS[TASKS.get(settings.name).name](settings)
+    """The task the settings name: a reasoning-gym dataset (rg:<dataset>), or a task's entry
+    point: swarmnode's own made by its factory as it is, a plug-in's as a PluginTask (whose
+    fingerprint covers the package: swarmnode.tasks.plugins)."""
     if is_gym_task(settings.name):
         return _gym(settings)
-    return make_plugin_task(settings)
+    point = task_entry_point(settings.name)
+    if point is None:
+        raise ValueError(f"unknown task {settings.name!r}: no task of that name is installed "
+                         f"(entry point group {PLUGIN_GROUP!r})")
+    if is_builtin_task(settings.name):  # as it is: a built-in task's fingerprint is the run id's
+        factory: Callable[[TaskSettings], Task] = point.load()
+        return factory(settings)
+    return make_plugin_task(settings, point)

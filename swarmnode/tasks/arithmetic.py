@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import random
 
+from swarmnode.settings.config import TaskSettings
 from swarmnode.tasks.answers import graded_reward
 from swarmnode.tasks.base import AnswerFormat, Grader, Problem, fingerprint_of, grader_part, grading_parts
 
@@ -116,3 +117,16 @@ class ArithmeticTask:
         return graded_reward(
             completion, problem.answer, self.answer_format, self.grader, self.strict_format, self.strict_numbers
         )
+
+
+def make_task(settings: TaskSettings) -> ArithmeticTask:
+    """The task `--task arithmetic` names (its entry point in pyproject.toml)."""
+    return ArithmeticTask(
+        max_operand=settings.max_operand,
+        operations=settings.operations,
+        answer_format=settings.answer_format,
+        strict_format=settings.strict_format,
+        strict_numbers=settings.strict_numbers,
+        system_prompt=settings.system_prompt,
+        grader=settings.grader,
+    )

@@ -7,6 +7,7 @@ import json
 import random
 from pathlib import Path
 
+from swarmnode.settings.config import TaskSettings
 from swarmnode.tasks.answers import graded_reward
 from swarmnode.tasks.base import (
     FORMAT_INSTRUCTIONS,
@@ -36,7 +37,7 @@ def reference_answer(solution: str) -> str:
     return solution.rsplit("####", 1)[1].strip().replace(",", "")
 
 
-GSM8K_SOURCE = "hf:openai/gsm8k"  # where GSM8K comes from when no --data is given
+GSM8K_SOURCE = "hf:openai/gsm8k"  # where GSM8K comes from when no --data is given (its swarmnode.task_data entry point)
 
 
 def read_jsonl(path: Path, required: tuple[str, ...]) -> tuple[list[dict], str]:
@@ -137,3 +138,15 @@ class GSM8KTask:
         return graded_reward(
             completion, problem.answer, self.answer_format, self.grader, self.strict_format, self.strict_numbers
         )
+
+
+def make_task(settings: TaskSettings) -> GSM8KTask:
+    """The task `--task gsm8k` names (its entry point in pyproject.toml): task.data, else GSM8K_SOURCE."""
+    return GSM8KTask(
+        source=settings.data or GSM8K_SOURCE,
+        answer_format=settings.answer_format,
+        strict_format=settings.strict_format,
+        strict_numbers=settings.strict_numbers,
+        system_prompt=settings.system_prompt,
+        grader=settings.grader,
+    )
