@@ -32,7 +32,7 @@ from swarmnode import __version__
 from swarmnode.ops.health import ASK_TIMEOUT_S, DOCKER_PORT, ask
 from swarmnode.settings.flags import DOCTOR_FLAGS, JOIN_FLAGS, Flag
 from swarmnode.settings.network import LOCAL_HOST
-from swarmnode.swarm.hivemind.swarm_file import PeersFileError, read_peers_file
+from swarmnode.swarm.hivemind import PeersFileError, read_peers_file
 
 app = typer.Typer(
     help="swarmnode: decentralised RL post-training of language models with F-TIS.",
@@ -290,10 +290,14 @@ def status(
 
     from swarmnode.ops.status import render_table, to_json
     from swarmnode.settings.config import SwarmSettings
-    from swarmnode.swarm.hivemind.addresses import AddressError, check_multiaddr
-    from swarmnode.swarm.hivemind.runtime import SwarmError
-    from swarmnode.swarm.hivemind.status import open_status_client, peer_rows
-    from swarmnode.swarm.hivemind.swarm_file import swarm_file_peer_id
+    from swarmnode.swarm.hivemind import (
+        AddressError,
+        SwarmError,
+        check_multiaddr,
+        open_status_client,
+        peer_rows,
+        swarm_file_peer_id,
+    )
 
     logging.basicConfig(level=logging.WARNING, handlers=[RichHandler(console=console, show_path=False)])
     stale_after = SwarmSettings().stale_after_s if stale_after is None else stale_after

@@ -4,7 +4,12 @@ layer below, and every import pointing down (or within its own package)."""
 from __future__ import annotations
 
 import ast
+import importlib
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "swarmnode"
 
@@ -90,3 +95,16 @@ def test_no_function_imports_a_swarmnode_module_but_the_cli():
     """cli.py imports a command's implementation inside it, so that --help is instant."""
     local = [f"{m} -> {t}" for m, t, inside in _imports() if inside and m != "swarmnode.cli"]
     assert local == []
+
+
+def test_the_hivemind_face_holds_every_name_it_lists_and_loads_a_light_one_alone():
+    """The composition root and the commands use swarm/hivemind/ through its face; a command
+    that only checks an address or reads a swarm file must not pay for hivemind and torch."""
+    code = ("import sys; from swarmnode.swarm.hivemind import check_multiaddr, read_peers_file; "
+            "print(sorted({'hivemind', 'torch'} & set(sys.modules)))")
+    light = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert light.stdout.strip() == "[]", light.stdout + light.stderr
+    face = importlib.import_module("swarmnode.swarm.hivemind")
+    assert all(getattr(face, name) is not None for name in face.__all__)
+    with pytest.raises(AttributeError):
+        face.HivemindExchange  # noqa: B018 - inside, not on the face

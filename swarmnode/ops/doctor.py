@@ -40,9 +40,15 @@ from swarmnode.settings.config import Config
 from swarmnode.sizing.devices import cuda_available, vllm_installed
 from swarmnode.sizing.memory import GIB, check_fits
 from swarmnode.sizing.shapes import shape_of
-from swarmnode.swarm.hivemind.addresses import AddressError, check_swarm_addresses, tcp_endpoint
-from swarmnode.swarm.hivemind.reach import ADVICE, listen_ips
-from swarmnode.swarm.hivemind.swarm_file import PeersFileError, read_peers_file
+from swarmnode.swarm.hivemind import (
+    ADVICE,
+    AddressError,
+    PeersFileError,
+    check_swarm_addresses,
+    listen_ips,
+    read_peers_file,
+    tcp_endpoint,
+)
 from swarmnode.tasks import data_source
 
 FINE, NOTE, BLOCKING = "ok", "note", "blocking"

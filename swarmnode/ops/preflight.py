@@ -32,7 +32,7 @@ from swarmnode.settings.models import GYM_PRESETS, TINY_NAMES, resolve_model_nam
 from swarmnode.settings.registry import is_builtin_task
 from swarmnode.sizing.devices import device_of
 from swarmnode.sizing.shapes import KNOWN_SHAPES
-from swarmnode.swarm.hivemind.addresses import AddressError, check_swarm_addresses
+from swarmnode.swarm.hivemind import AddressError, check_swarm_addresses
 from swarmnode.tasks import Task, data_source, make_task
 from swarmnode.tasks.gym import INSTALL_HINT, ReasoningGymTask, check_reproducible
 
