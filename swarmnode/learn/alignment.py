@@ -1,4 +1,5 @@
-"""Two tokenizations of one completion, cut where both have a boundary (issue: other families).
+"""Two tokenizations of one completion, cut where both have a boundary: how a peer of another
+tokenizer family is trained on.
 
 A peer of another model family samples tokens of its own vocabulary and reports their log-probs.
 We train on the same text in our tokens, so the importance weight pi_theta / pi_gen needs both
@@ -7,7 +8,7 @@ same character, the text between two such shared boundaries (a span) is one even
 sender's log-prob of it is the sum of its tokens' log-probs, ours the sum of ours, and their
 difference is the span's log-ratio, which every one of our tokens in the span takes as its own
 (`Spans.log_ratios`, `SpanBatch`). When the two tokenizations share every boundary, each span is one token and
-this is today's token-level weight exactly.
+this is the token-level weight exactly.
 
 A boundary counts only where it is clean: the tokens up to it decode to a prefix of the whole
 text. A token that ends inside a character (byte fallback, a byte-level BPE cutting a multi-byte

@@ -54,8 +54,8 @@ log = logging.getLogger(__name__)
 
 def with_adapters(model: torch.nn.Module, lora: LoraSettings, seed: int) -> torch.nn.Module:
     """`model` wrapped in fresh LoRA adapters drawn from `seed`. peft draws them from torch's
-    global generator, which nothing seeds before: left alone, every start of the same run
-    trained from other adapters, and a seed did not fix a LoRA run. The global generator's
+    global generator, which nothing else seeds: left to it, every start of the same run would
+    train from other adapters, and a seed would not fix a LoRA run. The global generator's
     state is put back afterwards."""
     device = next(model.parameters()).device
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):

@@ -1,8 +1,8 @@
 """What a node's settings need from this machine, checked before anything starts.
 
 A wrong model name, a hub that cannot be reached, hub data without `datasets` or a GPU asked
-for where there is none used to surface a minute in (after the hub client's retries, or
-after the p2p daemon started). These checks import neither torch nor transformers and ask
+for where there is none would otherwise surface a minute in (after the hub client's retries,
+or after the p2p daemon started). These checks import neither torch nor transformers and ask
 the hub at most once per source, with a short timeout, so `join` and `plan` refuse such
 settings in about a second, naming the setting and the fix.
 """

@@ -68,11 +68,11 @@ class Screener:
         trust = self.config.trust
         if not (own and trust.likelihood_gate and trust.anchor and self.policy.has_reference):
             return None  # without own samples there is no bar this round, anchored or not
-        reference = self._logprobs(own, reference=True)
+        reference = self.logprobs(own, reference=True)
         bar = self.anchor_bar.update(reference, trust)
         return Anchor(reference, bar) if bar is not None else None
 
-    def _logprobs(self, samples: list[Sample], reference: bool = False) -> list[np.ndarray]:
+    def logprobs(self, samples: list[Sample], reference: bool = False) -> list[np.ndarray]:
         """Per-token log-probs of `samples` under our model now, or under the reference."""
         score = self.policy.reference_logprobs if reference else self.policy.token_logprobs
         return score([s.prompt_ids for s in samples], [s.tokens for s in samples], self.config.rollout.temperature)
@@ -106,8 +106,8 @@ class ScreeningRound:
         if not samples or not screener.screens:
             screening = passed(groups)
         else:
-            theta = screener._logprobs(samples)
-            anchor = Anchor(screener._logprobs(samples, reference=True), self.anchor_bar) if self.anchor_bar is not None else None
+            theta = screener.logprobs(samples)
+            anchor = Anchor(screener.logprobs(samples, reference=True), self.anchor_bar) if self.anchor_bar is not None else None
             screening = screen(groups, theta, self.own, screener.config.trust, screener.config.loss, anchor)
         result = Pass(screening, kept=[], theta=theta)
         for peer, found in screening.peers.items():

@@ -25,7 +25,7 @@ from swarmnode.protocol.records import Heartbeat, RecordError
 from swarmnode.swarm.hivemind.identity import peer_id_of_owner
 from swarmnode.swarm.hivemind.shards import HEARTBEAT_FAMILY, ShardIndex, in_shard
 
-MAX_RECORD_BYTES = 4096  # far below the 16 KiB line where hivemind's DHT pipe used to break
+MAX_RECORD_BYTES = 4096  # far below the 16 KiB at which hivemind's forked DHT pipe breaks (we run no such pipe)
 MAX_TTL_S = 3600.0
 CLOCK_SLACK_S = 30.0
 DIGEST_BYTES = 32
