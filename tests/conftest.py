@@ -1,4 +1,5 @@
-"""Shared fixtures: a locally built tokenizer and small random Qwen2 policies (no downloads)."""
+"""Shared fixtures: a locally built tokenizer, small random Qwen2 policies (no downloads), and
+swarm runtimes on 127.0.0.1 for the swarm tests (tests/test_swarm*.py, helpers in tests/swarm_helpers.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 
 from swarmnode.model.policy import Policy
 from swarmnode.model.tiny import build_model, build_tokenizer
-from swarmnode.settings.config import LoraSettings, TrainSettings
+from swarmnode.settings.config import LoraSettings, SwarmSettings, TrainSettings
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -52,6 +53,27 @@ def make_policy(tokenizer):
         )
 
     return make
+
+
+@pytest.fixture
+def start_runtime(tmp_path):
+    """`start(name, initial_peers)`: a SwarmRuntime (p2p daemon and DHT node) listening on
+    127.0.0.1 only, so its daemon maps no port on the gateway; every one started is shut down
+    after the test."""
+    from swarmnode.swarm.hivemind.runtime import SwarmRuntime  # hivemind: only for the tests that start one
+
+    started: list[SwarmRuntime] = []
+
+    def start(name: str, initial_peers: list[str] | None = None) -> SwarmRuntime:
+        settings = SwarmSettings(initial_peers=initial_peers or [], host_maddrs=["/ip4/127.0.0.1/tcp/0"])
+        runtime = SwarmRuntime(settings, tmp_path / f"{name}.key")
+        runtime.start()
+        started.append(runtime)
+        return runtime
+
+    yield start
+    for runtime in started:
+        runtime.shutdown()
 
 
 def data_path(*parts: str) -> Path:

@@ -65,7 +65,7 @@ def test_peers_file_rejects_junk(tmp_path, content):
 
 def test_a_bootstrap_list_gives_every_listed_address(tmp_path):
     """The organisers' list: one multiaddr a line, comments and blank lines skipped; any of
-    them is enough to join (see tests/test_swarm.py for a dead first entry)."""
+    them is enough to join (see tests/test_swarm_membership.py for a dead first entry)."""
     path = tmp_path / "bootstrap.txt"
     listed = [f"/ip4/203.0.113.{i}/tcp/31337{PEER}" for i in (1, 2)]
     path.write_text(f"# swarm bootstrap, 2026-11\n{listed[0]}\n\n  {listed[1]}  # backup\n")
