@@ -1,0 +1,61 @@
+"""Are two ablation runs the same, round by round? For a change that must not touch learning.
+
+    python bench/ablation.py --setting lora ... --out runs/before   # at the commit before
+    python bench/ablation.py --setting lora ... --out runs/after    # at the commit after
+    python bench/ablation_diff.py runs/before/ablation.json runs/after/ablation.json
+
+Compares every member's accuracies before and after, its curve, and every field of every
+round's record, except what the clock measures (timings, peer_age_s, tokens_per_s). Both runs
+must come from one machine: the tiny presets are built on each. Exit 1 on any difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+CLOCK_FIELDS = {"timings", "peer_age_s", "tokens_per_s"}
+MEMBER_FIELDS = ("label", "before", "after", "curve", "time_matched_at")
+SHOWN = 20  # differences printed; the rest are counted
+
+
+def differences(before: dict, after: dict) -> tuple[int, list[str]]:
+    """(rounds compared, the differences found, each a line)."""
+    found: list[str] = []
+    rounds = 0
+    if len(before["runs"]) != len(after["runs"]):
+        return 0, [f"{len(before['runs'])} runs against {len(after['runs'])}"]
+    for run_a, run_b in zip(before["runs"], after["runs"]):
+        where = f"{run_a['condition']} seed {run_a['seed']}"
+        for member_a, member_b in zip(run_a["members"], run_b["members"], strict=True):
+            for key in MEMBER_FIELDS:
+                if member_a.get(key) != member_b.get(key):
+                    found.append(f"{where} {member_a['label']} {key}: {member_a.get(key)} -> {member_b.get(key)}")
+            if len(member_a["rounds"]) != len(member_b["rounds"]):
+                found.append(f"{where} {member_a['label']}: {len(member_a['rounds'])} rounds -> {len(member_b['rounds'])}")
+            for a, b in zip(member_a["rounds"], member_b["rounds"]):
+                rounds += 1
+                for key in sorted((a.keys() | b.keys()) - CLOCK_FIELDS):
+                    if a.get(key) != b.get(key):
+                        found.append(f"{where} {member_a['label']} round {a['round']} {key}: {a.get(key)} -> {b.get(key)}")
+    return rounds, found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("before", type=Path)
+    parser.add_argument("after", type=Path)
+    args = parser.parse_args()
+    rounds, found = differences(json.loads(args.before.read_text()), json.loads(args.after.read_text()))
+    for line in found[:SHOWN]:
+        print(line)
+    if len(found) > SHOWN:
+        print(f"... and {len(found) - SHOWN} more")
+    print(f"{rounds} rounds compared, {len(found)} differences")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
