@@ -1,9 +1,9 @@
-"""The swarm's latencies that tests no longer time: two or three nodes in this process, on
+"""The swarm's latencies, which the tests do not time: two or three nodes in this process, on
 127.0.0.1, each figure the median of --repeats tries, in milliseconds.
 
 The tests (tests/test_swarm_exchange.py, tests/test_swarm_payloads.py) check these behaviours
 by cause and order, which holds however busy the machine is; this prints how long they take
-here, as the quick loop once asserted ("under 1 s", "within a second", "under 2 s"):
+here (each well under a second or two on an idle 2-core machine):
 
 - publish: three publishes while the manifest's DHT store is stalled;
 - gather past deadline: a 1 s gather waiting for a peer while every DHT lookup hangs, less 1 s;

@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from swarmnode import __version__
+from swarmnode.loop.checkpoints import NodeCheckpoints
 from swarmnode.loop.evaluation import Evaluator
 from swarmnode.loop.intake import Intake
 from swarmnode.loop.ledger import PeerLedger
 from swarmnode.loop.node import Node
+from swarmnode.loop.report import NodeReport
 from swarmnode.model.batching import OutOfMemory
 from swarmnode.model.checkpoint import CheckpointWriter, checkpoint_present
 from swarmnode.model.policy import Policy
@@ -177,22 +179,30 @@ def compose_node(
     publisher: HubPublisher | None = None,
 ) -> Node:
     """A Node wired from its parts: the ledger the link's exchange reads (`ledger`), the
-    intake, evaluator, metrics file and checkpoint writer. The caller closes the link, the
-    generator, the reporters and the node."""
+    intake, evaluator, metrics file, its report and its checkpoints. The caller closes the
+    link, the generator, the reporters and the node."""
     run_dir = Path(config.node.run_dir)
     exchange, membership = link.exchange, link.membership
+    view = view or LiveView(quiet=True)
     if config.trust.likelihood_gate and config.trust.anchor:
         policy.keep_reference()  # before any checkpoint is loaded: the weights the run started from
+    intake = Intake(config, policy, task, run_id, exchange, membership, ledger)
+    # a resumed node keeps the anchored gate's bar, the order its peers earned and its share of the batch
+    keeps = [intake.screener, ledger, intake.share]
     return Node(
         config, policy, generator, task,
         run_id=run_id,
         link=link,
         ledger=ledger,
-        intake=Intake(config, policy, task, run_id, exchange, membership, ledger),
+        intake=intake,
         evaluator=Evaluator(task, policy, generator, config.node.eval_size, ood_eval),
         metrics=MetricsLog(run_dir / "metrics.jsonl"),
-        checkpoints=CheckpointWriter(policy, run_dir / "checkpoint"),
-        view=view or LiveView(quiet=True),
+        report=NodeReport(config, policy, generator.name, run_id, exchange.peer_id, ledger, membership),
+        checkpoints=NodeCheckpoints(
+            CheckpointWriter(policy, run_dir / "checkpoint"), policy, config.node, run_id, exchange.peer_id, keeps,
+            view.say,
+        ),
+        view=view,
         reporters=reporters or Reporters(),
         publisher=publisher,
     )

@@ -27,7 +27,7 @@ from swarmnode.loop.pool import (
 from swarmnode.loop.scoring import score_group
 from swarmnode.model.policy import Policy
 from swarmnode.protocol.wire import Completion
-from swarmnode.screening.screener import standing_counts
+from swarmnode.screening.screener import Screener, standing_counts
 from swarmnode.screening.usefulness import UsefulnessWeights
 from swarmnode.settings.config import load_config
 from swarmnode.swarm.base import GatherWait
@@ -183,6 +183,10 @@ def test_standing_follows_the_share_of_useful_samples():
     assert 0.5 < ledger.standing("q") < 1.0
 
 
+def _config_of(*sets: str):
+    return load_config(None, list(sets))
+
+
 def test_samples_near_a_bar_earn_their_sender_no_standing():
     """Kept and trained on, but passing the gate by a hair (trust.near_bar): not useful."""
     completion = Completion(np.array([5], dtype=np.int32), np.array([-1.0], dtype=np.float32))
@@ -194,6 +198,14 @@ def test_samples_near_a_bar_earn_their_sender_no_standing():
         for peer, nears in (("walker", (True, True)), ("honest", (False, True)))
     ]
     assert standing_counts(groups) == {"walker": (2, 0), "honest": (2, 1)}
+    # through a round's screening (nothing else judging here) into the ledger, as the intake writes it
+    screener = Screener(_config_of("trust.likelihood_gate=false", "trust.weight_budget=false",
+                                   "node.weight_by_usefulness=true"), None)
+    done = screener.open_round([], peers_coming=True).screen(groups)
+    ledger = PeerLedger()
+    Intake._record(SimpleNamespace(ledger=ledger), 0, done)
+    assert ledger.standing("walker") == 0.0 and ledger.standing("honest") == 0.5
+    assert screener.usefulness.usefulness == {"walker": 0.0, "honest": 0.1}, "usefulness counts by the same rule, from 0"
 
 
 class _RecordingExchange:

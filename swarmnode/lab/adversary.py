@@ -112,6 +112,9 @@ class LivenessAttacker:
         while True:
             try:
                 await self._act()
+            except (TypeError, AttributeError, NameError):  # a bug in this kit: said loudly, not lied through
+                log.exception("attacker %s stopped", self.attack)
+                raise
             except Exception as err:  # keep lying through DHT hiccups
                 log.debug("attacker %s: %s", self.attack, err)
             await asyncio.sleep(self.beat_s)
@@ -198,9 +201,9 @@ class LivenessAttacker:
                 continue
             if manifest.peer_id not in honest_peers:
                 continue
-            payload = await fetch_payload(self.runtime.p2p, manifest.peer_id, self.run_id, manifest.round,
-                                          manifest.size, manifest.digest, timeout_s=10)
-            return wire.decode(payload)
+            batch = await fetch_payload(self.runtime.p2p, manifest.peer_id, self.run_id, manifest.round,
+                                        manifest.size, manifest.digest, timeout_s=10)
+            return wire.decode(batch.payload)
         return None
 
     async def _serve_late(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -4,12 +4,12 @@ A node scores every group it trains on with its own task, its own and its peers'
 keeps the result as a `Group`: whose completions they are, for which prompt, and its samples,
 each with the reward our task gave it and its advantage within the group. Screening
 (swarmnode.screening) gives each of a peer's samples a `Verdict` and the advantage and weight
-scale it trains with; the loss (swarmnode.learn.loss) reads the same `Sample`. Nothing on the
-way lays groups out flat to find them again by position.
+scale it trains with; the loss (swarmnode.learn.loss) reads the same `Sample`. Groups stay
+records on the way, so screening balances a group by its own samples.
 
 The generator's log-probs are the sender's own: per token when the completion is in our
 tokenizer, per span when a peer of another family sent it and we read it in our tokens
-(swarmnode.learn.alignment). A sample holds one or the other, never a per-token stand-in.
+(swarmnode.learn.alignment). A sample holds one or the other, never both.
 """
 
 from __future__ import annotations
@@ -72,10 +72,6 @@ class Sample:
             raise ValueError("a sample carries its generator's log-probs per token or by span: exactly one")
 
     @property
-    def own(self) -> bool:
-        return self.source == OWN
-
-    @property
     def by_span(self) -> bool:
         """Its generator is of another tokenizer family: its log-probs are by span."""
         return self.spans is not None
@@ -111,10 +107,6 @@ class Group:
     prompt_ids: list[int]
     samples: list[Sample] = field(default_factory=list)
     untranslated: int = 0  # completions that could not be put into our tokens (left out)
-
-    @property
-    def own(self) -> bool:
-        return self.source == OWN
 
 
 def samples_of(groups: list[Group]) -> list[Sample]:

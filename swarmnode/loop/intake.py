@@ -31,7 +31,7 @@ from swarmnode.protocol import wire
 from swarmnode.protocol.batches import batch_split, check_batch
 from swarmnode.protocol.prompts import build_prompt
 from swarmnode.protocol.records import short_peer
-from swarmnode.screening import Pass, Screener
+from swarmnode.screening.screener import Pass, Screener
 from swarmnode.settings.config import Config
 from swarmnode.swarm.base import Membership, Received, RolloutExchange, is_useless
 from swarmnode.tasks.base import Task

@@ -26,7 +26,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from swarmnode.screening import STANDING_WEIGHT
+from swarmnode.screening.usefulness import STANDING_WEIGHT
 from swarmnode.settings.config import SwarmSettings
 
 log = logging.getLogger(__name__)

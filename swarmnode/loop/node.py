@@ -29,7 +29,6 @@ from swarmnode.loop.ledger import PeerLedger
 from swarmnode.loop.report import NodeReport
 from swarmnode.loop.scoring import score_group
 from swarmnode.model.batching import OutOfMemory
-from swarmnode.model.checkpoint import CheckpointWriter
 from swarmnode.model.policy import Policy, StepResult
 from swarmnode.ops.hub import HubPublisher
 from swarmnode.ops.lines import EvalRecord, HalvedRecord, RoundRecord, StartRecord
@@ -75,7 +74,8 @@ class Node:
         intake: Intake,
         evaluator: Evaluator,
         metrics: MetricsLog,
-        checkpoints: CheckpointWriter,
+        report: NodeReport,
+        checkpoints: NodeCheckpoints,
         view: LiveView,
         reporters: Reporters,
         publisher: HubPublisher | None = None,
@@ -97,11 +97,8 @@ class Node:
         self.reporters = reporters  # report.to: TensorBoard ...
         self.publisher = publisher  # hub.repo_id: pushes the checkpoint's model to the Hub
         self.run_dir = Path(config.node.run_dir)
-        self.report = NodeReport(config, policy, generator.name, run_id, self.peer_id, ledger, self.membership)
-        # a resumed node keeps the anchored gate's bar, the order its peers earned and its share of the batch
-        self.checkpoints = NodeCheckpoints(
-            checkpoints, policy, config.node, run_id, self.peer_id, [intake.screener, ledger, intake.share], view.say,
-        )
+        self.report = report  # what it tells others of itself
+        self.checkpoints = checkpoints
         self.next_round = 0
         self.resumed_at: str | None = None  # when the checkpoint resumed from was written
         self.between_rounds: list[Callable[[], None]] = []  # called before each round (assemble.run: the core share)

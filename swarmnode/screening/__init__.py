@@ -15,14 +15,7 @@ with the starting weights, and decides here:
   `node.weight_by_usefulness` how much a peer's samples count;
 - the round (screener.py): passes over chunks of groups, at most one strike a peer a round,
   and everything passing as it is when neither the gate nor the budget is on.
+
+Its users import the module they need (the intake the screener, the ledger the usefulness
+rule's weight), so importing one rule does not load the model.
 """
-
-from swarmnode.screening.gate import GATE_MIN_OWN, AnchorBar, least_likely_window
-from swarmnode.screening.screen import PeerScreening, Screening
-from swarmnode.screening.screener import Pass, Screener, ScreeningRound
-from swarmnode.screening.usefulness import STANDING_WEIGHT, is_useful
-
-__all__ = [
-    "GATE_MIN_OWN", "STANDING_WEIGHT", "AnchorBar", "Pass", "PeerScreening", "Screener", "Screening", "ScreeningRound",
-    "is_useful", "least_likely_window",
-]

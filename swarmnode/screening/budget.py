@@ -23,7 +23,8 @@ from swarmnode.learn.sample import Sample
 from swarmnode.settings.config import LossSettings, TrustSettings
 
 # The budget measures the objective's weight without vis_clip's PPO clip against the generator
-# (which a vis objective's loss applies): the behaviour screening has always had.
+# (which a vis objective's loss applies). Measuring it clipped would change what vis and f-vis
+# peers' samples count; whether it should is a learning question, not this module's.
 BUDGET_CLIPS_VIS = False
 
 

@@ -60,7 +60,6 @@ class Screening:
 
     groups: list[Group]
     peers: dict[str, PeerScreening]
-    bar: float | None = None  # our own bar this round (None: the gate set none)
 
     @property
     def samples(self) -> list[Sample]:
@@ -134,7 +133,7 @@ def screen(
         if strike := budget.strike(trust):
             found.strikes.append(strike)
     judged = [_judge(group, group_flags, peers) for group, group_flags in zip(groups, flags)]
-    return Screening(groups=judged, peers=dict(peers), bar=bars.ours)
+    return Screening(groups=judged, peers=dict(peers))
 
 
 def _judge(group: Group, flags: list[tuple[bool, bool, bool]], peers: dict[str, PeerScreening]) -> Group:

@@ -25,8 +25,10 @@ newcomer counts fully only after some rounds (half its share after 3 batches, 9/
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from swarmnode.learn.sample import Sample
+if TYPE_CHECKING:  # types only: the ledger reads STANDING_WEIGHT without loading the model's stack
+    from swarmnode.learn.sample import Sample
 
 STANDING_WEIGHT = 0.2  # how far one screened batch moves a peer's standing (and its usefulness)
 

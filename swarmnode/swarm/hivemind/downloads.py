@@ -101,12 +101,9 @@ class Downloads:
         return max([self.newest.get(peer, -1), *(r for p, r in self.ready if p == peer)])
 
     def wanted(self, peer: str, round_: int) -> bool:
-        """A round of `peer` not handed out, not arrived and not being fetched."""
+        """A round of `peer` newer than any we have of it (handed out or arrived), not being fetched."""
         running = self.running.get(peer)
-        return (
-            round_ > self.newest.get(peer, -1) and (peer, round_) not in self.ready
-            and not (running is not None and running.round == round_)
-        )
+        return round_ > self.after(peer) and not (running is not None and running.round == round_)
 
     def room_for_stranger(self) -> bool:
         """Another stranger's download of a max-size payload fits `choose_downloads`' bounds."""
@@ -135,12 +132,14 @@ class Downloads:
             self._failed(peer, asked, error)
         else:  # fetch.py turns every failure into a FetchError; anything else is a bug worth seeing
             log.warning("download from %s failed: %r", peer, error)
+            if asked is not None:
+                self._attempt(peer, asked)
 
     def _arrived(self, peer: str, asked: int | None, batch: Batch | None) -> None:
         if batch is None:  # a direct pull: nothing newer
             return
-        if asked is None and batch.round <= self.newest.get(peer, -1):
-            return  # a direct answer older than what we handed out meanwhile
+        if batch.round <= self.newest.get(peer, -1):
+            return  # older than what we handed out meanwhile: a peer's rounds are handed out only forward
         self.backoff.delivered(peer)
         self.ready[(peer, batch.round)] = batch.payload
         self.arrival.set()
@@ -158,10 +157,14 @@ class Downloads:
         elif asked is None:  # unreachable or slow: asked again next poll, while the ledger knows it
             log.debug("direct pull from %s: %s", peer, error)
         else:
-            self.attempts[(peer, asked)] += 1
             log.debug("fetch %s round %d: %s", peer, asked, error)
-            if self.attempts[(peer, asked)] >= MAX_FETCH_ATTEMPTS:
-                self.handed_out(peer, asked)  # unreachable: stop asking for this round, without blaming it
+            self._attempt(peer, asked)
+
+    def _attempt(self, peer: str, asked: int) -> None:
+        """A failed try of an announced round; after MAX_FETCH_ATTEMPTS it is given up, unblamed."""
+        self.attempts[(peer, asked)] += 1
+        if self.attempts[(peer, asked)] >= MAX_FETCH_ATTEMPTS:
+            self.handed_out(peer, asked)  # unreachable: stop asking for this round, without blaming it
 
     def _give_up(self, peer: str, asked: int | None) -> None:
         if asked is not None:

@@ -19,7 +19,7 @@ Protocol `/swarmnode/payload/5` on a libp2p stream, four requests (each at most 
       TOKENIZERS_PER_WINDOW times in all in that time; the receiver refuses a length above
       MAX_TOKENIZER_DOCUMENT_BYTES before reading, and bytes whose SHA-256 is not the digest
       (a lie: a strike).
-  {"run": str, "whom": true}  whom do you know? (peer exchange, swarm.hivemind.exchange):
+  {"run": str, "whom": true}  whom do you know? (peer exchange, swarm.hivemind.introductions):
       response = 1 status byte (0 ok, 2 not now) + u32 length + a msgpack list of at most
       MAX_INTRODUCTIONS [peer id, [multiaddr, ...]] of peers that delivered valid batches to the
       answering node; at most MAX_INTRODUCTION_BYTES, answered once per WHOM_EVERY_S a requester,

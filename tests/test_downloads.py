@@ -1,0 +1,121 @@
+"""A node's downloads on the swarm loop (swarmnode.swarm.hivemind.downloads): one per peer, a
+typed result each, and what follows from it: kept, blamed, cut, retried or given up."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from swarmnode.loop.ledger import PeerLedger
+from swarmnode.swarm.hivemind.downloads import MAX_FETCH_ATTEMPTS, Downloads
+from swarmnode.swarm.hivemind.fetch import Batch, FetchError
+
+MIB = 1 << 20
+
+
+async def _returns(result):
+    return result
+
+
+async def _raises(error: Exception):
+    raise error
+
+
+async def _settled(downloads: Downloads, peer: str, fetch, round_: int | None, promised: int | None = None) -> None:
+    """Start one download and let it end."""
+    downloads.start(peer, fetch, round_, promised)
+    task = downloads.running[peer].task
+    await asyncio.wait([task])
+    await asyncio.sleep(0)  # its done-callback runs on the loop
+
+
+def _downloads(ledger: PeerLedger | None = None) -> Downloads:
+    return Downloads(ledger or PeerLedger(), 32 * MIB, max_strangers=64)
+
+
+def test_a_batch_is_kept_until_handed_out_and_then_only_newer_rounds_are_wanted():
+    async def scenario() -> None:
+        downloads = _downloads()
+        await _settled(downloads, "p", _returns(Batch(4, b"four")), None)
+        assert downloads.after("p") == 4 and not downloads.wanted("p", 3), "arrived: an older round is not fetched"
+        await _settled(downloads, "p", _returns(Batch(3, b"three")), 3)
+        found = downloads.hand_out()
+        assert [(item.peer_id, item.round) for item in found] == [("p", 3), ("p", 4)], "in order, each once"
+        assert downloads.hand_out() == [] and downloads.newest["p"] == 4
+        await _settled(downloads, "p", _returns(Batch(2, b"two")), 2)  # announced earlier, fetched late
+        await _settled(downloads, "p", _returns(Batch(4, b"again")), None)
+        assert downloads.hand_out() == [], "a round not after the newest handed out is dropped"
+        await _settled(downloads, "p", _returns(None), None)
+        assert downloads.ready == {}, "nothing newer: nothing kept"
+        assert downloads.wanted("p", 5) and not downloads.running
+
+    asyncio.run(scenario())
+
+
+def test_bad_bytes_are_blamed_a_cut_is_not_and_neither_is_retried():
+    async def scenario() -> None:
+        ledger = PeerLedger()
+        downloads = _downloads(ledger)
+        await _settled(downloads, "liar", _raises(FetchError("bad digest", misbehaved=True)), 7, MIB)
+        assert ledger.counts["liar"] == 1 and not downloads.wanted("liar", 7), "a strike, and the round given up"
+        ledger.delivered("cutter")
+        await _settled(downloads, "cutter", _raises(FetchError("closed", misbehaved=False, cut=True)), 3, MIB)
+        assert ledger.counts["cutter"] == 0 and ledger.has_cut("cutter") and not downloads.wanted("cutter", 3)
+
+    asyncio.run(scenario())
+
+
+def test_an_unreachable_round_is_tried_a_few_times_then_given_up_without_blame():
+    async def scenario() -> None:
+        ledger = PeerLedger()
+        downloads = _downloads(ledger)
+        for attempt in range(MAX_FETCH_ATTEMPTS):
+            assert downloads.wanted("far", 9), attempt
+            await _settled(downloads, "far", _raises(FetchError("cannot reach", misbehaved=False)), 9, MIB)
+        assert not downloads.wanted("far", 9) and downloads.wanted("far", 10)
+        assert ledger.counts["far"] == 0, "unreachable is no lie"
+        assert downloads.backoff.waiting("far", time.monotonic()), "a stranger that wasted its place waits"
+        await _settled(downloads, "odd", _raises(RuntimeError("a bug")), 2, MIB)
+        assert downloads.attempts[("odd", 2)] == 1, "any failure of an announced round counts as a try"
+
+    asyncio.run(scenario())
+
+
+def test_a_stranger_whose_download_wasted_its_place_waits_and_a_known_peer_does_not():
+    async def scenario() -> None:
+        ledger = PeerLedger()
+        ledger.delivered("friend")
+        downloads = _downloads(ledger)
+        slow = FetchError("below the floor", misbehaved=False, slow=True)
+        await _settled(downloads, "stranger", _raises(slow), None, 32 * MIB)
+        await _settled(downloads, "friend", _raises(slow), None)
+        assert downloads.backoff.waiting("stranger", time.monotonic())
+        assert not downloads.backoff.waiting("friend", time.monotonic())
+        await _settled(downloads, "stranger", _returns(Batch(0, b"x")), None, 32 * MIB)
+        assert not downloads.backoff.waiting("stranger", time.monotonic()), "a delivery ends it"
+
+    asyncio.run(scenario())
+
+
+def test_one_download_a_peer_and_strangers_bounded_by_promised_bytes():
+    async def scenario() -> None:
+        ledger = PeerLedger()
+        ledger.delivered("friend")
+        downloads = _downloads(ledger)
+        hold = asyncio.Event()
+
+        async def held():
+            await hold.wait()
+            return None
+
+        downloads.start("friend", held(), None, None)  # a known peer's pull: outside the strangers' budget
+        downloads.start("s1", held(), 0, 32 * MIB)
+        assert downloads.busy("friend") and downloads.busy("s1") and not downloads.busy("s2")
+        assert downloads.room_for_stranger(), "one max-size promise of two"
+        downloads.start("s2", held(), 0, 32 * MIB)
+        assert not downloads.room_for_stranger(), "two max-size promises: the budget is full"
+        downloads.cancel_all()
+        assert downloads.running == {} and downloads.room_for_stranger()
+        hold.set()
+
+    asyncio.run(scenario())
