@@ -127,3 +127,17 @@ def test_the_wait_for_a_first_batch_stops_after_max_missed_vain_rounds_for_good(
     assert not plan(False).wait_for_any, "nothing to wait for this round"
     assert not plan(True).wait_for_any and not plan(True).wait_for_any, "two vain waits: no more"
     assert plan(True).timeout_s == 0.0
+
+
+def test_a_peer_that_answered_before_the_first_round_arms_the_wait_for_a_first_batch():
+    """A fast node whose peer answered while it waited for `swarm.min_peers`, but whose
+    heartbeat it has not read yet, still waits for a first batch; nobody met, no wait."""
+    config = load_config(None, ["swarm.max_missed=2", "node.gather_timeout_s=8"])
+    unmet, met = WaitRule(config), WaitRule(config)
+    met.answered_at_start(1)
+    kwargs = dict(short=True, live=set(), earned=set(), pooled=set(), ever_delivered=False,
+                  held=frozenset(), generate_s=1.0)
+    assert not unmet.plan(**kwargs).wait_for_any and unmet.plan(**kwargs).timeout_s == 0.0
+    wait = met.plan(**kwargs)
+    assert wait.wait_for_any and wait.timeout_s == 8.0
+    assert not met.plan(**{**kwargs, "ever_delivered": True}).wait_for_any, "someone delivered: no wait for anyone"

@@ -313,6 +313,7 @@ class Node:
         timeout = self.config.swarm.wait_for_peers_s
         self.view.note(f"waiting up to {timeout:.0f} s for {wanted} peer(s) of run {self.run_id}")
         live = self.membership.wait_for_peers(wanted, timeout)
+        self.intake.waits.answered_at_start(live)
         if live < wanted:
             log.warning("only %d of %d peers showed up within %.0f s; starting anyway", live, wanted, timeout)
 

@@ -4,7 +4,8 @@ A round waits only when the pool cannot fill the peers' share. Then it waits for
 that earned it (swarmnode.loop.ledger: delivered before, not missed `swarm.max_missed` rounds
 in a row) and hold nothing fresh in the pool, at most `node.wait_share` of this node's own
 recent round time (capped by `node.gather_timeout_s`), so nobody waits long for the slow.
-Before anyone ever delivered, it waits for a first batch from anyone, up to
+Before anyone ever delivered, it waits for a first batch from anyone (a peer is live in the
+heartbeats, or answered us while the node waited for `swarm.min_peers`), up to
 `node.gather_timeout_s` and at most `swarm.max_missed` rounds in a row, so nodes that start
 together fall into step and silent identities cost little, once. The result is one
 GatherWait (swarmnode.swarm.base), on which every exchange stops by the same predicate.
@@ -31,6 +32,14 @@ class WaitRule:
         self.max_missed = config.swarm.max_missed
         self._own_round_s: deque[float] = deque(maxlen=OWN_ROUND_HISTORY)  # recent rounds, waiting excluded
         self._vain_waits = 0  # rounds in a row spent waiting for a first delivery in vain
+        self._answered_at_start = False  # a peer answered a direct request before the first round
+
+    def answered_at_start(self, peers: int) -> None:
+        """`peers` answered a direct request while the node waited for `swarm.min_peers`: a
+        peer is there even before its heartbeat is read, so the first rounds wait for anyone.
+        Without this a fast node whose peer's heartbeat it has not read yet runs its first
+        rounds (or a short run) without waiting, and its peer never hears from it."""
+        self._answered_at_start = peers > 0
 
     def note_round(self, own_s: float) -> None:
         """A round took `own_s` seconds of this node's own work (its waiting excluded)."""
@@ -50,7 +59,8 @@ class WaitRule:
         """This round's wait. `short`: the pool cannot fill the peers' share; `earned`: the
         live peers the ledger expects; `pooled`: peers with fresh groups in the pool."""
         waiting = earned - set(pooled) if short else set()
-        anyone = short and bool(live) and not ever_delivered and self._vain_waits < self.max_missed
+        someone = bool(live) or self._answered_at_start
+        anyone = short and someone and not ever_delivered and self._vain_waits < self.max_missed
         timeout_s = self.node.gather_timeout_s if anyone else self.budget_s(generate_s) if waiting else 0.0
         return GatherWait(timeout_s, frozenset(waiting), anyone, held)
 
