@@ -3,6 +3,7 @@
     python bench/attacks.py liveness [--rounds 60] [--deadline 8] [--attacks far silent mute starve drip cut idle churn late crowd]
                                      [--crowd 4 16 64] [--pin | --split] [--heartbeat 1] [--keep DIR]
     python bench/attacks.py eclipse [--rounds 150] [--c-rounds 40] [--per-key 8] [--fakes 0 2] [--c-after 10]
+                                    [--grind-bits B] [--placed after|before]
     python bench/attacks.py ghost [--stale 6]
     python bench/attacks.py sybil [--identities 1000] [--key-bits 1024] [--rounds 8]
     python bench/attacks.py flood [--records 50000] [--rounds 8]
@@ -38,11 +39,16 @@ honest nodes heartbeat every `--heartbeat` seconds (1 by default here, so short 
 their peers quickly; a node's own default is 5), each a store and a read of the DHT.
 
 Eclipse: `--per-key` DHT nodes (this process, a p2p daemon each; swarmnode/lab/eclipse.py)
-whose ids are placed next to each of the 6 shard keys a small swarm of the run uses (heartbeats
-and the run's manifests, levels 0 and 1), refusing every store; `--fakes` identities' fake
-heartbeats are the only records they keep. Honest `swarmnode join` tiny nodes: a joins through
-the eclipse, b through a, and c through b once a finished `--c-after` rounds (a and b train
-`--rounds`, c `--c-rounds`). The baseline is the same without the eclipse (a founds the swarm).
+placed next to each of the 6 shard keys a small swarm of the run uses (heartbeats and the run's
+manifests, levels 0 and 1), refusing every store; `--fakes` identities' fake heartbeats are the
+only records they keep. Their ids are chosen freely (which swarmnode nodes refuse, ids being
+bound to keys), or with `--grind-bits B` their keys are generated until each bound id shares B
+leading bits with its key's (about 2**B keys a node; the keys and seconds are printed).
+Honest `swarmnode join` tiny nodes: with `--placed before`, a joins through the eclipse (so the
+eclipse must be ground: a refuses unbound initial peers); with `--placed after`, a founds the
+swarm and the eclipse joins through it. b joins through a, and c through b once a finished
+`--c-after` rounds (a and b train `--rounds`, c `--c-rounds`). The baseline is the same without
+the eclipse (a founds the swarm).
 Printed per node: its median round, the CPU seconds a round of its process and p2p daemon, the
 other honest nodes' samples it trained on a round (mean while both trained, rounds 3 on) and
 their ratio to the baseline, the first of its rounds that trained on each other node's samples, its rounds that waited half `--deadline` or more for a
@@ -487,6 +493,9 @@ def liveness(args: argparse.Namespace) -> None:
 
 def eclipse(args: argparse.Namespace) -> None:
     """Three honest nodes meeting with and without an eclipse of the DHT's shard keys."""
+    if args.placed == "before" and args.grind_bits is None:
+        raise SystemExit("--placed before needs --grind-bits: a node refuses initial peers whose DHT ids are not "
+                         "bound to their keys, so it cannot join through an eclipse of free ids")
     for spec in TINY_PRESETS.values():
         ensure_tiny(spec)
     with contextlib.ExitStack() as stack:
@@ -494,8 +503,9 @@ def eclipse(args: argparse.Namespace) -> None:
         rows = [("none", run_eclipse(root / "none", None, args))]
         rows += [(f"eclipse+{fakes}", run_eclipse(root / f"eclipse-{fakes}", fakes, args)) for fakes in args.fakes]
     base = rows[0][1]
-    print(f"eclipse: {args.per_key} refusing DHT nodes next to each of the run's 6 shard keys; a joins through them "
-          f"(none: founds the swarm), b through a, c through b once a finished {args.c_after} rounds; "
+    ids = "free ids" if args.grind_bits is None else f"ids bound, keys ground to {args.grind_bits} leading bits"
+    print(f"eclipse: {args.per_key} refusing DHT nodes next to each of the run's 6 shard keys ({ids}), placed "
+          f"{args.placed} a starts (none: a founds the swarm), b through a, c through b once a finished {args.c_after} rounds; "
           f"{args.rounds} rounds each (c: {args.c_rounds}), gather_timeout_s {args.deadline:.0f}; "
           "+N: N fake heartbeats kept by the eclipse; means of rounds 3 on")
     print(f"{'scenario':<11} {'node':<4} {'rounds':>7} {'median round s':>15} {'vs none':>8} {'CPU s/round':>12} "
@@ -513,6 +523,10 @@ def eclipse(args: argparse.Namespace) -> None:
                   f"{r['cpu_s']:>12.3f} {r['cpu_s'] / b0['cpu_s']:>7.2f}x "
                   + " ".join(f"{'' if x is None else f'{x:.1f}':>7}" for x in samples)
                   + f" {ratio:>7.2f}x {met:>17} {r['long_waits']:>11} {result['dht_heartbeats']:>25}", flush=True)
+    for scenario, result in rows[1:]:
+        if args.grind_bits is not None:
+            print(f"{scenario}: placing {result['placed']} nodes took {result['keys_generated']} keys, "
+                  f"{result['grind_s']:.0f} s on one core ({result['grind_s'] / max(result['keys_generated'], 1) * 1e3:.0f} ms a key)")
 
 
 def run_eclipse(directory: Path, fakes: int | None, args: argparse.Namespace) -> dict:
@@ -528,16 +542,19 @@ def run_eclipse(directory: Path, fakes: int | None, args: argparse.Namespace) ->
         bootstrap: list[str] = []
         if fakes is not None:
             run = public_run_id(configs["a"])  # what any observer of the swarm can compute
-            attack = Eclipse(small_swarm_keys(run), args.per_key)
-            attack.start()
+            attack = Eclipse(small_swarm_keys(run), args.per_key, grind_bits=args.grind_bits)
+        if attack is not None and args.placed == "before":
+            attack.start(timeout_s=3600)
             bootstrap = attack.maddrs()[:1]
-            for _ in range(fakes):  # identities whose heartbeats the eclipse keeps, and never deliver
-                liar = LivenessAttacker("silent", bootstrap, run_id=run)
-                liar.start()
-                attack.accept.add(liar.runtime.signer.local_public_key)
-                liars.append(liar)
         processes["a"] = start_node(directory / "a", configs["a"], bootstrap)
         a_maddrs = address_of(directory / "a", processes["a"])
+        if attack is not None and args.placed == "after":
+            attack.start(timeout_s=3600, join=a_maddrs)
+        for _ in range(fakes or 0):  # identities whose heartbeats the eclipse keeps, and never deliver
+            liar = LivenessAttacker("silent", a_maddrs, run_id=run)
+            liar.start()
+            attack.accept.add(liar.runtime.signer.local_public_key)
+            liars.append(liar)
         processes["b"] = start_node(directory / "b", configs["b"], a_maddrs)
         b_maddrs = address_of(directory / "b", processes["b"])
         metrics_a = directory / "a" / "run" / "metrics.jsonl"
@@ -562,6 +579,8 @@ def run_eclipse(directory: Path, fakes: int | None, args: argparse.Namespace) ->
     lines = {name: round_lines(read_metrics(path)) if path.exists() else [] for name, path in metrics.items()}
     ids = {name: rounds[0]["peer_id"] if rounds else "" for name, rounds in lines.items()}
     result: dict = {"dht_heartbeats": dht_heartbeats}
+    if attack is not None:
+        result.update(placed=len(attack.nodes), keys_generated=attack.keys_generated, grind_s=attack.grind_s)
     for (name, rounds), cpu in zip(lines.items(), cpu_s):
         late = rounds[2:] or [{}]
         during = {other: [m for m in rounds_while_training(late, lines[other])] for other in ids if other != name}
@@ -1196,6 +1215,11 @@ def main() -> None:
     ecl.add_argument("--fakes", nargs="+", type=int, default=[0, 2],
                      help="fake heartbeats the eclipse keeps, one scenario each")
     ecl.add_argument("--c-after", type=int, default=10, help="c joins (through b) once a finished this many rounds")
+    ecl.add_argument("--grind-bits", type=int, default=None,
+                     help="generate each eclipse node's key until its bound DHT id shares this many leading bits with "
+                          "its shard key's (default: ids chosen freely, which swarmnode nodes refuse)")
+    ecl.add_argument("--placed", choices=("before", "after"), default="after",
+                     help="the eclipse starts before a (a joins through it; needs --grind-bits) or after (joins through a)")
     ecl.add_argument("--keep", type=Path, default=None, help="keep the nodes' run dirs here (default: a temp dir)")
     gho = sub.add_parser("ghost", help="in-process: heartbeats stored once by identities that left")
     gho.add_argument("--stale", type=float, default=6.0, help="the honest node's swarm.stale_after_s")

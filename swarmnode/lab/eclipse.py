@@ -1,26 +1,36 @@
 """An eclipse of discovery, for bench/attacks.py: DHT nodes placed next to a run's shard keys
 that refuse every store.
 
-A hivemind DHT node chooses its own id (`DHTNode.create(node_id=...)`, not bound to its libp2p
-key), records live on the few nodes nearest their key, and a run's shard keys are public (the
-run id is a hash of public settings). So an attacker starts `per_key` nodes whose ids differ from
-each key's id only in the lowest bits: they are the nearest nodes to it, every store there goes
-to them, and they keep nothing. Records whose subkey is one of `accept` (the attacker's own
-identities) are kept, so the eclipse can also serve fake heartbeats.
+Records live on the few nodes nearest their key, and a run's shard keys are public (the run id
+is a hash of public settings). So an attacker starts `per_key` nodes next to each key: every
+store there goes to them, and they keep nothing. Records whose subkey is one of `accept` (the
+attacker's own identities) are kept, so the eclipse can also serve fake heartbeats.
+
+Two ways to place them. hivemind lets a DHT node choose its id (`DHTNode.create(node_id=...)`),
+so free placed ids differ from the key's only in the lowest bits; swarmnode nodes refuse such
+contacts (swarmnode.swarm.hivemind.bound_ids). With `grind_bits`, each node's key is generated
+again and again until its bound id shares that many leading bits with the key's: about
+2**grind_bits keys a node, which `Eclipse.keys_generated` and `grind_s` report.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import tempfile
 import threading
+import time
+from pathlib import Path
 
 import msgpack
 from hivemind.dht.node import DHTNode
 from hivemind.dht.routing import DHTID
 from hivemind.dht.validation import DHTRecord, RecordValidatorBase
-from hivemind.p2p import P2P
+from hivemind.p2p import P2P, PeerID
+from hivemind.p2p.p2p_daemon_bindings.datastructures import crypto_pb2
+from hivemind.utils.crypto import RSAPrivateKey
 
+from swarmnode.swarm.hivemind.bound_ids import bound_id
 from swarmnode.swarm.hivemind.shards import HEARTBEAT_FAMILY, WRITE_SPREAD, manifest_family, shard_key
 
 LOOPBACK = ["/ip4/127.0.0.1/tcp/0"]
@@ -38,6 +48,23 @@ def placed_ids(key: str, count: int) -> list[DHTID]:
     """`count` DHT ids nearer to `key`'s id than any random node's (they differ in the low bits)."""
     target = int(DHTID.generate(source=key))
     return [DHTID(target ^ i) for i in range(1, count + 1)]
+
+
+def shares_leading_bits(node_id: DHTID, key: str, bits: int) -> bool:
+    """Whether `node_id` and `key`'s id agree in their `bits` leading bits (of hivemind's 160)."""
+    return (int(node_id) ^ int(DHTID.generate(source=key))) >> (DHTID.HASH_FUNC().digest_size * 8 - bits) == 0
+
+
+def grind_identity(key: str, bits: int) -> tuple[bytes, int]:
+    """An RSA identity (libp2p's serialized private key) whose bound DHT id shares `bits`
+    leading bits with `key`'s id, and how many keys it took to find: what a place next to a key
+    costs once ids are bound."""
+    tries = 0
+    while True:
+        tries += 1
+        identity = crypto_pb2.PrivateKey(key_type=crypto_pb2.KeyType.RSA, data=RSAPrivateKey().to_bytes()).SerializeToString()
+        if shares_leading_bits(bound_id(PeerID.from_identity(identity)), key, bits):
+            return identity, tries
 
 
 class RefuseStores(RecordValidatorBase):
@@ -69,31 +96,58 @@ class Eclipse:
     """`per_key` refusing DHT nodes next to each of `keys`, on one event loop thread of this
     process (a p2p daemon each). `start()` then `maddrs()` to join through them; `stop()`."""
 
-    def __init__(self, keys: list[str], per_key: int, accept: set[bytes] | None = None) -> None:
-        self.ids = [node_id for key in keys for node_id in placed_ids(key, per_key)]
+    def __init__(
+        self, keys: list[str], per_key: int, accept: set[bytes] | None = None, grind_bits: int | None = None,
+    ) -> None:
+        self.keys, self.per_key, self.grind_bits = keys, per_key, grind_bits
         self.accept = accept if accept is not None else set()  # shared: an identity may be added later
         self.nodes: list[tuple[P2P, DHTNode]] = []
+        self.keys_generated = 0  # keys generated to place the nodes (grinding only)
+        self.grind_s = 0.0  # ... and the seconds it took, on one core
+        self._identities = tempfile.TemporaryDirectory(prefix="swarmnode-eclipse-")
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="eclipse", daemon=True)
 
-    def start(self, timeout_s: float = 300.0) -> None:
+    def start(self, timeout_s: float = 300.0, join: list[str] | None = None) -> None:
+        """Place the nodes (grinding their keys first, if asked), then start them: the first
+        through `join` (a swarm's addresses; None: it founds the DHT), the rest through it."""
+        places = self._places()
         self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(timeout_s)
+        asyncio.run_coroutine_threadsafe(self._start(places, join or []), self.loop).result(timeout_s)
 
-    async def _start(self) -> None:
-        first = await self._node(self.ids[0], [])
+    def _places(self) -> list[tuple[DHTID | None, Path | None]]:
+        """Per node, a free id (None when bound) and an identity file (None: a throwaway key)."""
+        if self.grind_bits is None:
+            return [(node_id, None) for key in self.keys for node_id in placed_ids(key, self.per_key)]
+        started = time.perf_counter()
+        places: list[tuple[DHTID | None, Path | None]] = []
+        for key in self.keys:
+            for _ in range(self.per_key):
+                identity, tries = grind_identity(key, self.grind_bits)
+                self.keys_generated += tries
+                path = Path(self._identities.name) / f"{len(places)}.key"
+                path.write_bytes(identity)
+                places.append((None, path))
+        self.grind_s = time.perf_counter() - started
+        return places
+
+    async def _start(self, places: list[tuple[DHTID | None, Path | None]], join: list[str]) -> None:
+        first = await self._node(*places[0], join)
         self.nodes.append(first)
         bootstrap = [str(m) for m in await first[0].get_visible_maddrs()]
-        rest = self.ids[1:]
+        rest = places[1:]
         for start in range(0, len(rest), STARTED_AT_ONCE):
             batch = rest[start : start + STARTED_AT_ONCE]
-            self.nodes += await asyncio.gather(*(self._node(node_id, bootstrap) for node_id in batch))
+            self.nodes += await asyncio.gather(*(self._node(*place, bootstrap) for place in batch))
 
-    async def _node(self, node_id: DHTID, initial_peers: list[str]) -> tuple[P2P, DHTNode]:
-        p2p = await P2P.create(initial_peers=initial_peers or None, host_maddrs=LOOPBACK, nat_port_map=False)
+    async def _node(self, node_id: DHTID | None, identity: Path | None, initial_peers: list[str]) -> tuple[P2P, DHTNode]:
+        p2p = await P2P.create(
+            initial_peers=initial_peers or None, host_maddrs=LOOPBACK, nat_port_map=False,
+            identity_path=str(identity) if identity else None,
+        )
         node = await DHTNode.create(
-            p2p=p2p, node_id=node_id, initial_peers=initial_peers or None,
-            record_validator=RefuseStores(self.accept), cache_locally=False,
+            p2p=p2p, node_id=node_id if node_id is not None else bound_id(p2p.peer_id),
+            initial_peers=initial_peers or None, record_validator=RefuseStores(self.accept), cache_locally=False,
         )
         return p2p, node
 
@@ -115,3 +169,4 @@ class Eclipse:
                 asyncio.run_coroutine_threadsafe(shut(), self.loop).result(60)
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout=5)
+        self._identities.cleanup()

@@ -23,7 +23,7 @@ from swarmnode.tasks.base import fingerprint_of
 
 WIRE_VERSION = 4  # the rollout message layout (swarmnode.protocol.wire; 2: no sender's model info; 3: the tokenizer named by its document's digest; 4: and by its hub id)
 RUN_ID_SCHEME = "swarmnode-run-v3"  # what the run id hashes (v3: not the tokenizer)
-DHT_NAMESPACE = "swarmnode/v3"  # prefix of every DHT key (v3: heartbeats and manifests in shards)
+DHT_NAMESPACE = "swarmnode/v4"  # prefix of every DHT key (v3: heartbeats and manifests in shards; v4: DHT ids bound to keys)
 PAYLOAD_PROTOCOL = "/swarmnode/payload/5"  # libp2p stream protocol for payloads (3: newest-after requests; 4: whom-do-you-know; 5: tokenizer documents)
 CHECKPOINT_FORMAT = 1  # checkpoint directory layout (local only, not in the run id)
 

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from hivemind.dht.node import DHTNode
+from hivemind.dht.protocol import ValidationError
+from hivemind.dht.routing import DHTID
 from hivemind.dht.validation import CompositeValidator
 from hivemind.p2p import P2P, P2PDaemonError, PeerID
 from hivemind.utils.logging import use_hivemind_log_handler
@@ -28,6 +30,7 @@ from hivemind.utils.timed_storage import get_dht_time
 
 from swarmnode.settings.config import SwarmSettings
 from swarmnode.settings.network import stays_local
+from swarmnode.swarm.hivemind.bound_ids import IdBinding, bind_ids, bound_id, is_bound
 from swarmnode.swarm.hivemind.dht import RememberingSignatureValidator, make_validators, subkey_items
 from swarmnode.swarm.hivemind.identity import ensure_identity, load_signing_key
 from swarmnode.swarm.hivemind.reach import forced_reachability
@@ -48,6 +51,7 @@ if not logging.getLogger().isEnabledFor(logging.DEBUG):
 # node's CPU under a crowd of identities. Records live on the DHTNode's num_replicas (5)
 # nodes nearest their key, and stores and reads both look with this beam, so both find them.
 LOOKUP_BEAM = 8
+BOOTSTRAP_TIMEOUT_S = 10.0  # the longest a start waits for its initial peers' DHT answers and its first lookup
 
 
 class SwarmError(RuntimeError):
@@ -108,6 +112,7 @@ class SwarmRuntime:
         self.p2p: P2P | None = None
         self.dht: DHTNode | None = None
         self.signer: RememberingSignatureValidator | None = None
+        self.id_binding: IdBinding | None = None  # the DHT contacts refused for an unbound id
         self.shards = ShardIndex()  # shard keys this node's DHT checks records against
         self.peer_id = ""
         self._rejoiner: asyncio.Task | None = None
@@ -142,16 +147,49 @@ class SwarmRuntime:
         with _daemon_in_its_own_session():
             self.p2p = await self._create_p2p(s)
         self.peer_id = self.p2p.peer_id.to_base58()
-        self.dht = await DHTNode.create(
+        self.dht = await DHTNode.create(  # alone: it meets its initial peers once its ids are bound
             p2p=self.p2p,
-            initial_peers=self.initial_peers or None,
+            node_id=bound_id(self.p2p.peer_id),
             client_mode=self.client_mode,
             record_validator=CompositeValidator(make_validators(self.signer, self.shards)),
-            bootstrap_timeout=min(s.startup_timeout_s, 10.0),
             cache_locally=True,
         )
+        self.id_binding = bind_ids(self.dht.protocol)
         if self.initial_peers:
+            await self._bootstrap(min(s.startup_timeout_s, BOOTSTRAP_TIMEOUT_S))
             self._rejoiner = asyncio.create_task(self._rejoin_when_alone())
+
+    async def _bootstrap(self, timeout_s: float) -> None:
+        """hivemind's bootstrap, run once contacts are checked (swarm.hivemind.bound_ids): ping
+        the initial peers (each checks that it can reach us back and that our clocks agree),
+        then look up our own id to fill the routing table. RuntimeError when none answered, or
+        none answered with an id bound to its key."""
+        peers = [PeerID.from_base58(Multiaddr(maddr)["p2p"]) for maddr in self.initial_peers]
+        started = time.monotonic()
+        pings = [asyncio.create_task(self.dht.protocol.call_ping(peer, validate=True, strict=True)) for peer in peers]
+        done, late = await asyncio.wait(pings, timeout=timeout_s)
+        for ping in late:
+            ping.cancel()
+        answers: dict[PeerID, DHTID] = {}
+        for peer, ping in zip(peers, pings):
+            if ping not in done:
+                continue
+            try:
+                node_id = ping.result()
+            except ValidationError as err:  # it cannot reach us back, or our clocks disagree
+                raise RuntimeError(str(err)) from None
+            if node_id is not None:
+                answers[peer] = node_id
+        if not answers:
+            raise RuntimeError("none of the initial peers answered a DHT ping")
+        if not any(is_bound(node_id, peer) for peer, node_id in answers.items()):
+            raise RuntimeError(
+                "the initial peers answered, but none has a DHT id derived from its key: they run a swarmnode "
+                "older than DHT namespace v4 (update them), or are not swarmnode nodes"
+            )
+        remaining_s = max(0.0, timeout_s - (time.monotonic() - started))
+        lookup = asyncio.create_task(self.dht.find_nearest_nodes([self.dht.node_id]))
+        await asyncio.wait([lookup], timeout=remaining_s)  # a late lookup goes on filling the table
 
     def dht_peer_count(self) -> int:
         """Peers in the DHT's routing table now (hivemind drops those that stop answering)."""
