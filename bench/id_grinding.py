@@ -63,7 +63,7 @@ def main() -> None:
     print(f"{'honest nodes N':>15} {'keys: one of the k nearest':>27} {'time':>9} {'keys: eclipse a key':>20} {'time':>9} "
           f"{'time: eclipse 6 keys':>21}")
     for n in args.swarms:
-        one, eclipse = (n + 1) / k, k * (n + 1)
+        one, eclipse = max(1.0, (n + 1) / k), k * (n + 1)  # with N < k every id is among the k nearest
         print(f"{n:>15} {one:>27.1f} {human(one * per_key):>9} {eclipse:>20} {human(eclipse * per_key):>9} "
               f"{human(SMALL_SWARM_KEYS * eclipse * per_key):>21}")
     print(f"k = {k}; before ids were bound every place cost nothing (a DHT node took any id it was given)")
