@@ -176,7 +176,7 @@ from swarmnode.swarm.hivemind.shards import (
     shard_key,
     shard_of,
 )
-from swarmnode.swarm.hivemind.status import open_status_client, read_heartbeats
+from swarmnode.swarm.hivemind.status import open_status_client, probe, read_heartbeats
 from swarmnode.swarm.local import InMemoryHub
 from swarmnode.tasks import make_task
 from swarmnode.tasks.answers import graded_reward
@@ -654,10 +654,11 @@ def ghost(args: argparse.Namespace) -> None:
         counted = 0  # the honest node is alone: every peer counted for min_peers is a ghost
         while time.monotonic() < until:
             counted = max(counted, link.membership.wait_for_peers(1_000, timeout_s=0))
+            rows = probe(reader, read_heartbeats(reader, args.stale))  # as `swarmnode status` shows them
             views = {
                 "live peers": set(link.membership.live_peers()),
-                "status: training": {r.heartbeat.peer for r in read_heartbeats(reader, args.stale) if r.state == "training"},
-                "status: listed": {r.heartbeat.peer for r in read_heartbeats(reader, args.stale)},
+                "status: training": {r.heartbeat.peer for r in rows if r.state == "training"},
+                "status: listed": {r.heartbeat.peer for r in rows},
             }
             for view, peers in views.items():
                 for peer in peers & ghosts.keys():

@@ -15,6 +15,7 @@ from swarmnode.ops.lines import RoundRecord
 from swarmnode.ops.metrics import LiveView, format_duration
 from swarmnode.ops.status import render_table, sparkline
 from swarmnode.protocol.records import EVAL_HISTORY, Heartbeat, PeerRow, RecordError
+from swarmnode.swarm.hivemind.status import shown_state
 
 
 def _record(round_: int, round_s: float) -> RoundRecord:
@@ -166,3 +167,10 @@ def test_a_peer_s_strings_are_shown_as_text_never_as_markup():
     out = io.StringIO()
     Console(file=out, width=200).print(render_table([row], wide=True))
     assert "[/x][link=evil]m" in out.getvalue() and "[bold]hf" in out.getvalue()
+
+
+def test_a_peer_that_claims_training_is_shown_training_only_once_it_answered():
+    assert shown_state("training", asked=True, answered_ms=12.0) == "training"
+    assert shown_state("training", asked=True, answered_ms=None) == "silent"
+    assert shown_state("training", asked=False, answered_ms=None) == "unchecked"
+    assert shown_state("stale", asked=True, answered_ms=None) == "stale" and shown_state("left", False, None) == "left"

@@ -185,13 +185,14 @@ def test_a_ghost_is_gone_within_stale_after_by_our_own_clock(start_runtime):
 
 
 def test_status_shows_who_answered_apart_from_what_they_claim(start_runtime):
-    """A throwaway identity stores one glowing heartbeat and exits: `status` still lists its
-    claims, but only the live peer answered a direct request."""
+    """A throwaway identity stores one glowing heartbeat, dated ahead within the allowed skew,
+    and exits: `status` still lists its claims, but only the live peer answered a direct
+    request, and only that one is shown as training."""
     a = start_runtime("a")
     honest = start_runtime("honest", a.visible_maddrs())
     link(honest).membership.announce(NodeStatus(round=3))
     ghost = start_runtime("ghost", a.visible_maddrs())
-    _store_heartbeat(ghost, ahead_s=0.0)
+    _store_heartbeat(ghost, ahead_s=MAX_CLOCK_SKEW_S - 5)
     ghost.shutdown()
     reader = start_runtime("reader", a.visible_maddrs())
 
@@ -205,3 +206,5 @@ def test_status_shows_who_answered_apart_from_what_they_claim(start_runtime):
     assert checked[ghost.peer_id].answered_ms is None, "... and that it did not answer"
     assert checked[honest.peer_id].answered_ms is not None and checked[honest.peer_id].reached == "local"
     assert checked[honest.peer_id].to_json()["checked"]["reached"] == "local"
+    assert rows[ghost.peer_id].state == "training", "what it claims, fresh by the time it claims ..."
+    assert (checked[ghost.peer_id].state, checked[honest.peer_id].state) == ("silent", "training"), "... is shown as such"

@@ -22,9 +22,10 @@ COLUMNS = [  # (title, justify, in the narrow table); `filtered_frac` keeps the 
     ("reach", "left", False), ("version", "left", False), ("uptime", "right", False),
 ]
 BESIDE_A_NODE = ("used yours", "you used")  # columns shown only by a status run beside a node (its run dir)
-CAPTION = "answered: checked by this status (a direct request, and its path); the rest is each peer's claim"
+CAPTION = ("answered: checked by this status (a direct request, and its path); the rest is each peer's claim; "
+           "state: training only for a peer that answered (silent: claims it, did not answer)")
 
-STATE_COLOURS = {"training": "green", "stale": "yellow", "left": "dim"}
+STATE_COLOURS = {"training": "green", "stale": "yellow", "left": "dim", "silent": "red"}
 
 
 SPARKS = "▁▂▃▄▅▆▇█"

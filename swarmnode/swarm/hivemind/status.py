@@ -9,7 +9,9 @@ Everything in a heartbeat is its peer's claim, its time included: a throwaway id
 store one that says `training`, a famous model and a high accuracy, and exit. So status also
 asks each peer (up to PROBED_ROWS) a question only a live one answers, over the payload
 protocol ("anything after round 2^62?"), and shows what it checked apart from what was
-claimed: whether it answered, how fast, and over which path (`probe`; payloads.answers).
+claimed: whether it answered, how fast, and over which path (`probe`; payloads.answers). A
+heartbeat that claims `training` is shown so only when its peer answered: otherwise `silent`
+(asked, no answer) or `unchecked` (not asked), however recent the time it claims.
 """
 
 from __future__ import annotations
@@ -93,8 +95,19 @@ async def _probe_rows(runtime: SwarmRuntime, rows: list[PeerRow]) -> list[PeerRo
         answered = answered_ms.get(row.heartbeat.peer)
         reached = _path(paths.get(row.heartbeat.peer, [])) if answered is not None else None
         was_asked = row.heartbeat.peer in answered_ms
-        checked.append(dataclasses.replace(row, asked=was_asked, answered_ms=answered, reached=reached))
+        checked.append(dataclasses.replace(
+            row, state=shown_state(row.state, was_asked, answered), asked=was_asked, answered_ms=answered, reached=reached,
+        ))
     return checked
+
+
+def shown_state(claimed: str, asked: bool, answered_ms: float | None) -> str:
+    """The state status shows: `training` only for a peer that answered; one that claims it
+    but did not answer is `silent`, one not asked `unchecked` (a heartbeat's time is a claim
+    too, so a ghost dated ahead within the allowed skew is not shown as training)."""
+    if claimed != "training" or answered_ms is not None:
+        return claimed
+    return "silent" if asked else "unchecked"
 
 
 def _path(addresses: list[str]) -> str:
