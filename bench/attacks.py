@@ -1084,20 +1084,22 @@ def run_crowd(identities: int, payload_len: int, args: argparse.Namespace, seed:
             node.intake.take = _counting_take(node.intake.take, log, crowd, names)
         before = [strict_accuracy(node, args.eval_size)[0] for node in nodes]
         round_s: list[float] = []  # the honest nodes' own work a round (the crowd's publishing not counted)
+        starts = [0, args.b_joins]  # the round of a's clock at which each honest node starts
         for round_ in range(args.rounds):
             spent = 0.0
             states = []
-            for node in nodes:
+            running = [(node, round_ - start) for node, start in zip(nodes, starts) if round_ >= start]
+            for node, own_round in running:
                 started = time.perf_counter()
-                states.append(node.produce(round_))
+                states.append(node.produce(own_round))
                 spent += time.perf_counter() - started
             if identities and round_ >= args.arrive:
                 crowd.publish(round_)
-            for node, state in zip(nodes, states):
+            for (node, own_round), state in zip(running, states):
                 started = time.perf_counter()
-                node.consume(round_, state)
+                node.consume(own_round, state)
                 spent += time.perf_counter() - started
-            round_s.append(spent / len(nodes))
+            round_s.append(spent / len(running))
         sampled, accuracy, greedy = [], [], []
         for node in nodes:
             problems = node.task.eval_problems(args.eval_size)
@@ -1108,11 +1110,17 @@ def run_crowd(identities: int, payload_len: int, args: argparse.Namespace, seed:
             score, texts = strict_accuracy(node, args.eval_size)
             accuracy.append(score)
             greedy.append(float(np.mean([carries_injection(t) for t in texts])))
-    thirds = [range(k * args.rounds // 3, (k + 1) * args.rounds // 3) for k in range(3)]
-    late = range(args.arrive + 20, args.rounds)  # the crowd proven useful: its place taken
+    def thirds(log: list) -> list[range]:
+        return [range(k * len(log) // 3, (k + 1) * len(log) // 3) for k in range(3)]
+
+    def late(log: list, start: int) -> range:  # the crowd proven useful: its place taken (the node's own rounds)
+        return range(max(args.arrive - start, 0) + 20, len(log))
+
     return {
-        "payload_share": [[sum(log[r][1] for r in t) / max(1, sum(log[r][0] for r in t)) for t in thirds] for log in trained],
-        "honest_samples": [statistics.mean(log[r][2] for r in late) if len(late) else float("nan") for log in trained],
+        "payload_share": [[sum(log[r][1] for r in t) / max(1, sum(log[r][0] for r in t)) for t in thirds(log)]
+                          for log in trained],
+        "honest_samples": [statistics.mean(log[r][2] for r in late(log, start)) if len(late(log, start)) else float("nan")
+                           for log, start in zip(trained, starts)],
         "sampled": sampled, "greedy": greedy, "before": before, "accuracy": accuracy,
         "round_s": statistics.median(round_s[args.arrive:] or round_s),
     }
@@ -1138,7 +1146,8 @@ def crowd_scenario(args: argparse.Namespace, payload_lengths: list[int]) -> None
             started = time.perf_counter()
             rows.append((identities, length, run_crowd(identities, length, args)))
             print(f"  {identities} identities, payload {length}: {time.perf_counter() - started:.0f} s", flush=True)
-    print(f"{args.kind}: 2 honest tiny nodes a, b in step, {args.rounds} rounds; from round {args.arrive} on, "
+    print(f"{args.kind}: 2 honest tiny nodes a, b in step ({args.rounds} rounds of a's; b starts at a's round {args.b_joins}); "
+          f"from a's round {args.arrive} on, "
           f"each identity publishes 16 groups a round (half the right answer after the payload, half off by one)")
     print(f"{'identities':>10} {'payload':>7} {'payload share of trained, by thirds (a | b)':>44} "
           f"{'payload sampled':>15} {'accuracy a, b':>22} {'peer samples a, b':>18} {'round s':>8}")
@@ -1253,6 +1262,8 @@ def main() -> None:
         sub_parser.add_argument("--identities", nargs="+", type=int, default=identities)
         sub_parser.add_argument("--rounds", type=int, default=rounds)
         sub_parser.add_argument("--arrive", type=int, default=20, help="the round the identities start publishing")
+        sub_parser.add_argument("--b-joins", type=int, default=0,
+                                help="the round of a's at which the second honest node b starts (its round 0)")
         sub_parser.add_argument("--eval-size", type=int, default=200)
         sub_parser.add_argument("--set", dest="overrides", action="append", default=[], help="config override")
     grd = sub.add_parser("grader", help="hostile answers through every reasoning-gym dataset's scorer")
