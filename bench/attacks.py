@@ -524,6 +524,10 @@ def eclipse(args: argparse.Namespace) -> None:
                   + " ".join(f"{'' if x is None else f'{x:.1f}':>7}" for x in samples)
                   + f" {ratio:>7.2f}x {met:>17} {r['long_waits']:>11} {result['dht_heartbeats']:>25}", flush=True)
     for scenario, result in rows[1:]:
+        for name, other in (("a", "b"), ("b", "a")):
+            ratios = [x / max(b0, 1e-9) for x, b0 in zip(result[name]["quarters"][other], base[name]["quarters"][other])]
+            print(f"{scenario}: {name}'s samples of {other} a round by quarters, vs none: "
+                  + " / ".join(f"{r:.2f}x" for r in ratios))
         if args.grind_bits is not None:
             print(f"{scenario}: placing {result['placed']} nodes took {result['keys_generated']} keys, "
                   f"{result['grind_s']:.0f} s on one core ({result['grind_s'] / max(result['keys_generated'], 1) * 1e3:.0f} ms a key)")
@@ -543,6 +547,7 @@ def run_eclipse(directory: Path, fakes: int | None, args: argparse.Namespace) ->
         if fakes is not None:
             run = public_run_id(configs["a"])  # what any observer of the swarm can compute
             attack = Eclipse(small_swarm_keys(run), args.per_key, grind_bits=args.grind_bits)
+            attack.place()  # keys ground before any honest node starts
         if attack is not None and args.placed == "before":
             attack.start(timeout_s=3600)
             bootstrap = attack.maddrs()[:1]
@@ -591,6 +596,10 @@ def run_eclipse(directory: Path, fakes: int | None, args: argparse.Namespace) ->
             # the other honest nodes' samples trained on a round, while both trained (mean)
             "from": {other: statistics.mean(m.get("samples_by_peer", {}).get(ids[other], 0) for m in ms) if ms else 0.0
                      for other, ms in during.items()},
+            # the same by quarters of those rounds
+            "quarters": {other: [statistics.mean(m.get("samples_by_peer", {}).get(ids[other], 0) for m in q) if q else 0.0
+                                 for q in (ms[k * len(ms) // 4:(k + 1) * len(ms) // 4] for k in range(4))]
+                         for other, ms in during.items()},
             # the first of its rounds (its own count, from 1) that trained on each other node's samples
             "met_at": {other: next((i + 1 for i, m in enumerate(rounds) if ids[other] in m.get("samples_by_peer", {})), None)
                        for other in ids if other != name},

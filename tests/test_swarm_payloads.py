@@ -218,6 +218,11 @@ async def _dropped(server) -> set[str]:
     "request_,status,round_",
     [
         ({"run": RUN, "after": -1}, payloads.OK, 2),  # the newest
+        ({"run": RUN, "after": -1, "behind": 1}, payloads.OK, 1),  # the oldest at most 1 behind the newest
+        ({"run": RUN, "after": 0, "behind": 5}, payloads.OK, 1),  # the next after the asker's
+        ({"run": RUN, "after": -1, "behind": -1}, payloads.OK, 2),  # not a count of rounds: the newest
+        ({"run": RUN, "after": -1, "behind": True}, payloads.OK, 2),
+        ({"run": RUN, "after": -1, "behind": 10**9}, payloads.OK, 2),  # above MAX_BEHIND: the newest
         ({"run": RUN, "after": 2}, payloads.NOTHING_NEWER, 0),
         ({"run": RUN, "after": 2**63}, payloads.NOTHING_NEWER, 0),
         # other runs are not served, and told so apart from 'nothing newer': a node of another
@@ -259,6 +264,16 @@ def test_a_node_of_another_run_answers_no_liveness_probe_and_earns_no_strike(sta
     other_run.call(server.register(other_run.p2p), timeout=10)
     assert asker.call(fetch.answers(asker.p2p, other_run.peer_id, RUN, 30.0), timeout=EVENT_TIMEOUT_S) is None
     with pytest.raises(fetch.FetchError) as refused:
-        asker.call(fetch.fetch_newest(asker.p2p, other_run.peer_id, RUN, -1, 1 << 20, 30.0), timeout=EVENT_TIMEOUT_S)
+        asker.call(fetch.fetch_next(asker.p2p, other_run.peer_id, RUN, -1, 1 << 20, 30.0), timeout=EVENT_TIMEOUT_S)
     assert not refused.value.misbehaved
     assert asker.call(fetch.answers(asker.p2p, other_run.peer_id, "another run", 30.0), timeout=EVENT_TIMEOUT_S) is not None
+
+
+def test_a_direct_pull_catches_up_round_by_round_within_the_asker_s_staleness():
+    """A peer pulled directly published rounds 4 to 7 since our last (3): with a staleness of 1
+    we take 6 (7 would make 6 too stale to train on, 4 and 5 are already), then 7; with 0 the
+    newest, as before."""
+    newer = [4, 5, 6, 7]
+    assert payloads.next_round(newer, 1) == 6 and payloads.next_round([7], 1) == 7
+    assert payloads.next_round(newer, 0) == 7 and payloads.next_round(newer, None) == 7
+    assert payloads.next_round(newer, payloads.MAX_BEHIND) == 4

@@ -105,18 +105,25 @@ class Eclipse:
         self.keys_generated = 0  # keys generated to place the nodes (grinding only)
         self.grind_s = 0.0  # ... and the seconds it took, on one core
         self._identities = tempfile.TemporaryDirectory(prefix="swarmnode-eclipse-")
+        self._places: list[tuple[DHTID | None, Path | None]] | None = None
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="eclipse", daemon=True)
 
     def start(self, timeout_s: float = 300.0, join: list[str] | None = None) -> None:
         """Place the nodes (grinding their keys first, if asked), then start them: the first
         through `join` (a swarm's addresses; None: it founds the DHT), the rest through it."""
-        places = self._places()
+        places = self.place()
         self._thread.start()
         asyncio.run_coroutine_threadsafe(self._start(places, join or []), self.loop).result(timeout_s)
 
-    def _places(self) -> list[tuple[DHTID | None, Path | None]]:
-        """Per node, a free id (None when bound) and an identity file (None: a throwaway key)."""
+    def place(self) -> list[tuple[DHTID | None, Path | None]]:
+        """Per node, a free id (None when bound) and an identity file (None: a throwaway key),
+        ground once (an attacker grinds before the swarm it targets starts)."""
+        if self._places is None:
+            self._places = self._grind()
+        return self._places
+
+    def _grind(self) -> list[tuple[DHTID | None, Path | None]]:
         if self.grind_bits is None:
             return [(node_id, None) for key in self.keys for node_id in placed_ids(key, self.per_key)]
         started = time.perf_counter()

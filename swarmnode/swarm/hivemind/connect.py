@@ -63,7 +63,7 @@ def attach(runtime: SwarmRuntime, run_id: str, config: Config, ledger: PeerStand
     try:
         exchange = HivemindExchange(
             runtime, run_id, config.swarm, server=server, ledger=ledger, max_payload_bytes=config.wire.max_bytes,
-            live_peers=lambda: membership.live_peers().keys(),
+            live_peers=lambda: membership.live_peers().keys(), catch_up_rounds=config.node.staleness,
         )
     except BaseException:
         membership.close()

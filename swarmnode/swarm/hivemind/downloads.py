@@ -2,7 +2,7 @@
 
 One download per peer at a time, so identities cannot multiply their share by announcing many
 batches. A download asks either for a round a manifest announced or, of a peer we pull from
-directly, for its newest round after the last we have; either way it ends in one typed result
+directly, for its next round after the last we have; either way it ends in one typed result
 (swarmnode.swarm.hivemind.fetch: a `Batch`, None for "nothing newer", or a FetchError). What
 arrived waits in `ready` until a gather hands it out; from then on only newer rounds of that
 peer are fetched.
@@ -70,7 +70,7 @@ class Download:
     """One download running."""
 
     task: asyncio.Task
-    round: int | None  # the round a manifest announced; None: the newest after what we have
+    round: int | None  # the round a manifest announced; None: the next after what we have (fetch_next)
     promised: int | None  # bytes it may bring, counted against strangers' budget; None: a known peer's direct pull
 
 

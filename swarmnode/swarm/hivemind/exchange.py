@@ -27,7 +27,7 @@ from swarmnode.swarm.base import NO_WAIT, GatherWait, PeerStanding, Received, is
 from swarmnode.swarm.hivemind.announcer import Announcer
 from swarmnode.swarm.hivemind.dht import Manifest, owner_or_none, owner_peer_id, payload_digest
 from swarmnode.swarm.hivemind.downloads import UNEARNED_PAYLOADS_IN_FLIGHT, Downloads, choose_downloads
-from swarmnode.swarm.hivemind.fetch import fetch_newest, fetch_payload
+from swarmnode.swarm.hivemind.fetch import fetch_next, fetch_payload
 from swarmnode.swarm.hivemind.introductions import Introductions
 from swarmnode.swarm.hivemind.payloads import PayloadServer
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
@@ -56,8 +56,12 @@ class HivemindExchange:
         ledger: PeerStanding,
         max_payload_bytes: int,
         live_peers: Callable[[], Iterable[str]] = tuple,
+        catch_up_rounds: int = 0,
     ) -> None:
         self.runtime = runtime
+        # a direct pull asks for a peer's oldest round at most this many behind its newest (the
+        # node's staleness: rounds it still trains on), so rounds between pulls are not skipped
+        self.catch_up_rounds = catch_up_rounds
         self.live_peers = live_peers  # peers of the run seen lately in heartbeats (membership)
         self.peer_id = runtime.peer_id
         self.run_id = run_id
@@ -195,8 +199,8 @@ class HivemindExchange:
         self._polls += 1
 
     def _ask_directly(self, peers: Iterable[str], strangers: set[str] = frozenset()) -> None:
-        """Ask each of `peers` not already being downloaded from for its newest batch after
-        the last one we have of it. A pull of one of `strangers` counts as a stranger's
+        """Ask each of `peers` not already being downloaded from for its next batch after
+        the last one we have of it (at most `catch_up_rounds` behind its newest). A pull of one of `strangers` counts as a stranger's
         download of a max-size payload (the bound on strangers) and gives up after
         STRANGER_PULL_TIMEOUT_S."""
         downloads = self.downloads
@@ -208,7 +212,10 @@ class HivemindExchange:
                 if not downloads.room_for_stranger():
                     continue
                 timeout_s, promised = STRANGER_PULL_TIMEOUT_S, self.max_payload_bytes
-            fetch = fetch_newest(self.runtime.p2p, peer, self.run_id, downloads.after(peer), self.max_payload_bytes, timeout_s)
+            fetch = fetch_next(
+                self.runtime.p2p, peer, self.run_id, downloads.after(peer), self.max_payload_bytes, timeout_s,
+                behind=self.catch_up_rounds,
+            )
             downloads.start(peer, fetch, None, promised)
 
     def met_directly(self) -> list[str]:

@@ -7,8 +7,9 @@ the body at the floor rate. What differs between requests is only that rule:
 
 - a round a manifest announced (`fetch_payload`): exactly the size the signed manifest
   promised, and bytes that hash to its digest;
-- the newest round after one (`fetch_newest`, a direct pull of a known peer): a round after the
-  one asked, at most our payload limit, or "nothing newer";
+- the next round after one (`fetch_next`, a direct pull of a known peer): the peer's oldest round
+  after the one asked that is at most `behind` of its rounds behind its newest; a round after
+  the one asked, at most our payload limit, or "nothing newer";
 - a tokenizer document (`fetch_tokenizer`): at most MAX_TOKENIZER_DOCUMENT_BYTES, bytes whose
   SHA-256 is the digest asked for;
 - whom the peer knows (`ask_whom`): at most MAX_INTRODUCTION_BYTES of checked entries.
@@ -154,12 +155,13 @@ async def fetch_payload(
     return Batch(round_, payload)
 
 
-async def fetch_newest(
-    p2p: P2P, peer_id: str, run_id: str, after: int, max_bytes: int, timeout_s: float
+async def fetch_next(
+    p2p: P2P, peer_id: str, run_id: str, after: int, max_bytes: int, timeout_s: float, behind: int = 0,
 ) -> Batch | None:
-    """Ask a peer directly for its newest payload of a round after `after`; None when it has
-    nothing newer. The stream authenticates the sender; a round not after `after` or a length
-    above `max_bytes` is refused before the body is read."""
+    """Ask a peer directly for its next payload after round `after`: its oldest round after it
+    at most `behind` of its rounds behind its newest (0: the newest); None when it has nothing
+    newer. The stream authenticates the sender; a round not after `after` or a length above
+    `max_bytes` is refused before the body is read."""
 
     def judge(header: tuple[int, ...]) -> int | None:
         status, round_, length = header
@@ -174,7 +176,7 @@ async def fetch_newest(
             )
         return length
 
-    request = {"run": run_id, "after": after}
+    request = {"run": run_id, "after": after, "behind": behind}
     (_, round_, _), payload = await _bounded(_request(p2p, peer_id, request, ">BQQ", judge), peer_id, timeout_s)
     return None if payload is None else Batch(round_, payload)
 
@@ -250,7 +252,7 @@ async def answers(p2p: P2P, peer_id: str, run_id: str, timeout_s: float) -> floa
     round 2^62?'), None when it did not: what a heartbeat claims, checked."""
     started = time.monotonic()
     try:
-        await fetch_newest(p2p, peer_id, run_id, NOTHING_AFTER, 1, timeout_s)
+        await fetch_next(p2p, peer_id, run_id, NOTHING_AFTER, 1, timeout_s)
     except FetchError:
         return None
     return time.monotonic() - started

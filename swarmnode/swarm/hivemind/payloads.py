@@ -6,8 +6,11 @@ Protocol `/swarmnode/payload/5` on a libp2p stream, four requests (each at most 
       response = 1 status byte (0 ok, 1 not found) + u64 length + the payload, in chunks
       The receiver knows size and digest from the producer's signed manifest, refuses anything
       larger, reads with a deadline and checks the digest.
-  {"run": str, "after": int}  the newest payload of a round after `after`, asked directly of a
-      peer that delivered before, with no DHT lookup (swarm.hivemind.exchange):
+  {"run": str, "after": int, "behind": int}  the payload of the oldest round after `after` that
+      is at most `behind` (0 when absent, at most MAX_BEHIND) of our rounds behind our newest:
+      the newest with 0, and with the asker's staleness the next round it can still use, so a
+      peer pulled directly (no DHT manifests) misses no round it could train on. Asked directly of
+      a peer that delivered before, with no DHT lookup (swarm.hivemind.exchange):
       response = 1 status byte (0 ok, 2 nothing newer) + u64 round + u64 length + the payload
       The stream itself authenticates the sender (libp2p's secure channel binds it to the peer
       id); the receiver refuses a length above its limit before reading and a round not after
@@ -58,6 +61,7 @@ MAX_STREAMS_PER_PEER = 4  # streams one requester may have served at once (an ho
 TARPIT_S = 30.0  # ... this long, then closed: closing them at once let a requester re-open them in a loop
 MAX_HELD_PER_PEER = 32  # past this many held, a requester's streams are closed and its connection dropped
 MAX_HELD = 128  # streams held unread from all requesters together (each is a socket): past it, closed at once
+MAX_BEHIND = 64  # the most rounds behind our newest a direct pull may ask to start from
 ANSWER_TIMEOUT_S = 3.0  # a live peer answers a direct question within this (`answers`)
 MAX_INTRODUCTIONS = 16  # peers in one answer to 'whom do you know?'
 MAX_ADDRS_PER_PEER = 4
@@ -202,7 +206,7 @@ class PayloadServer:
                 if request["after"] < NOTHING_AFTER:  # a peer waiting for our batches, not a probe
                     _remember(self.askers, requester)
                 return
-            round_ = max(newer)
+            round_ = next_round(newer, request.get("behind"))
             writer.write(struct.pack(">BQQ", OK, round_, len(self._payloads[round_])))
         else:
             round_ = request.get("round") if ours and isinstance(request.get("round"), int) else None
@@ -290,3 +294,11 @@ def _remember(peers: OrderedDict[str, None], requester: str) -> None:
     peers[requester] = None
     while len(peers) > REMEMBERED_REQUESTERS:
         peers.popitem(last=False)
+
+
+def next_round(newer: list[int], behind: object) -> int:
+    """Of our served rounds after the asker's, the one a direct pull gets: the oldest at most
+    `behind` rounds behind our newest (a value that is not an int in [0, MAX_BEHIND]: 0)."""
+    newest = max(newer)
+    within = behind if isinstance(behind, int) and not isinstance(behind, bool) and 0 <= behind <= MAX_BEHIND else 0
+    return min(r for r in newer if r >= newest - within)
