@@ -527,7 +527,10 @@ def eclipse(args: argparse.Namespace) -> None:
         for name, other in (("a", "b"), ("b", "a")):
             ratios = [x / max(b0, 1e-9) for x, b0 in zip(result[name]["quarters"][other], base[name]["quarters"][other])]
             print(f"{scenario}: {name}'s samples of {other} a round by quarters, vs none: "
-                  + " / ".join(f"{r:.2f}x" for r in ratios))
+                  + " / ".join(f"{r:.2f}x" for r in ratios)
+                  + f"; share of {other}'s published samples {name} trained on, by quarters (none | {scenario}): "
+                  + " / ".join(f"{x:.2f}" for x in base[name]["coverage"][other]) + " | "
+                  + " / ".join(f"{x:.2f}" for x in result[name]["coverage"][other]))
         if args.grind_bits is not None:
             print(f"{scenario}: placing {result['placed']} nodes took {result['keys_generated']} keys, "
                   f"{result['grind_s']:.0f} s on one core ({result['grind_s'] / max(result['keys_generated'], 1) * 1e3:.0f} ms a key)")
@@ -600,12 +603,26 @@ def run_eclipse(directory: Path, fakes: int | None, args: argparse.Namespace) ->
             "quarters": {other: [statistics.mean(m.get("samples_by_peer", {}).get(ids[other], 0) for m in q) if q else 0.0
                                  for q in (ms[k * len(ms) // 4:(k + 1) * len(ms) // 4] for k in range(4))]
                          for other, ms in during.items()},
+            # of the other's own samples published in each quarter of those rounds, the share trained on:
+            # apart from the two nodes' speeds (a slower node cannot take all a faster one publishes)
+            "coverage": {other: [coverage(q, lines[other], ids[other])
+                                 for q in (ms[k * len(ms) // 4:(k + 1) * len(ms) // 4] for k in range(4))]
+                         for other, ms in during.items()},
             # the first of its rounds (its own count, from 1) that trained on each other node's samples
             "met_at": {other: next((i + 1 for i, m in enumerate(rounds) if ids[other] in m.get("samples_by_peer", {})), None)
                        for other in ids if other != name},
             "long_waits": sum(m.get("gather_s", 0.0) >= args.deadline / 2 for m in rounds),
         }
     return result
+
+
+def coverage(mine: list[dict], theirs: list[dict], their_id: str) -> float:
+    """Of the own samples the other node published between the first and last of `mine` (my
+    rounds), the share I trained on."""
+    if not mine:
+        return math.nan
+    published = sum(m.get("own_samples", 0) for m in theirs if mine[0]["time"] <= m["time"] <= mine[-1]["time"])
+    return sum(m.get("samples_by_peer", {}).get(their_id, 0) for m in mine) / max(published, 1)
 
 
 def public_run_id(tree: dict) -> str:
