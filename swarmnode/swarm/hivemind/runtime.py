@@ -116,6 +116,7 @@ class SwarmRuntime:
         self.shards = ShardIndex()  # shard keys this node's DHT checks records against
         self.peer_id = ""
         self._rejoiner: asyncio.Task | None = None
+        self._first_lookup: asyncio.Task | None = None  # held, so a lookup that outlives the start is not collected
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -188,8 +189,8 @@ class SwarmRuntime:
                 "older than DHT namespace v4 (update them), or are not swarmnode nodes"
             )
         remaining_s = max(0.0, timeout_s - (time.monotonic() - started))
-        lookup = asyncio.create_task(self.dht.find_nearest_nodes([self.dht.node_id]))
-        await asyncio.wait([lookup], timeout=remaining_s)  # a late lookup goes on filling the table
+        self._first_lookup = asyncio.create_task(self.dht.find_nearest_nodes([self.dht.node_id]))
+        await asyncio.wait([self._first_lookup], timeout=remaining_s)  # a late one goes on filling the table
 
     def dht_peer_count(self) -> int:
         """Peers in the DHT's routing table now (hivemind drops those that stop answering)."""
