@@ -11,19 +11,17 @@ import asyncio
 import pytest
 from hivemind.dht.routing import DHTID
 from hivemind.p2p import PeerID
-from hivemind.p2p.p2p_daemon_bindings.datastructures import crypto_pb2
-from hivemind.utils.crypto import RSAPrivateKey
 
 from swarmnode.lab.eclipse import Eclipse, grind_identity, shares_leading_bits
 from swarmnode.settings.config import SwarmSettings
 from swarmnode.swarm.hivemind.bound_ids import REFUSED_REMEMBERED, IdBinding, bind_ids, bound_id, is_bound
+from swarmnode.swarm.hivemind.identity import new_identity
 from swarmnode.swarm.hivemind.runtime import SwarmError, SwarmRuntime
 from tests.swarm_helpers import EVENT_TIMEOUT_S, wait_until
 
 
 def _peer() -> PeerID:
-    identity = crypto_pb2.PrivateKey(key_type=crypto_pb2.KeyType.RSA, data=RSAPrivateKey().to_bytes())
-    return PeerID.from_identity(identity.SerializeToString())
+    return PeerID.from_identity(new_identity())
 
 
 class _Protocol:

@@ -27,10 +27,9 @@ from hivemind.dht.node import DHTNode
 from hivemind.dht.routing import DHTID
 from hivemind.dht.validation import DHTRecord, RecordValidatorBase
 from hivemind.p2p import P2P, PeerID
-from hivemind.p2p.p2p_daemon_bindings.datastructures import crypto_pb2
-from hivemind.utils.crypto import RSAPrivateKey
 
 from swarmnode.swarm.hivemind.bound_ids import bound_id
+from swarmnode.swarm.hivemind.identity import new_identity
 from swarmnode.swarm.hivemind.shards import HEARTBEAT_FAMILY, WRITE_SPREAD, manifest_family, shard_key
 
 LOOPBACK = ["/ip4/127.0.0.1/tcp/0"]
@@ -62,7 +61,7 @@ def grind_identity(key: str, bits: int) -> tuple[bytes, int]:
     tries = 0
     while True:
         tries += 1
-        identity = crypto_pb2.PrivateKey(key_type=crypto_pb2.KeyType.RSA, data=RSAPrivateKey().to_bytes()).SerializeToString()
+        identity = new_identity()
         if shares_leading_bits(bound_id(PeerID.from_identity(identity)), key, bits):
             return identity, tries
 

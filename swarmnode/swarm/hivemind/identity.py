@@ -26,6 +26,12 @@ class IdentityError(ValueError):
     """The identity file cannot be used; the message says why."""
 
 
+def new_identity() -> bytes:
+    """A fresh libp2p RSA identity, serialized as `P2P.generate_identity` writes it (a new key
+    per call): what grinding a DHT place generates again and again (swarmnode.lab.eclipse)."""
+    return crypto_pb2.PrivateKey(key_type=crypto_pb2.KeyType.RSA, data=RSAPrivateKey().to_bytes()).SerializeToString()
+
+
 def ensure_identity(path: Path) -> str:
     """Create the key file on first use (owner-only permissions); return the peer id (base58)."""
     if not path.exists():
