@@ -601,19 +601,22 @@ def run_eclipse(directory: Path, fakes: int | None, args: argparse.Namespace) ->
                      for other, ms in during.items()},
             # the same by quarters of those rounds
             "quarters": {other: [statistics.mean(m.get("samples_by_peer", {}).get(ids[other], 0) for m in q) if q else 0.0
-                                 for q in (ms[k * len(ms) // 4:(k + 1) * len(ms) // 4] for k in range(4))]
+                                 for q in quarters(ms)]
                          for other, ms in during.items()},
             # of the other's own samples published in each quarter of those rounds, the share trained on:
             # apart from the two nodes' speeds (a slower node cannot take all a faster one publishes)
-            "coverage": {other: [coverage(q, lines[other], ids[other])
-                                 for q in (ms[k * len(ms) // 4:(k + 1) * len(ms) // 4] for k in range(4))]
-                         for other, ms in during.items()},
+            "coverage": {other: [coverage(q, lines[other], ids[other]) for q in quarters(ms)] for other, ms in during.items()},
             # the first of its rounds (its own count, from 1) that trained on each other node's samples
             "met_at": {other: next((i + 1 for i, m in enumerate(rounds) if ids[other] in m.get("samples_by_peer", {})), None)
                        for other in ids if other != name},
             "long_waits": sum(m.get("gather_s", 0.0) >= args.deadline / 2 for m in rounds),
         }
     return result
+
+
+def quarters(rounds: list[dict]) -> list[list[dict]]:
+    """`rounds` cut into four runs of consecutive rounds (the last ones longer by the remainder)."""
+    return [rounds[k * len(rounds) // 4:(k + 1) * len(rounds) // 4] for k in range(4)]
 
 
 def coverage(mine: list[dict], theirs: list[dict], their_id: str) -> float:

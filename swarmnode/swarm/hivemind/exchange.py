@@ -199,10 +199,10 @@ class HivemindExchange:
         self._polls += 1
 
     def _ask_directly(self, peers: Iterable[str], strangers: set[str] = frozenset()) -> None:
-        """Ask each of `peers` not already being downloaded from for its next batch after
-        the last one we have of it (at most `catch_up_rounds` behind its newest). A pull of one of `strangers` counts as a stranger's
-        download of a max-size payload (the bound on strangers) and gives up after
-        STRANGER_PULL_TIMEOUT_S."""
+        """Ask each of `peers` not already being downloaded from for its next batch after the
+        last one we have of it (at most `catch_up_rounds` behind its newest). A pull of one of
+        `strangers` counts as a stranger's download of a max-size payload (the bound on
+        strangers) and gives up after STRANGER_PULL_TIMEOUT_S."""
         downloads = self.downloads
         for peer in peers:
             if downloads.busy(peer):
