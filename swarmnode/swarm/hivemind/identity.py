@@ -28,7 +28,7 @@ class IdentityError(ValueError):
 
 def new_identity() -> bytes:
     """A fresh libp2p RSA identity, serialized as `P2P.generate_identity` writes it (a new key
-    per call): what grinding a DHT place generates again and again (swarmnode.lab.eclipse)."""
+    per call): what grinding a DHT place generates again and again (the eclipse bench)."""
     return crypto_pb2.PrivateKey(key_type=crypto_pb2.KeyType.RSA, data=RSAPrivateKey().to_bytes()).SerializeToString()
 
 
