@@ -286,3 +286,22 @@ def test_a_step_on_samples_by_span_is_the_token_level_step_when_each_span_is_a_t
     (plain, plain_weights), (token, token_weights), (pairs, pairs_weights) = results
     assert torch.equal(plain_weights, token_weights) and plain.loss == token.loss
     assert np.isfinite(pairs.loss) and not torch.equal(plain_weights, pairs_weights)
+
+
+def test_the_kept_reference_does_not_move_with_training(make_policy):
+    """Full fine-tuning in the weights' own dtype (fp32 on CPU): the reference the anchored
+    gate judges by must stay the starting weights while the model trains. It once shared the
+    trained parameters' storage, so the anchor moved with every step."""
+    policy = make_policy(hidden=64, layers=1)
+    policy.keep_reference()
+    prompts = _prompts(policy)
+    completions = [np.array([5, 6, 7], dtype=np.int32)] * len(prompts)
+    before = policy.reference_logprobs(prompts, completions, 1.0)
+    with torch.no_grad():
+        for param in policy.model.parameters():
+            param.add_(torch.randn_like(param) * 0.1)  # what an optimiser step does: in place
+    after = policy.reference_logprobs(prompts, completions, 1.0)
+    moved = policy.token_logprobs(prompts, completions, 1.0)
+    for b, a, m in zip(before, after, moved):
+        np.testing.assert_array_equal(a, b)
+        assert not np.allclose(m, b)

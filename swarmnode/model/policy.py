@@ -76,10 +76,12 @@ def inference_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Modul
     """A frozen copy of `model` with every parameter in `dtype` (tied weights stay tied).
 
     The parameters are cast one by one into the deep copy's memo, so the copy never holds a
-    second set of fp32 weights, only the `dtype` one.
+    second set of fp32 weights, only the `dtype` one. Each is copied even when it is already
+    in `dtype` (`Tensor.to` would return the same storage): a reference that shared the
+    trained weights would move with every step, and the anchored gate with it.
     """
     memo: dict[int, Any] = {
-        id(p): torch.nn.Parameter(p.detach().to(dtype), requires_grad=False) for p in model.parameters()
+        id(p): torch.nn.Parameter(p.detach().to(dtype, copy=True), requires_grad=False) for p in model.parameters()
     }
     clone = copy.deepcopy(model, memo)
     return clone.eval()
