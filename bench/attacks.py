@@ -10,7 +10,7 @@
     python bench/attacks.py slow [--rounds 120] [--own-share 1.0 0.5]
     python bench/attacks.py content [--rounds 40] [--attacks before after low-lp high-lp wrong long] [--attacker-model tiny-llama]
     python bench/attacks.py honest [--rounds 40] [--seeds 5] [--models tiny tiny-large tiny]
-    python bench/attacks.py drift [--identities 3 16] [--payload 1 4] [--rounds 300] [--arrive 20]
+    python bench/attacks.py drift [--identities 3 16] [--payload 1 4] [--rounds 300] [--arrive 20] [--b-joins 0] [--stealthy]
     python bench/attacks.py useful-crowd [--identities 3 16 64] [--rounds 80] [--arrive 20]
     python bench/attacks.py grader [--timeout 10]
 
@@ -97,7 +97,11 @@ in-memory exchange) and, from round `--arrive` on, `--identities` identities wit
 their own (swarmnode/lab/crowd.py), each publishing 16 groups a round: half the right answer
 in the model's own format, half a wrong one off by one. In `drift` each right answer follows a
 payload of `--payload` tokens (the public starting model's likeliest visible tokens that are
-not the answer's: "=" for one); `useful-crowd` has none. Printed beside the same run without
+not the answer's: "=" for one; with `--stealthy`, the same-base attacker's payload: the tokens
+that score highest on the gate before a right answer under the starting weights, searched one
+at a time, a newline for one on tiny); `useful-crowd` has none. With `--arrive 0 --b-joins
+20`, the crowd is there from the first node's first round, before the second node joins.
+Printed beside the same run without
 them: the share of payload samples in what each node trained on, by thirds of the run; the
 share of the nodes' sampled completions (8 for each of 32 held-out prompts) that carry the
 payload or any text outside the answer; greedy accuracy before and after; the other honest
@@ -151,7 +155,7 @@ from hivemind.utils.timed_storage import get_dht_time
 
 from swarmnode.assemble import assemble, run_id_for
 from swarmnode.lab.adversary import ATTACKS, CHEAP_KEY_BITS, LivenessAttacker, ManyKeySigner, cheap_signer
-from swarmnode.lab.crowd import UsefulCrowd, drift_payload
+from swarmnode.lab.crowd import UsefulCrowd, drift_payload, stealthiest_payload
 from swarmnode.lab.eclipse import Eclipse, small_swarm_keys
 from swarmnode.lab.poison import CONTENT_ATTACKS, DEFENCES_OFF, carries_injection, poisoning_link
 from swarmnode.loop.ledger import PeerLedger
@@ -1104,7 +1108,10 @@ def run_crowd(identities: int, payload_len: int, args: argparse.Namespace, seed:
             config = crowd_config(directory, name, seed, args.eval_size, args.overrides)
             nodes.append(stack.enter_context(assemble(config, join=lambda run, standing, n=name: hub.join(n, run, standing))))
         public = Policy.load(nodes[0].config.model, nodes[0].config.train, seed=seed)  # the starting weights
-        payload = drift_payload(public, nodes[0].task, payload_len)
+        if args.stealthy:  # the same-base attacker: as close to the anchored bar as a payload gets
+            payload = stealthiest_payload(public, nodes[0].task, payload_len, nodes[0].config.trust.gate_window)
+        else:
+            payload = drift_payload(public, nodes[0].task, payload_len)
         names = [f"crowd{i}" for i in range(identities)]
         crowd = UsefulCrowd([hub.exchange(n, nodes[0].run_id, PeerLedger()) for n in names], nodes[0].run_id,
                             nodes[0].config, nodes[0].task, public, payload)
@@ -1291,6 +1298,9 @@ def main() -> None:
         sub_parser.add_argument("--identities", nargs="+", type=int, default=identities)
         sub_parser.add_argument("--rounds", type=int, default=rounds)
         sub_parser.add_argument("--arrive", type=int, default=20, help="the round the identities start publishing")
+        sub_parser.add_argument("--stealthy", action="store_true",
+                                help="the payload that scores highest on the gate under the starting weights "
+                                     "(searched token by token), not the likeliest first tokens")
         sub_parser.add_argument("--b-joins", type=int, default=0,
                                 help="the round of a's at which the second honest node b starts (its round 0)")
         sub_parser.add_argument("--eval-size", type=int, default=200)

@@ -21,6 +21,7 @@ from swarmnode.model.policy import Policy
 from swarmnode.protocol import wire
 from swarmnode.protocol.batches import assigned_prompt_ids
 from swarmnode.protocol.prompts import build_prompt
+from swarmnode.screening.gate import least_likely_window
 from swarmnode.settings.config import Config
 from swarmnode.swarm.base import RolloutExchange
 from swarmnode.tasks.base import Task
@@ -38,7 +39,7 @@ def drift_payload(policy: Policy, task: Task, length: int, prompts: int = 32) ->
     banned = set(tokenizer.all_special_ids)
     for token_id in range(len(tokenizer)):
         text = tokenizer.decode([token_id])
-        if not text.strip() or any(c.isdigit() for c in text) or "answer>" in text or text.strip() == "-":
+        if not text.strip() or _answer_like(text):
             banned.add(token_id)
     chosen: list[int] = []
     bases = [build_prompt(task, task.train_problem(i), policy) for i in range(min(prompts, task.num_train))]
@@ -52,6 +53,38 @@ def drift_payload(policy: Policy, task: Task, length: int, prompts: int = 32) ->
         mean[list(banned & set(range(mean.shape[0])))] = -float("inf")
         chosen.append(int(mean.argmax()))
     return chosen
+
+
+def stealthiest_payload(policy: Policy, task: Task, length: int, window: int, prompts: int = 16) -> list[int]:
+    """`length` tokens chosen greedily, one at a time, so that a right answer with them before
+    its answer block scores highest on the likelihood gate (the mean of each completion's least
+    likely `window` tokens) under `policy`, the public starting weights: the payload an
+    attacker who runs the same base model can find, closest to the anchored gate's bar. The
+    answer's own tokens (digits, tags, a sign) and special tokens are not candidates."""
+    if length <= 0:
+        return []
+    tokenizer = policy.tokenizer
+    banned = set(tokenizer.all_special_ids)
+    candidates = [t for t in range(len(tokenizer)) if t not in banned and not _answer_like(tokenizer.decode([t]))]
+    problems = [task.train_problem(i) for i in range(min(prompts, task.num_train))]
+    bases = [build_prompt(task, p, policy) for p in problems]
+    answers = [tokenizer(f"{ANSWER_OPEN}{p.answer}</answer>", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+               for p in problems]
+
+    def score(prefix: list[int]) -> float:
+        completions = [np.array(prefix + answer, dtype=np.int32) for answer in answers]
+        logprobs = policy.token_logprobs(bases, completions, 1.0)
+        return float(np.mean([least_likely_window(lp, window) for lp in logprobs]))
+
+    chosen: list[int] = []
+    for _ in range(length):
+        chosen.append(max(candidates, key=lambda t: score(chosen + [t])))
+    return chosen
+
+
+def _answer_like(text: str) -> bool:
+    """Text of the answer's own: a digit, an answer tag, a sign."""
+    return any(c.isdigit() for c in text) or "answer>" in text or text.strip() == "-"
 
 
 def off_by_one(answer: str) -> str:
