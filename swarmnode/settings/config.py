@@ -420,7 +420,9 @@ class TrustSettings(_Section):
         True, description="drop peers' samples this node's model finds far less likely than its own samples"
     )
     gate_window: int = Field(
-        8, ge=1, description="tokens per window: a sample is judged by its least likely window (mean log-prob)"
+        4, ge=1,
+        description="tokens per window: a sample is judged by its least likely window (mean log-prob); a window as "
+        "long as a completion averages one implausible token away",
     )
     gate_quantile: float = Field(
         0.05, ge=0, le=0.5, description="the bar is this quantile of own samples' least likely windows ..."
