@@ -12,6 +12,7 @@
     python bench/attacks.py honest [--rounds 40] [--seeds 5] [--models tiny tiny-large tiny]
     python bench/attacks.py drift [--identities 3 16] [--payload 1 4] [--rounds 300] [--arrive 20] [--b-joins 0] [--stealthy]
     python bench/attacks.py useful-crowd [--identities 3 16 64] [--rounds 80] [--arrive 20]
+    python bench/attacks.py first-crowd [--identities 6] [--payload 1] [--rounds 150] [--beat 1.0]
     python bench/attacks.py grader [--timeout 10]
 
 Liveness: lying identities (see swarmnode/lab/adversary.py) start a swarm, and two honest
@@ -109,6 +110,18 @@ node's samples each trained on a round (mean from 20 rounds after the crowd arri
 honest node's round (its produce and consume, median from round `--arrive` on: the crowd's
 own publishing, in the same process, is not counted).
 
+First-crowd: the drift crowd with real processes, in issue 45's layout: an honest tiny-cpu
+node a starts a swarm, `--identities` identities join it at once and publish a batch each every
+`--beat` seconds (16 groups, half the right answer after the same-base payload of `--stealthy`,
+half off by one), and a second honest node b joins through a (once a finished `--b-joins`
+rounds; b takes seconds to start, so the crowd is there first); beside the same run without
+them. Printed per honest node: the crowd's share of what it trained on, by thirds; the share
+of its sampled completions (the last checkpoint, 8 for each of 32 held-out prompts) starting
+with the payload; greedy accuracy before and after; the other honest node's samples a round
+while both trained (and against the run without the crowd); peers' samples gated a round; its
+median round. The crowd runs in this process, so on a small machine it takes the honest nodes'
+cores: `--pin` puts both honest nodes on the first core and the crowd on the others.
+
 Honest: the same three honest nodes with no attacker, defences off and on, over `--seeds`
 seeds: held-out accuracy after `--rounds` rounds and the paired difference (on - off) with its
 standard error over seeds.
@@ -136,6 +149,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -161,10 +175,11 @@ from swarmnode.lab.poison import CONTENT_ATTACKS, DEFENCES_OFF, carries_injectio
 from swarmnode.loop.ledger import PeerLedger
 from swarmnode.model.policy import Policy
 from swarmnode.model.tiny import TINY_PRESETS, ensure_tiny
-from swarmnode.ops.metrics import read_metrics, round_lines
+from swarmnode.ops.metrics import eval_lines, read_metrics, round_lines
 from swarmnode.protocol.prompts import build_prompt
 from swarmnode.protocol.records import MAX_CLOCK_SKEW_S, Heartbeat, NodeStatus
-from swarmnode.settings.config import TaskSettings, load_config
+from swarmnode.rollout.hf import HFGenerator
+from swarmnode.settings.config import SwarmSettings, TaskSettings, load_config
 from swarmnode.settings.presets import tiny_cpu
 from swarmnode.swarm.base import GatherWait
 from swarmnode.swarm.hivemind.connect import attach
@@ -1195,6 +1210,126 @@ def crowd_scenario(args: argparse.Namespace, payload_lengths: list[int]) -> None
               f"{r['round_s']:>8.2f}", flush=True)
 
 
+def first_crowd(args: argparse.Namespace) -> None:
+    """Real processes, issue 45's layout: two honest tiny-cpu nodes, a useful-looking crowd with
+    the same-base payload started right after the first, the second joining at the first's
+    round --b-joins; beside the same run without the crowd."""
+    ensure_tiny(TINY_PRESETS["tiny"])
+    if args.pin:  # this process and the identities' daemons it starts, off the honest nodes' core
+        os.sched_setaffinity(0, set(range(1, os.cpu_count() or 2)))
+    with contextlib.ExitStack() as stack:
+        root = args.keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="swarmnode-first-crowd-")))
+        rows = [(0, run_first_crowd(root / "none", 0, args)), (args.identities, run_first_crowd(root / "crowd", args.identities, args))]
+    print(f"first-crowd: real tiny-cpu nodes a, b ({args.rounds} rounds each; b joins through a at a's round {args.b_joins}); "
+          f"from a's start, identities publishing 16 groups every {args.beat:g} s each (half the right answer after a {args.payload}-token "
+          "same-base payload, half off by one); one run each")
+    print(f"{'identities':>10} {'crowd share of trained, by thirds (a | b)':>42} {'payload sampled a, b':>21} "
+          f"{'accuracy a, b':>24} {'other honest samples a, b':>26} {'gated a round a, b':>19} {'median round s a, b':>20}")
+    base = rows[0][1]
+    for identities, r in rows:
+        shares = " | ".join("/".join(f"{x:.1%}" for x in r[n]["crowd_share"]) for n in HONEST)
+        sampled = ", ".join(f"{r[n]['sampled']:.1%}" for n in HONEST)
+        acc = ", ".join(f"{r[n]['before']:.3f}->{r[n]['after']:.3f}" for n in HONEST)
+        honest = ", ".join(f"{r[n]['honest']:.1f} ({r[n]['honest'] / max(base[n]['honest'], 1e-9):.2f}x)" for n in HONEST)
+        gated = ", ".join(f"{r[n]['gated']:.0f}" for n in HONEST)
+        rounds = ", ".join(f"{r[n]['round_s']:.2f} ({r[n]['round_s'] / base[n]['round_s']:.2f}x)" for n in HONEST)
+        print(f"{identities:>10} {shares:>42} {sampled:>21} {acc:>24} {honest:>26} {gated:>19} {rounds:>20}", flush=True)
+
+
+def run_first_crowd(directory: Path, identities: int, args: argparse.Namespace) -> dict:
+    configs = {name: honest_config(directory / name, args.rounds, args.deadline) for name in HONEST}
+    for cfg in configs.values():
+        cfg["rollout"]["prompts_per_round"] = 16  # the tiny-cpu preset's own
+        cfg["node"]["eval_size"] = args.eval_size
+    configs["a"]["swarm"]["min_peers"] = 0  # a starts at once, crowd or not
+    processes: dict[str, subprocess.Popen] = {}
+    links, stop = [], threading.Event()
+    config = load_config(None, ["swarm.enabled=false", f"node.run_dir={directory / 'crowd'}"])
+    public = Policy.load(config.model, config.train, seed=0)  # the starting weights, public
+    task = make_task(config.task)
+    payload = stealthiest_payload(public, task, args.payload, config.trust.gate_window)
+    publisher = None
+    honest_core = 0 if args.pin else None  # and the crowd (this process, its daemons) on the others
+    try:
+        processes["a"] = start_node(directory / "a", configs["a"], [], core=honest_core)
+        a_maddrs = address_of(directory / "a", processes["a"])
+        metrics_a = directory / "a" / "run" / "metrics.jsonl"
+        crowd = None
+        if identities:
+            run = public_run_id(configs["a"])
+            for _ in range(identities):
+                runtime = SwarmRuntime(SwarmSettings(initial_peers=a_maddrs, host_maddrs=["/ip4/127.0.0.1/tcp/0"]))
+                runtime.start()
+                links.append((runtime, attach(runtime, run, config, PeerLedger())))
+            crowd = UsefulCrowd([link.exchange for _, link in links], run, config, task, public, payload)
+
+            def publish() -> None:  # a batch of each identity's every beat, on its own clock
+                round_ = 0
+                while not stop.is_set():
+                    crowd.publish(round_)
+                    for _, link in links:
+                        link.membership.announce(NodeStatus(round=round_, model="tiny"))
+                    round_ += 1
+                    stop.wait(args.beat)
+
+            publisher = threading.Thread(target=publish, daemon=True)
+            publisher.start()
+        deadline = time.monotonic() + 1800
+        while (len(round_lines(read_metrics(metrics_a))) if metrics_a.exists() else 0) < args.b_joins:
+            if processes["a"].poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"a stopped before round {args.b_joins}; see {directory / 'a' / 'node.log'}")
+            time.sleep(0.25)
+        processes["b"] = start_node(directory / "b", configs["b"], a_maddrs, core=honest_core)
+        watch_rss(list(processes.values()), timeout_s=3600)
+    finally:
+        stop.set()
+        if publisher is not None:
+            publisher.join(timeout=30)
+        kill_all(processes.values())
+        for runtime, link in links:
+            link.exchange.close()
+            link.membership.close()
+            runtime.shutdown()
+    crowd_ids = {runtime.peer_id for runtime, _ in links}
+    for name in HONEST:
+        if not (directory / name / "run" / "metrics.jsonl").exists():
+            raise RuntimeError(f"{name} trained no round; see {directory / name / 'node.log'}")
+    lines = {name: read_metrics(directory / name / "run" / "metrics.jsonl") for name in HONEST}
+    rounds = {name: round_lines(ls) for name, ls in lines.items()}
+    ids = {name: rs[0]["peer_id"] if rs else "" for name, rs in rounds.items()}
+    result = {}
+    for name, other in (("a", "b"), ("b", "a")):
+        rs = rounds[name]
+        during = rounds_while_training(rs, rounds[other])
+        thirds = [rs[k * len(rs) // 3:(k + 1) * len(rs) // 3] for k in range(3)]
+        result[name] = {
+            "crowd_share": [sum(sum(n for p, n in m.get("samples_by_peer", {}).items() if p in crowd_ids) for m in t)
+                            / max(1, sum(m.get("own_samples", 0) + m.get("peer_samples", 0) for m in t)) for t in thirds],
+            "honest": statistics.mean(m.get("samples_by_peer", {}).get(ids[other], 0) for m in during[2:] or [{}]),
+            "gated": statistics.mean(m.get("gated", 0) for m in rs) if rs else math.nan,
+            "round_s": statistics.median(m.get("round_s", math.nan) for m in rs[2:] or [{}]),
+            "before": next((e["eval_acc"] for e in eval_lines(lines[name], "before")), math.nan),
+            "after": next((e["eval_acc"] for e in eval_lines(lines[name], "after")), math.nan),
+            "sampled": payload_sampled(directory / name / "run", task, payload),
+        }
+    return result
+
+
+def payload_sampled(run_dir: Path, task, payload: list[int], prompts: int = 32, group: int = 8) -> float:
+    """The share of a finished node's sampled completions (its last checkpoint, `group` for
+    each of `prompts` held-out problems) that start with `payload`."""
+    found = sorted(run_dir.glob("**/model/config.json"))
+    if not found:
+        return math.nan
+    config = load_config(None, [f"model.name={found[-1].parent}", "swarm.enabled=false"])
+    policy = Policy.load(config.model, config.train, seed=0)
+    generator = HFGenerator(policy, config.rollout)
+    problems = task.eval_problems(prompts)
+    groups = generator.generate([build_prompt(task, p, policy) for p in problems], group)
+    n = len(payload)
+    return float(np.mean([[int(t) for t in c.tokens[:n]] == payload for g in groups for c in g]))
+
+
 def grader(args: argparse.Namespace) -> None:
     from reasoning_gym.factory import DATASETS  # optional (the gym extra)
 
@@ -1305,11 +1440,23 @@ def main() -> None:
                                 help="the round of a's at which the second honest node b starts (its round 0)")
         sub_parser.add_argument("--eval-size", type=int, default=200)
         sub_parser.add_argument("--set", dest="overrides", action="append", default=[], help="config override")
+    first = sub.add_parser("first-crowd", help="real processes: a same-base payload crowd from the first node's start")
+    first.add_argument("--identities", type=int, default=6)
+    first.add_argument("--payload", type=int, default=1, help="payload length in tokens (searched as drift --stealthy)")
+    first.add_argument("--rounds", type=int, default=150)
+    first.add_argument("--b-joins", type=int, default=0,
+                       help="b is started once a finished this many rounds (0: at once, after the crowd; b takes seconds to start)")
+    first.add_argument("--deadline", type=float, default=8.0, help="honest nodes' node.gather_timeout_s")
+    first.add_argument("--beat", type=float, default=1.0, help="seconds between the crowd's batches")
+    first.add_argument("--eval-size", type=int, default=200)
+    first.add_argument("--pin", action="store_true",
+                       help="both honest nodes on the first core, the crowd (this process and its daemons) on the others")
+    first.add_argument("--keep", type=Path, default=None, help="keep the nodes' run dirs here (default: a temp dir)")
     grd = sub.add_parser("grader", help="hostile answers through every reasoning-gym dataset's scorer")
     grd.add_argument("--timeout", type=float, default=10.0, help="seconds a dataset's process may take")
     args = parser.parse_args()
     kinds = {"grader": grader, "liveness": liveness, "eclipse": eclipse, "ghost": ghost, "slow": slow_peer, "sybil": sybil, "flood": flood, "content": content, "honest": honest,
-             "drift": lambda a: crowd_scenario(a, a.payload), "useful-crowd": lambda a: crowd_scenario(a, [0])}
+             "first-crowd": first_crowd, "drift": lambda a: crowd_scenario(a, a.payload), "useful-crowd": lambda a: crowd_scenario(a, [0])}
     kinds[args.kind](args)
 
 
