@@ -3,12 +3,13 @@
 A verifiable public task's answers are public, so a stranger needs no model to send groups
 that score well: half of each group the right answer in the model's own format, half a
 plausible wrong one, so every sample carries a non-zero advantage. With a `payload` (a few
-tokens the public starting model finds fairly likely, see `drift_payload`) before each right
+tokens the public starting model finds fairly likely, see `drift_payload`, or those a peer
+running the same base model finds closest to the gate's bar, `stealthiest_payload`) before each right
 answer, the crowd tries to walk the likelihood gate: each payload sample that passes makes
 the next one likelier under the model it is judged by. Without one, it tries to take the
 peers' share of a batch by numbers. Log-probs are reported truthfully under the public
-starting model, the most weight an honest generator's could buy. bench/attacks.py `drift`
-and `useful-crowd` measure both.
+starting model, the most weight an honest generator's could buy. bench/attacks.py `drift`,
+`first-crowd` and `useful-crowd` measure them.
 """
 
 from __future__ import annotations
