@@ -152,7 +152,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -168,8 +168,15 @@ from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.timed_storage import get_dht_time
 
 from swarmnode.assemble import assemble, run_id_for
-from swarmnode.lab.adversary import ATTACKS, CHEAP_KEY_BITS, LivenessAttacker, ManyKeySigner, cheap_signer
-from swarmnode.lab.crowd import UsefulCrowd, drift_payload, stealthiest_payload
+from swarmnode.lab.adversary import (
+    ATTACKS,
+    CHEAP_KEY_BITS,
+    LOOPBACK,
+    LivenessAttacker,
+    ManyKeySigner,
+    cheap_signer,
+)
+from swarmnode.lab.crowd import UsefulCrowd, drift_payload, starts_with, stealthiest_payload
 from swarmnode.lab.eclipse import Eclipse, small_swarm_keys
 from swarmnode.lab.poison import CONTENT_ATTACKS, DEFENCES_OFF, carries_injection, poisoning_link
 from swarmnode.loop.ledger import PeerLedger
@@ -634,8 +641,13 @@ def run_eclipse(directory: Path, fakes: int | None, args: argparse.Namespace) ->
 
 
 def quarters(rounds: list[dict]) -> list[list[dict]]:
-    """`rounds` cut into four runs of consecutive rounds (the last ones longer by the remainder)."""
-    return [rounds[k * len(rounds) // 4:(k + 1) * len(rounds) // 4] for k in range(4)]
+    """`rounds` cut into four runs of consecutive rounds."""
+    return parts(rounds, 4)
+
+
+def parts(items: Sequence, k: int) -> list[Sequence]:
+    """`items` cut into `k` runs of consecutive items, as equal as the count allows."""
+    return [items[i * len(items) // k:(i + 1) * len(items) // k] for i in range(k)]
 
 
 def coverage(mine: list[dict], theirs: list[dict], their_id: str) -> float:
@@ -1162,7 +1174,7 @@ def run_crowd(identities: int, payload_len: int, args: argparse.Namespace, seed:
             accuracy.append(score)
             greedy.append(float(np.mean([carries_injection(t) for t in texts])))
     def thirds(log: list) -> list[range]:
-        return [range(k * len(log) // 3, (k + 1) * len(log) // 3) for k in range(3)]
+        return parts(range(len(log)), 3)
 
     def late(log: list, start: int) -> range:  # the crowd proven useful: its place taken (the node's own rounds)
         return range(max(args.arrive - start, 0) + 20, len(log))
@@ -1258,7 +1270,7 @@ def run_first_crowd(directory: Path, identities: int, args: argparse.Namespace) 
         if identities:
             run = public_run_id(configs["a"])
             for _ in range(identities):
-                runtime = SwarmRuntime(SwarmSettings(initial_peers=a_maddrs, host_maddrs=["/ip4/127.0.0.1/tcp/0"]))
+                runtime = SwarmRuntime(SwarmSettings(initial_peers=a_maddrs, host_maddrs=LOOPBACK))
                 runtime.start()
                 links.append((runtime, attach(runtime, run, config, PeerLedger())))
             crowd = UsefulCrowd([link.exchange for _, link in links], run, config, task, public, payload)
@@ -1301,7 +1313,7 @@ def run_first_crowd(directory: Path, identities: int, args: argparse.Namespace) 
     for name, other in (("a", "b"), ("b", "a")):
         rs = rounds[name]
         during = rounds_while_training(rs, rounds[other])
-        thirds = [rs[k * len(rs) // 3:(k + 1) * len(rs) // 3] for k in range(3)]
+        thirds = parts(rs, 3)
         result[name] = {
             "crowd_share": [sum(sum(n for p, n in m.get("samples_by_peer", {}).items() if p in crowd_ids) for m in t)
                             / max(1, sum(m.get("own_samples", 0) + m.get("peer_samples", 0) for m in t)) for t in thirds],
@@ -1326,8 +1338,7 @@ def payload_sampled(run_dir: Path, task, payload: list[int], prompts: int = 32, 
     generator = HFGenerator(policy, config.rollout)
     problems = task.eval_problems(prompts)
     groups = generator.generate([build_prompt(task, p, policy) for p in problems], group)
-    n = len(payload)
-    return float(np.mean([[int(t) for t in c.tokens[:n]] == payload for g in groups for c in g]))
+    return float(np.mean([starts_with(c.tokens, payload) for g in groups for c in g]))
 
 
 def grader(args: argparse.Namespace) -> None:

@@ -88,6 +88,12 @@ def _answer_like(text: str) -> bool:
     return any(c.isdigit() for c in text) or "answer>" in text or text.strip() == "-"
 
 
+def starts_with(tokens: np.ndarray, payload: list[int]) -> bool:
+    """Whether a completion starts with `payload` (an empty one: never)."""
+    n = len(payload)
+    return bool(n) and len(tokens) >= n and [int(t) for t in tokens[:n]] == payload
+
+
 def off_by_one(answer: str) -> str:
     """A plausible wrong answer: the number plus one, else a digit appended."""
     try:
@@ -125,8 +131,7 @@ class UsefulCrowd:
 
     def carries_payload(self, tokens: np.ndarray) -> bool:
         """Whether a completion starts with the payload (none: never)."""
-        n = len(self.payload)
-        return bool(n) and len(tokens) >= n and [int(t) for t in tokens[:n]] == self.payload
+        return starts_with(tokens, self.payload)
 
     def _group(self, prompt_id: int) -> wire.CompletionGroup:
         if prompt_id not in self._cache:
