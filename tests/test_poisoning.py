@@ -86,8 +86,10 @@ def _spy_on_steps(node) -> list:
 def test_injected_text_is_never_trained_on_with_a_positive_advantage(tmp_path, attack):
     """The gate drops unlikely samples with a positive advantage: every poisoned sample that
     would raise its text's likelihood is gated; one that scores below its group (text after
-    the answer fails the strict format) is kept, and pushes its text down."""
-    with _swarm(tmp_path, attack) as (nodes, evil, _):
+    the answer fails the strict format) is kept, and pushes its text down. The poisoner writes
+    its text four times a group, which the repeat check would find first (below): off here, so
+    the gate is what is tested."""
+    with _swarm(tmp_path, attack, sets=["trust.repeat_odds=0"]) as (nodes, evil, _):
         trained = [_spy_on_steps(node) for node in nodes]
         history = _rounds(nodes, evil, range(4))
         for node, records, samples in zip(nodes, zip(*history), trained):
@@ -101,6 +103,19 @@ def test_injected_text_is_never_trained_on_with_a_positive_advantage(tmp_path, a
                 assert any(s.advantage < 0 for s in injected)
             else:  # reward 1: all but groups the attacker answered right throughout are gated
                 assert sum(r.gated for r in records) >= 4 * 4 * 4 // 2, [r.gated for r in records]
+
+
+def test_poison_written_four_times_a_group_is_found_picked_and_never_trained_on(tmp_path):
+    """At the defaults: the poisoner's groups repeat one written completion four times, claimed
+    (by its own model) far less likely than that; within a few rounds its groups are left out
+    whole, its standing is 0, and nothing it sent trains after that; no strike."""
+    with _swarm(tmp_path, "before") as (nodes, evil, _):
+        history = _rounds(nodes, evil, range(4))
+        for node, records in zip(nodes, zip(*history)):
+            assert node.ledger.standing("evil") == 0.0 and node.ledger.counts["evil"] == 0
+            last = records[-1]
+            assert "evil" not in last.samples_by_peer and last.picked > 0
+            assert last.peer_samples == 32, "the honest peer's whole batch"
 
 
 def test_falsified_low_log_probs_buy_no_weight(tmp_path):

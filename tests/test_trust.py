@@ -365,7 +365,8 @@ class _Scorer:
 
 
 def test_a_lying_peer_is_struck_once_a_round_however_many_passes_screen_it():
-    config = load_config(None, ["trust.likelihood_gate=false"])
+    # its group repeats one completion four times: picked, were the repeat check on (tests/test_repeats.py)
+    config = load_config(None, ["trust.likelihood_gate=false", "trust.repeat_odds=0"])
     screener = Screener(config, _Scorer())
     liar = [Group("liar", Problem(0, "1+1", "2"), [1], [_sample("liar", np.full(12, -20.0), 0.5)] * 4)]
     first = screener.open_round([], peers_coming=True)

@@ -33,10 +33,11 @@ class Verdict:
     below_bar: bool = False  # under a bar of the gate, gated or kept
     near_bar: bool = False  # under a bar, or within `trust.near_bar` above one: it earns its sender no standing
     weight_scale: float = 1.0  # its sender's weight budget this round
+    picked: bool = False  # left out: its sender repeats completions more than its own log-probs allow
 
     @property
     def kept(self) -> bool:
-        return not self.gated
+        return not (self.gated or self.picked)
 
 
 PASSED = Verdict()  # the verdict of a sample nothing judged: our own, or screening off

@@ -60,6 +60,10 @@ class Taken:
         return sum(done.screening.gated for done in self.passes)
 
     @property
+    def picked(self) -> int:
+        return sum(done.screening.picked for done in self.passes)
+
+    @property
     def below_bar(self) -> int:
         return sum(done.screening.below_bar for done in self.passes)
 
@@ -260,7 +264,7 @@ class Intake:
         for peer, reason in done.strikes.items():
             self.reject(peer, reason)
         for peer, (screened, useful) in done.standing.items():
-            self.ledger.screened(peer, screened, useful, round_)
+            self.ledger.screened(peer, screened, useful, round_, picking=peer in done.picking)
 
     def _theta(self, samples: list[Sample]) -> list[np.ndarray]:
         """Per-token log-probs of `samples` under our model now."""

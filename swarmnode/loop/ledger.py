@@ -99,14 +99,21 @@ class PeerLedger:
             record.missed = max(record.missed, self.max_missed)
             record.cut = True
 
-    def screened(self, peer_id: str, offered: int, useful: int, round_: int) -> None:
+    def screened(self, peer_id: str, offered: int, useful: int, round_: int, picking: bool = False) -> None:
         """In our round `round_`, `useful` of the peer's `offered` samples were useful by
         screening's rule (swarmnode.screening.usefulness): its standing moves toward that share
-        (STANDING_WEIGHT per batch), and the first useful one starts its seniority."""
+        (STANDING_WEIGHT per batch), and the first useful one starts its seniority. A peer
+        found `picking` its completions rather than sampling them (swarmnode.screening.repeats)
+        stands at 0 and loses its seniority: its groups only fill what others leave, and should
+        it teach again it starts as a newcomer would, behind the peers that taught us meanwhile."""
         if offered <= 0:
             return
         with self._lock:
             record = self.peers.setdefault(peer_id, PeerRecord())
+            if picking:
+                record.standing, record.taught_since = 0.0, None
+                record.screened += offered
+                return
             share = useful / offered
             record.standing = share if not record.screened else record.standing + STANDING_WEIGHT * (share - record.standing)
             record.screened += offered

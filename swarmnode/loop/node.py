@@ -164,6 +164,7 @@ class Node:
             peer_samples=len(peer_rewards),
             peers=len(taken.peers),
             gated=taken.gated,
+            picked=taken.picked,
             below_bar=taken.below_bar,
             peer_weight_scale=taken.min_weight_scale,
             filtered=s.filtered,

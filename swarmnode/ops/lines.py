@@ -52,6 +52,7 @@ class RoundRecord:
     peer_lag: float | None = metric("mean rounds the peers' groups trained on were behind their sender's newest")
     tokens_per_s: float = metric("generation tokens a second in the last round", gauge=True)
     uninformative: int = 0  # peers' samples left out for advantage 0 (node.skip_uninformative); 0 in older lines
+    picked: int = 0  # peers' samples left out as picked, not sampled (trust.repeat_odds); 0 in older lines
     likelihood_gap: float | None = None  # running nats a token peers' samples are less likely than ours (adapt_share_nats)
     peer_usefulness: float | None = None  # mean factor of the peers' samples trained on (node.weight_by_usefulness; None when off)
     samples_by_peer: dict[str, int] = field(default_factory=dict)  # peers' samples trained on, per peer

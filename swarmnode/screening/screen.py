@@ -45,6 +45,7 @@ class PeerScreening:
     """What one screening found in one peer's samples."""
 
     samples: int = 0
+    picked: int = 0  # samples left out as picked, not sampled (swarmnode.screening.repeats)
     below_bar: int = 0  # samples under a bar of the gate, gated or (advantage <= 0) kept
     gated: int = 0
     weight_mean: float = 1.0  # mean weight over its kept tokens under the objective
@@ -68,6 +69,10 @@ class Screening:
     @property
     def gated(self) -> int:
         return sum(p.gated for p in self.peers.values())
+
+    @property
+    def picked(self) -> int:
+        return sum(p.picked for p in self.peers.values())
 
     @property
     def below_bar(self) -> int:
@@ -100,12 +105,14 @@ def screen(
     trust: TrustSettings,
     loss: LossSettings,
     anchor: Anchor | None = None,
+    picking: frozenset[str] = frozenset(),
 ) -> Screening:
     """Judge every sample of peers' `groups` (each with the advantage we computed over its whole
     group and the log-probs its sender reported): whether it trains, with what advantage, and
     how much its weights count. `theta` holds our model's log-probs of each sample's tokens and
     `anchor` (when given) the reference's, both in the groups' order; `own` are our own samples
-    of the round (the gate's bar). A sample must reach both bars."""
+    of the round (the gate's bar). A sample must reach both bars. The samples of a peer in
+    `picking` (swarmnode.screening.repeats) are left out, whatever the bars say."""
     bars = Bars.of(own, trust, anchor)
     peers: dict[str, PeerScreening] = defaultdict(PeerScreening)
     budgets: dict[str, WeightBudget] = defaultdict(WeightBudget)
@@ -117,6 +124,12 @@ def screen(
         for sample in group.samples:
             found = peers[sample.source]
             found.samples += 1
+            if sample.source in picking:  # left out whole by _judge; its claims still face the budget's strike
+                found.picked += 1
+                budgets[sample.source].add(sample, theta[i], loss, weighting)
+                flags[-1].append((False, False, False))
+                i += 1
+                continue
             headrooms = bars.headrooms(theta[i], i)
             below, near = bars.below(headrooms), bars.near(headrooms)
             keep = not (below and gateable(sample.advantage, trust))
@@ -132,14 +145,18 @@ def screen(
         found.weight_scale = budget.scale(trust)
         if strike := budget.strike(trust):
             found.strikes.append(strike)
-    judged = [_judge(group, group_flags, peers) for group, group_flags in zip(groups, flags)]
+    judged = [_judge(group, group_flags, peers, group.source in picking) for group, group_flags in zip(groups, flags)]
     return Screening(groups=judged, peers=dict(peers))
 
 
-def _judge(group: Group, flags: list[tuple[bool, bool, bool]], peers: dict[str, PeerScreening]) -> Group:
+def _judge(group: Group, flags: list[tuple[bool, bool, bool]], peers: dict[str, PeerScreening], picked: bool) -> Group:
     """The group with each sample's verdict and balanced advantage. A wrong answer whose
     group's right ones were all gated teaches nothing: it takes no room either, and counts as
-    gated (it left because of the gate)."""
+    gated (it left because of the gate). A picked group is left out whole."""
+    if picked:
+        return Group(group.source, group.problem, group.prompt_ids,
+                     [sample.judged(Verdict(picked=True), sample.advantage) for sample in group.samples],
+                     group.untranslated)
     keep = [k for k, _, _ in flags]
     advantages = balanced_advantages(group.samples, keep)
     samples = []

@@ -7,7 +7,9 @@ anchored bar moves once. Each pass of the round then screens a chunk of peers' g
 (`ScreeningRound.screen`) with one forward pass of our model (and of the reference) over their
 tokens and returns a `Pass`: the groups judged, the samples that train, the strikes (at most one
 a peer a round, however many passes) and each peer's screened and useful counts, which the
-intake writes to the ledger. With neither the gate nor the budget on, every sample passes.
+intake writes to the ledger. Each group screened also adds to its sender's evidence of picking
+rather than sampling (swarmnode.screening.repeats); a peer beyond the bound has its groups left
+out. With neither the gate nor the budget on, every sample passes.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy as np
 from swarmnode.learn.sample import Group, Sample, samples_of
 from swarmnode.model.policy import Policy
 from swarmnode.screening.gate import Anchor, AnchorBar, own_near_bar
+from swarmnode.screening.repeats import RepeatEvidence
 from swarmnode.screening.screen import Screening, passed, screen
 from swarmnode.screening.usefulness import UsefulnessWeights, is_useful
 from swarmnode.settings.config import Config
@@ -37,6 +40,7 @@ class Pass:
     uninformative: int = 0  # kept samples left out for advantage 0 (node.skip_uninformative)
     usefulness: list[float] = field(default_factory=list)  # per kept sample: its peer's factor (node.weight_by_usefulness)
     theta: list[np.ndarray] | None = None  # our model's log-probs of every sample screened, when computed
+    picking: frozenset[str] = frozenset()  # peers whose groups were left out as picked (screening.repeats)
 
 
 class Screener:
@@ -47,6 +51,7 @@ class Screener:
         self.policy = policy
         self.anchor_bar = AnchorBar(config.trust.anchor_slack)
         self.usefulness = UsefulnessWeights(config.node.weight_by_usefulness)
+        self.repeats = RepeatEvidence(config.trust.repeat_odds)
 
     @property
     def screens(self) -> bool:
@@ -79,11 +84,13 @@ class Screener:
 
     def checkpoint_state(self) -> dict[str, Any]:
         """What a resumed node keeps (swarmnode.loop.checkpoints): the anchored bar."""
-        return {"anchor_bar": {"start": self.anchor_bar.start, "value": self.anchor_bar.value}}
+        return {"anchor_bar": {"start": self.anchor_bar.start, "value": self.anchor_bar.value},
+                **self.repeats.checkpoint_state()}
 
     def restore(self, state: dict[str, Any]) -> None:
         bar = state.get("anchor_bar") or {}
         self.anchor_bar.resume(bar.get("start"), bar.get("value"))
+        self.repeats.restore(state)
 
 
 class ScreeningRound:
@@ -103,13 +110,17 @@ class ScreeningRound:
         screener = self.screener
         samples = samples_of(groups)
         theta = None
+        picking: frozenset[str] = frozenset()
         if not samples or not screener.screens:
             screening = passed(groups)
         else:
             theta = screener.logprobs(samples)
             anchor = Anchor(screener.logprobs(samples, reference=True), self.anchor_bar) if self.anchor_bar is not None else None
-            screening = screen(groups, theta, self.own, screener.config.trust, screener.config.loss, anchor)
-        result = Pass(screening, kept=[], theta=theta)
+            for group in groups:
+                screener.repeats.observe(group)
+            picking = frozenset(g.source for g in groups if screener.repeats.picking(g.source))
+            screening = screen(groups, theta, self.own, screener.config.trust, screener.config.loss, anchor, picking)
+        result = Pass(screening, kept=[], theta=theta, picking=picking)
         for peer, found in screening.peers.items():
             if found.strikes and peer not in self.struck:  # one batch, one strike, however many passes
                 self.struck.add(peer)

@@ -453,6 +453,11 @@ class TrustSettings(_Section):
     max_weight_mean: float = Field(
         1.5, gt=1, description="a batch whose mean capped weight exceeds this reported false log-probs: a strike"
     )
+    repeat_odds: float = Field(
+        1e-6, ge=0, lt=1,
+        description="a peer's groups are left out while the evidence that it picks its completions rather than "
+        "samples them (they repeat more often than its own log-probs allow) is beyond 1 / this; 0 = never judged",
+    )
 
 
 class WireSettings(_Section):
