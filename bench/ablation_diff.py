@@ -5,8 +5,9 @@
     python bench/ablation_diff.py runs/before/ablation.json runs/after/ablation.json
 
 Compares every member's accuracies before and after, its curve, and every field of every
-round's record, except what the clock measures (timings, peer_age_s, tokens_per_s). Both runs
-must come from one machine: the tiny presets are built on each. Exit 1 on any difference.
+round's record, except what the clock measures (timings, peer_age_s, tokens_per_s). A field
+only one run records (a metric added between them) is named, not compared. Both runs must come
+from one machine: the tiny presets are built on each. Exit 1 on any difference.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ MEMBER_FIELDS = ("label", "before", "after", "curve", "time_matched_at")
 SHOWN = 20  # differences printed; the rest are counted
 
 
-def differences(before: dict, after: dict) -> tuple[int, list[str]]:
-    """(rounds compared, the differences found, each a line)."""
+def differences(before: dict, after: dict, one_sided: set[str] | None = None) -> tuple[int, list[str]]:
+    """(rounds compared, the differences found, each a line); the round fields only one run
+    records go into `one_sided`."""
     found: list[str] = []
+    one_sided = set() if one_sided is None else one_sided
     rounds = 0
     if len(before["runs"]) != len(after["runs"]):
         return 0, [f"{len(before['runs'])} runs against {len(after['runs'])}"]
@@ -37,7 +40,8 @@ def differences(before: dict, after: dict) -> tuple[int, list[str]]:
                 found.append(f"{where} {member_a['label']}: {len(member_a['rounds'])} rounds -> {len(member_b['rounds'])}")
             for a, b in zip(member_a["rounds"], member_b["rounds"]):
                 rounds += 1
-                for key in sorted((a.keys() | b.keys()) - CLOCK_FIELDS):
+                one_sided |= (a.keys() ^ b.keys()) - CLOCK_FIELDS
+                for key in sorted((a.keys() & b.keys()) - CLOCK_FIELDS):
                     if a.get(key) != b.get(key):
                         found.append(f"{where} {member_a['label']} round {a['round']} {key}: {a.get(key)} -> {b.get(key)}")
     return rounds, found
@@ -48,11 +52,14 @@ def main() -> int:
     parser.add_argument("before", type=Path)
     parser.add_argument("after", type=Path)
     args = parser.parse_args()
-    rounds, found = differences(json.loads(args.before.read_text()), json.loads(args.after.read_text()))
+    one_sided: set[str] = set()
+    rounds, found = differences(json.loads(args.before.read_text()), json.loads(args.after.read_text()), one_sided)
     for line in found[:SHOWN]:
         print(line)
     if len(found) > SHOWN:
         print(f"... and {len(found) - SHOWN} more")
+    if one_sided:
+        print(f"recorded by one run only, not compared: {', '.join(sorted(one_sided))}")
     print(f"{rounds} rounds compared, {len(found)} differences")
     return 1 if found else 0
 

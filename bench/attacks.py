@@ -102,6 +102,12 @@ not the answer's: "=" for one; with `--stealthy`, the same-base attacker's paylo
 that score highest on the gate before a right answer under the starting weights, searched one
 at a time, a newline for one on tiny); `useful-crowd` has none. With `--arrive 0 --b-joins
 20`, the crowd is there from the first node's first round, before the second node joins.
+Written groups repeat two completions four times each, which a node finds picked, not sampled
+(trust.repeat_odds); with `--sampling` the crowd runs the public model and only puts the right
+answer in place of its first sample, so its groups repeat as sampling does. With `--seeds N`
+every cell and the baseline run N times (node.seed 0..N-1), and each node's accuracy with the
+crowd minus without is printed paired by seed: mean, SE and the one-sided 95 % lower bound
+(Student's t), judged against a non-inferiority margin of 0.03.
 Printed beside the same run without
 them: the share of payload samples in what each node trained on, by thirds of the run; the
 share of the nodes' sampled completions (8 for each of 32 held-out prompts) that carry the
@@ -166,6 +172,7 @@ from hivemind.dht.storage import DictionaryDHTValue
 from hivemind.dht.validation import CompositeValidator
 from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.timed_storage import get_dht_time
+from scipy.stats import t as student_t
 
 from swarmnode.assemble import assemble, run_id_for
 from swarmnode.lab.adversary import (
@@ -1115,6 +1122,7 @@ def honest(args: argparse.Namespace) -> None:
 
 
 CROWD_HONEST = ("a", "b")
+MARGIN = 0.03  # issue 45's bound on what a crowd may cost an honest node's accuracy (non-inferiority margin)
 
 
 def crowd_config(directory: Path, name: str, seed: int, eval_size: int, extra: list[str]):
@@ -1140,8 +1148,9 @@ def run_crowd(identities: int, payload_len: int, args: argparse.Namespace, seed:
         else:
             payload = drift_payload(public, nodes[0].task, payload_len)
         names = [f"crowd{i}" for i in range(identities)]
+        sampler = HFGenerator(public, nodes[0].config.rollout, seed=seed + 1) if args.sampling else None
         crowd = UsefulCrowd([hub.exchange(n, nodes[0].run_id, PeerLedger()) for n in names], nodes[0].run_id,
-                            nodes[0].config, nodes[0].task, public, payload)
+                            nodes[0].config, nodes[0].task, public, payload, sampler=sampler)
         trained = [[] for _ in nodes]  # per node, per round: (samples, payload samples, other honest's samples)
         for node, log in zip(nodes, trained):
             node.intake.take = _counting_take(node.intake.take, log, crowd, names)
@@ -1202,24 +1211,39 @@ def _counting_take(take, log: list, crowd: UsefulCrowd, crowd_names: list[str]):
 
 
 def crowd_scenario(args: argparse.Namespace, payload_lengths: list[int]) -> None:
-    baseline = run_crowd(0, 0, args)
-    rows = [(0, 0, baseline)]
-    for identities in args.identities:
-        for length in payload_lengths:
+    cells = [(0, 0)] + [(identities, length) for identities in args.identities for length in payload_lengths]
+    runs: dict[tuple[int, int], list[dict]] = {cell: [] for cell in cells}
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
+        for identities, length in cells:
             started = time.perf_counter()
-            rows.append((identities, length, run_crowd(identities, length, args)))
-            print(f"  {identities} identities, payload {length}: {time.perf_counter() - started:.0f} s", flush=True)
+            runs[identities, length].append(run_crowd(identities, length, args, seed))
+            print(f"  seed {seed}, {identities} identities, payload {length}: {time.perf_counter() - started:.0f} s",
+                  flush=True)
     print(f"{args.kind}: 2 honest tiny nodes a, b in step ({args.rounds} rounds of a's; b starts at a's round {args.b_joins}); "
           f"from a's round {args.arrive} on, "
-          f"each identity publishes 16 groups a round (half the right answer after the payload, half off by one)")
-    print(f"{'identities':>10} {'payload':>7} {'payload share of trained, by thirds (a | b)':>44} "
+          + ("each identity publishes 16 groups a round (the public model's samples, the first the right answer after the payload)"
+             if args.sampling else
+             "each identity publishes 16 groups a round (half the right answer after the payload, half off by one)"))
+    print(f"{'seed':>4} {'identities':>10} {'payload':>7} {'payload share of trained, by thirds (a | b)':>44} "
           f"{'payload sampled':>15} {'accuracy a, b':>22} {'peer samples a, b':>18} {'round s':>8}")
-    for identities, length, r in rows:
-        shares = " | ".join("/".join(f"{x:.1%}" for x in node) for node in r["payload_share"])
-        acc = ", ".join(f"{b:.3f}->{a:.3f}" for b, a in zip(r["before"], r["accuracy"]))
-        peers = ", ".join(f"{x:.1f}" for x in r["honest_samples"])
-        print(f"{identities:>10} {length:>7} {shares:>44} {max(r['sampled']):>15.1%} {acc:>22} {peers:>18} "
-              f"{r['round_s']:>8.2f}", flush=True)
+    for i, seed in enumerate(range(args.first_seed, args.first_seed + args.seeds)):
+        for (identities, length), results in runs.items():
+            r = results[i]
+            shares = " | ".join("/".join(f"{x:.1%}" for x in node) for node in r["payload_share"])
+            acc = ", ".join(f"{b:.3f}->{a:.3f}" for b, a in zip(r["before"], r["accuracy"]))
+            peers = ", ".join(f"{x:.1f}" for x in r["honest_samples"])
+            print(f"{seed:>4} {identities:>10} {length:>7} {shares:>44} {max(r['sampled']):>15.1%} {acc:>22} "
+                  f"{peers:>18} {r['round_s']:>8.2f}", flush=True)
+    if args.seeds > 1:
+        print(f"accuracy with the crowd - without it, paired by seed over {args.seeds} seeds: mean (SE), "
+              f"one-sided 95 % lower bound (Student's t, {args.seeds - 1} df); non-inferior: bound >= -{MARGIN}")
+        for cell in cells[1:]:
+            for node, name in enumerate(CROWD_HONEST):
+                gains = [crowd["accuracy"][node] - none["accuracy"][node] for crowd, none in zip(runs[cell], runs[0, 0])]
+                mean, se = statistics.mean(gains), statistics.stdev(gains) / math.sqrt(len(gains))
+                bound = mean - float(student_t.ppf(0.95, len(gains) - 1)) * se
+                print(f"  {cell[0]} identities, payload {cell[1]}, node {name}: {mean:+.3f} ({se:.3f}), bound {bound:+.3f}: "
+                      f"{'non-inferior' if bound >= -MARGIN else 'not shown non-inferior'}")
 
 
 def first_crowd(args: argparse.Namespace) -> None:
@@ -1449,7 +1473,12 @@ def main() -> None:
                                      "(searched token by token), not the likeliest first tokens")
         sub_parser.add_argument("--b-joins", type=int, default=0,
                                 help="the round of a's at which the second honest node b starts (its round 0)")
+        sub_parser.add_argument("--sampling", action="store_true",
+                                help="the crowd samples with the public model and puts the right answer in place of "
+                                     "its first sample (no repeats beyond sampling's), not written groups")
         sub_parser.add_argument("--eval-size", type=int, default=200)
+        sub_parser.add_argument("--seeds", type=int, default=1, help="runs of each cell (and of the baseline), paired by seed")
+        sub_parser.add_argument("--first-seed", type=int, default=0)
         sub_parser.add_argument("--set", dest="overrides", action="append", default=[], help="config override")
     first = sub.add_parser("first-crowd", help="real processes: a same-base payload crowd from the first node's start")
     first.add_argument("--identities", type=int, default=6)

@@ -10,6 +10,11 @@ the next one likelier under the model it is judged by. Without one, it tries to 
 peers' share of a batch by numbers. Log-probs are reported truthfully under the public
 starting model, the most weight an honest generator's could buy. bench/attacks.py `drift`,
 `first-crowd` and `useful-crowd` measure them.
+
+Such groups repeat two completions four times each, far more often than their log-probs allow,
+and a node finds them picked, not sampled (swarmnode.screening.repeats). With a `sampler` the
+crowd runs the public model instead and only puts the right answer (after the payload) in place
+of its first sample: its groups repeat as sampling does, and it costs a forward pass a group.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from swarmnode.model.policy import Policy
 from swarmnode.protocol import wire
 from swarmnode.protocol.batches import assigned_prompt_ids
 from swarmnode.protocol.prompts import build_prompt
+from swarmnode.rollout.base import Generator
 from swarmnode.screening.gate import least_likely_window
 from swarmnode.settings.config import Config
 from swarmnode.swarm.base import RolloutExchange
@@ -114,9 +120,10 @@ class UsefulCrowd:
         public: Policy,
         payload: list[int],
         groups: int = 16,
+        sampler: Generator | None = None,
     ) -> None:
         self.exchanges, self.run_id, self.config, self.task = exchanges, run_id, config, task
-        self.public, self.payload, self.groups = public, payload, groups
+        self.public, self.payload, self.groups, self.sampler = public, payload, groups, sampler
         self._cache: dict[int, wire.CompletionGroup] = {}  # prompt id -> its group
         self.digest = family_of(public.tokenizer).digest  # the public model's tokenizer, as its batches name it
 
@@ -149,9 +156,13 @@ class UsefulCrowd:
             ids = (ids + [tokenizer.eos_token_id])[:limit]
             return np.array(ids, dtype=np.int32)
 
-        right = [completion(problem.answer, self.payload) for _ in range(size - size // 2)]
-        wrong = [completion(off_by_one(problem.answer), []) for _ in range(size // 2)]
-        completions = right + wrong
         prompt = build_prompt(self.task, problem, self.public)
+        if self.sampler is not None:  # the public model's own samples, the first one the right answer
+            sampled = [c.tokens for c in self.sampler.generate([prompt], size)[0]]
+            completions = [completion(problem.answer, self.payload)] + sampled[1:]
+        else:
+            right = [completion(problem.answer, self.payload) for _ in range(size - size // 2)]
+            wrong = [completion(off_by_one(problem.answer), []) for _ in range(size // 2)]
+            completions = right + wrong
         logprobs = self.public.token_logprobs([prompt] * size, completions, self.config.rollout.temperature)
         return wire.CompletionGroup.of(prompt_id, [wire.Completion(c, lp.astype(np.float32)) for c, lp in zip(completions, logprobs)])
