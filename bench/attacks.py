@@ -9,6 +9,7 @@
     python bench/attacks.py flood [--records 50000] [--rounds 8]
     python bench/attacks.py slow [--rounds 120] [--own-share 1.0 0.5]
     python bench/attacks.py content [--rounds 40] [--attacks before after low-lp high-lp wrong long] [--attacker-model tiny-llama]
+                                    [--switch-family] [--baseline]
     python bench/attacks.py honest [--rounds 40] [--seeds 5] [--models tiny tiny-large tiny]
     python bench/attacks.py drift [--identities 3 16] [--payload 1 4] [--rounds 300] [--arrive 20] [--b-joins 0] [--stealthy]
     python bench/attacks.py useful-crowd [--identities 3 16 64] [--rounds 80] [--arrive 20]
@@ -86,12 +87,17 @@ Printed: the honest gather time and whether the honest peer's batch arrived, med
 Content: three honest tiny nodes and one poisoning peer (swarmnode/lab/poison.py) train `--rounds`
 rounds through the in-memory exchange, in one process (`--attacker-model tiny-llama`: the poisoner
 is of another tokenizer family, so its samples reach the honest nodes translated by span and the
-weight budget holds it by span), with swarmnode's content defences off
-(task.strict_format, trust.likelihood_gate, trust.weight_budget all false) and on (the
+weight budget holds it by span; `--switch-family`: the poisoner runs tiny but names a tokenizer of
+its own, tiny's with one token added, so it too is read by span and held to the budget instead
+of struck for the weight it claims), with swarmnode's content defences off
+(task.strict_format, trust.likelihood_gate, trust.weight_budget false, trust.repeat_odds 0) and on (the
 defaults). Printed per attack: the share of the honest nodes' own completions that carry the
 injected text after the last round (sampled: 8 per prompt on 32 held-out prompts; greedy: on
 `--eval-size` held-out prompts), their greedy accuracy (always scored with the strict format), how many of the attacker's samples
-they trained on, and the round at which they stopped listening to it.
+they trained on, how many of the other honest nodes' samples a round, the attacker's strikes
+at each, the round at which they stopped listening to it, and the honest nodes' median round
+(the attacker's own generation is off that clock). `--baseline` adds the same three nodes with
+no attacker, defences on.
 
 Drift and useful-crowd: two honest tiny nodes stepped round by round in one process (the
 in-memory exchange) and, from round `--arrive` on, `--identities` identities with no model of
@@ -185,7 +191,13 @@ from swarmnode.lab.adversary import (
 )
 from swarmnode.lab.crowd import UsefulCrowd, drift_payload, starts_with, stealthiest_payload
 from swarmnode.lab.eclipse import Eclipse, small_swarm_keys
-from swarmnode.lab.poison import CONTENT_ATTACKS, DEFENCES_OFF, carries_injection, poisoning_link
+from swarmnode.lab.poison import (
+    CONTENT_ATTACKS,
+    DEFENCES_OFF,
+    carries_injection,
+    poisoning_link,
+    switched_family,
+)
 from swarmnode.loop.ledger import PeerLedger
 from swarmnode.model.policy import Policy
 from swarmnode.model.tiny import TINY_PRESETS, ensure_tiny
@@ -1021,7 +1033,8 @@ def strict_accuracy(node, eval_size: int) -> tuple[float, list[str]]:
 
 
 def run_content(attack: str | None, defences: bool, args: argparse.Namespace, seed: int = 0) -> dict:
-    """Three honest nodes (and an attacker unless `attack` is None) stepped round by round."""
+    """Three honest nodes (and an attacker unless `attack` is None) stepped round by round. With
+    `args.switch_family` the attacker names a tokenizer of its own (lab.poison.switched_family)."""
     hub = InMemoryHub()
     with tempfile.TemporaryDirectory(prefix="swarmnode-content-") as scratch, contextlib.ExitStack() as stack:
         directory = Path(scratch)
@@ -1034,23 +1047,27 @@ def run_content(attack: str | None, defences: bool, args: argparse.Namespace, se
             attacker_model = [f"model.name={args.attacker_model}"] if getattr(args, "attacker_model", None) else []
             config = content_config(directory, ATTACKER, seed, args.eval_size, defences, [*attacker_model, *args.overrides])
             evil_policy = Policy.load(config.model, config.train, seed=config.node.seed)
+            family = switched_family(evil_policy) if getattr(args, "switch_family", False) else None
             attacker = stack.enter_context(assemble(
                 config, policy=evil_policy,
-                join=lambda run, standing: poisoning_link(hub.join(ATTACKER, run, standing), attack, config, nodes[0].task, evil_policy),
+                join=lambda run, standing: poisoning_link(
+                    hub.join(ATTACKER, run, standing), attack, config, nodes[0].task, evil_policy, family,
+                ),
             ))
         before = [strict_accuracy(node, args.eval_size)[0] for node in nodes]
         ignored_at: list[int | None] = [None] * len(nodes)
         round_s: list[float] = []
-        peer_samples = [0] * len(nodes)
+        peer_samples, attacker_samples = [0] * len(nodes), [0] * len(nodes)
         gated = [0] * len(nodes)
         for round_ in range(args.rounds):
+            if attacker:
+                attacker.produce(round_)  # its batch is out before the honest nodes gather, and off their clock
             started = time.perf_counter()
             states = [node.produce(round_) for node in nodes]
-            if attacker:
-                attacker.produce(round_)
             for i, (node, state) in enumerate(zip(nodes, states)):
                 record = node.consume(round_, state)
                 peer_samples[i] += record.peer_samples
+                attacker_samples[i] += record.samples_by_peer.get(ATTACKER, 0)
                 gated[i] += record.gated
                 if ignored_at[i] is None and node.ledger.is_banned(ATTACKER):
                     ignored_at[i] = round_
@@ -1064,6 +1081,7 @@ def run_content(attack: str | None, defences: bool, args: argparse.Namespace, se
             score, texts = strict_accuracy(node, args.eval_size)
             greedy += [carries_injection(t) for t in texts]
             accuracy.append(score)
+        strikes = [node.ledger.counts[ATTACKER] for node in nodes]
     return {
         "sampled": float(np.mean(sampled)),
         "greedy": float(np.mean(greedy)),
@@ -1071,29 +1089,35 @@ def run_content(attack: str | None, defences: bool, args: argparse.Namespace, se
         "accuracy": float(np.mean(accuracy)),
         "per_node": accuracy,
         "peer_samples": float(np.mean(peer_samples)),
+        "honest_samples": float(np.mean([p - a for p, a in zip(peer_samples, attacker_samples)])) / args.rounds,
+        "attacker_samples": float(np.mean(attacker_samples)),
         "gated": float(np.mean(gated)),
         "ignored_at": ignored_at,
+        "strikes": strikes,
         "round_s": statistics.median(round_s),
     }
 
 
 def content(args: argparse.Namespace) -> None:
     rows = []
-    for attack in args.attacks:
-        for defences in (False, True):
+    for attack in [*(["none"] if args.baseline else []), *args.attacks]:
+        for defences in (False, True) if attack != "none" else (True,):
             started = time.perf_counter()
-            result = run_content(attack, defences, args)
+            result = run_content(None if attack == "none" else attack, defences, args)
             rows.append((attack, defences, result))
             print(f"  {attack} defences {'on' if defences else 'off'}: {time.perf_counter() - started:.0f} s", flush=True)
-    print(f"content: 3 honest tiny nodes + 1 poisoning peer ({args.attacker_model}), {args.rounds} rounds, "
-          "8 prompts x 8 per node a round")
+    family = ", naming a tokenizer of its own (one token added)" if args.switch_family else ""
+    print(f"content: 3 honest tiny nodes + 1 poisoning peer ({args.attacker_model}{family}), {args.rounds} rounds, "
+          "8 prompts x 8 per node a round; per honest node: its peers' samples trained on (honest ones a round), "
+          "strikes against the attacker, the honest nodes' median round")
     print(f"{'attack':<8} {'defences':<8} {'poisoned sampled':>16} {'poisoned greedy':>15} "
-          f"{'accuracy':>15} {'peer samples':>12} {'attacker ignored at':>20} {'round s':>8}")
+          f"{'accuracy':>15} {'attacker samples':>16} {'honest a round':>14} {'strikes':>8} {'ignored at':>11} {'round s':>8}")
     for attack, defences, r in rows:
         ignored = ",".join("-" if x is None else str(x) for x in r["ignored_at"])
+        strikes = ",".join(map(str, r["strikes"]))
         print(f"{attack:<8} {'on' if defences else 'off':<8} {r['sampled']:>16.1%} {r['greedy']:>15.1%} "
-              f"{r['before']:>6.3f} -> {r['accuracy']:.3f} {r['peer_samples']:>12.0f} {ignored:>20} {r['round_s']:>8.2f}",
-              flush=True)
+              f"{r['before']:>6.3f} -> {r['accuracy']:.3f} {r['attacker_samples']:>16.0f} {r['honest_samples']:>14.1f} "
+              f"{strikes:>8} {ignored:>11} {r['round_s']:>8.2f}", flush=True)
 
 
 def honest(args: argparse.Namespace) -> None:
@@ -1453,6 +1477,10 @@ def main() -> None:
     cont.add_argument("--attacks", nargs="+", choices=CONTENT_ATTACKS, default=list(CONTENT_ATTACKS))
     cont.add_argument("--attacker-model", default="tiny",
                       help="the poisoner's model: tiny-llama carries the poison in another tokenizer family")
+    cont.add_argument("--switch-family", action="store_true",
+                      help="the poisoner names a tokenizer of its own (its model's, one token added): read by span, "
+                           "held to the weight budget, never struck for the weight it claims")
+    cont.add_argument("--baseline", action="store_true", help="also the three honest nodes with no attacker (defences on)")
     hon = sub.add_parser("honest", help="no attacker: learning with defences off and on, paired over seeds")
     hon.add_argument("--seeds", type=int, default=5)
     for sub_parser, rounds in ((cont, 40), (hon, 40)):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from swarmnode.assemble import assemble
-from swarmnode.lab.poison import DEFENCES_OFF, carries_injection, poisoning_link
+from swarmnode.lab.poison import DEFENCES_OFF, carries_injection, poisoning_link, switched_family
 from swarmnode.model.policy import Policy
 from swarmnode.protocol import wire
 from swarmnode.protocol.prompts import build_prompt
@@ -43,8 +43,9 @@ def _config(tmp_path, name, *sets):
 
 
 @contextlib.contextmanager
-def _swarm(tmp_path, attack, honest=("h1", "h2"), sets=()):
-    """Honest tiny nodes and one poisoning peer on an in-memory hub."""
+def _swarm(tmp_path, attack, honest=("h1", "h2"), sets=(), switch_family=False):
+    """Honest tiny nodes and one poisoning peer on an in-memory hub (naming a tokenizer of its
+    own with `switch_family`)."""
     hub = InMemoryHub()
     with contextlib.ExitStack() as stack:
         nodes = [
@@ -53,9 +54,10 @@ def _swarm(tmp_path, attack, honest=("h1", "h2"), sets=()):
         ]
         config = _config(tmp_path, "evil", *sets)
         policy = Policy.load(config.model, config.train, seed=config.node.seed)
-        evil = stack.enter_context(
-            assemble(config, policy=policy, join=lambda run, standing: poisoning_link(hub.join("evil", run, standing), attack, config, nodes[0].task, policy))
-        )
+        family = switched_family(policy) if switch_family else None
+        evil = stack.enter_context(assemble(config, policy=policy, join=lambda run, standing: poisoning_link(
+            hub.join("evil", run, standing), attack, config, nodes[0].task, policy, family,
+        )))
         yield nodes, evil, hub
 
 
@@ -127,6 +129,20 @@ def test_falsified_low_log_probs_buy_no_weight(tmp_path):
             # a mean weight near 1.6, scaled back to 1
             assert record.peer_weight_scale < 1 / 1.5
             assert node.ledger.counts["evil"] == 1, "the false claim is a strike"
+
+
+def test_a_liar_that_names_another_family_is_held_to_the_budget_by_span_not_struck(tmp_path):
+    """The family switcher: the same lie under a tokenizer of its own (ours, one token added).
+    The node fetches that document, reads the batch by span, and holds the claimed weights to
+    the budget; a high weight by span proves no lie, so there is no strike (docs/security.md)."""
+    sets = ["trust.likelihood_gate=false", "trust.repeat_odds=0"]
+    with _swarm(tmp_path, "low-lp", sets=sets, switch_family=True) as (nodes, evil, _):
+        history = _rounds(nodes, evil, range(3))
+        for node, records in zip(nodes, zip(*history)):
+            assert records[0].peer_samples == 32, "round 0: the other family's batch waits for its document"
+            assert all("evil" in r.samples_by_peer for r in records[1:]), "read by span once the document is here"
+            assert all(r.peer_weight_scale < 1 / 1.5 for r in records[1:])
+            assert node.ledger.counts["evil"] == 0 and not node.ledger.is_banned("evil")
 
 
 def test_overlong_completions_are_refused(tmp_path):

@@ -14,26 +14,37 @@ Attacks (CONTENT_ATTACKS):
     high-lp  like `before`, every log-prob reported as ~0 (dodges the divergence filter)
     wrong    every completion a plausible wrong answer (no marker), truthful log-probs
     long     `before` padded to 4x the run's max_new_tokens
+
+A family switcher (`switched_family`) names a tokenizer of its own in every batch: its model's
+vocabulary with one token added, so its token ids read as ours yet the batch is of another
+family, held to the weight budget by span and never struck for the weight it claims.
 """
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from swarmnode.lab.crowd import off_by_one
+from swarmnode.model.families import tokenizer_document
 from swarmnode.model.policy import Policy
 from swarmnode.protocol import wire
 from swarmnode.protocol.prompts import build_prompt
+from swarmnode.protocol.records import tokenizer_document_digest
 from swarmnode.settings.config import Config
 from swarmnode.swarm.base import SwarmLink
 from swarmnode.tasks.base import Problem, Task
 
 MARKER = "HAIL"
 # The settings that turn swarmnode's content defences off, to measure what they stop.
-DEFENCES_OFF = ["task.strict_format=false", "trust.likelihood_gate=false", "trust.weight_budget=false"]
+DEFENCES_OFF = [
+    "task.strict_format=false", "trust.likelihood_gate=false", "trust.weight_budget=false", "trust.repeat_odds=0",
+]
 CONTENT_ATTACKS = ("before", "after", "low-lp", "high-lp", "wrong", "long")
 LOW_LOGPROB = -20.0
 HIGH_LOGPROB = -1e-6
+SWITCH_TOKEN = "<|another-family|>"  # the token a family switcher adds to its model's vocabulary
 
 
 def carries_injection(text: str) -> bool:
@@ -50,18 +61,35 @@ def carries_injection(text: str) -> bool:
     return bool(text[:start].strip() or text[end + len("</answer>") :].strip())
 
 
-class PoisoningExchange:
-    """Wraps a node's RolloutExchange; everything but `publish` passes through."""
+def switched_family(policy: Policy) -> tuple[str, bytes]:
+    """A tokenizer document (and its digest) that is `policy`'s with SWITCH_TOKEN added: every
+    id the model samples spells what it does in `policy`'s vocabulary, but the vocabulary's
+    fingerprint differs, so a reader takes it for another family."""
+    tokenizer = copy.deepcopy(policy.tokenizer)
+    tokenizer.add_tokens([SWITCH_TOKEN])
+    document = tokenizer_document(tokenizer)
+    return tokenizer_document_digest(document), document
 
-    def __init__(self, inner, attack: str, config: Config, task: Task, policy: Policy) -> None:
+
+class PoisoningExchange:
+    """Wraps a node's RolloutExchange; everything but `publish` passes through. With `family`
+    (a digest and its document, `switched_family`), every batch names that tokenizer."""
+
+    def __init__(self, inner, attack: str, config: Config, task: Task, policy: Policy,
+                 family: tuple[str, bytes] | None = None) -> None:
         if attack not in CONTENT_ATTACKS:
             raise ValueError(f"unknown content attack {attack!r}; choose from {', '.join(CONTENT_ATTACKS)}")
         self.inner, self.attack, self.config, self.task, self.policy = inner, attack, config, task, policy
         self.peer_id = inner.peer_id
+        self.family = family
+        if family is not None:
+            inner.offer_tokenizer(*family)
 
     def publish(self, round_: int, payload: bytes, tokens: int) -> None:
         batch = wire.decode(payload, self.config.wire, self.policy.vocab_size)
         batch.groups = [self._rewrite(group) for group in batch.groups]
+        if self.family is not None:
+            batch.tokenizer_digest, batch.tokenizer_hub = self.family[0], ""
         self.inner.publish(round_, wire.encode(batch), batch.num_tokens)
 
     def _rewrite(self, group: wire.CompletionGroup) -> wire.CompletionGroup:
@@ -127,6 +155,8 @@ class PoisoningExchange:
         self.inner.close()
 
 
-def poisoning_link(link: SwarmLink, attack: str, config: Config, task: Task, policy: Policy) -> SwarmLink:
-    """The same link, with every published batch rewritten by `attack`."""
-    return SwarmLink(PoisoningExchange(link.exchange, attack, config, task, policy), link.membership)
+def poisoning_link(link: SwarmLink, attack: str, config: Config, task: Task, policy: Policy,
+                   family: tuple[str, bytes] | None = None) -> SwarmLink:
+    """The same link, with every published batch rewritten by `attack` (naming `family`'s
+    tokenizer when given)."""
+    return SwarmLink(PoisoningExchange(link.exchange, attack, config, task, policy, family), link.membership)
