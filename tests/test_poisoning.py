@@ -13,6 +13,7 @@ import pytest
 
 from swarmnode.assemble import assemble
 from swarmnode.lab.poison import DEFENCES_OFF, carries_injection, poisoning_link, switched_family
+from swarmnode.loop.pool import PROBATION_EVERY
 from swarmnode.model.policy import Policy
 from swarmnode.protocol import wire
 from swarmnode.protocol.prompts import build_prompt
@@ -110,19 +111,22 @@ def test_injected_text_is_never_trained_on_with_a_positive_advantage(tmp_path, a
 def test_poison_written_four_times_a_group_is_found_picked_and_never_trained_on(tmp_path):
     """At the defaults: the poisoner's groups repeat one written completion four times, claimed
     (by its own model) far less likely than that; within a few rounds its groups are left out
-    whole, its standing is 0, and nothing it sent trains after that; no strike."""
+    whole, its standing is 0, and nothing it sent trains; no strike. Its first batch is
+    evidence enough, before any of its groups is screened; after that its groups are screened
+    only on probation (round 0 here, then every PROBATION_EVERY-th round), and left out."""
     with _swarm(tmp_path, "before") as (nodes, evil, _):
-        history = _rounds(nodes, evil, range(4))
+        history = _rounds(nodes, evil, range(PROBATION_EVERY))
         for node, records in zip(nodes, zip(*history)):
             assert node.ledger.standing("evil") == 0.0 and node.ledger.counts["evil"] == 0
-            last = records[-1]
-            assert "evil" not in last.samples_by_peer and last.picked > 0
-            assert last.peer_samples == 32, "the honest peer's whole batch"
+            assert all("evil" not in r.samples_by_peer for r in records)
+            assert records[0].picked == 8 and all(r.picked == 0 for r in records[1:]), [r.picked for r in records]
+            assert all(r.peer_samples == 32 for r in records), "the honest peer's whole batch"
 
 
 def test_falsified_low_log_probs_buy_no_weight(tmp_path):
-    """With the gate off, the weight budget alone: the liar's weights are scaled to a mean of 1."""
-    with _swarm(tmp_path, "low-lp", sets=["trust.likelihood_gate=false"]) as (nodes, evil, _):
+    """With the gate off, the weight budget alone: the liar's weights are scaled to a mean of 1.
+    (Its written groups would be found picked before they are screened: the check is off.)"""
+    with _swarm(tmp_path, "low-lp", sets=["trust.likelihood_gate=false", "trust.repeat_odds=0"]) as (nodes, evil, _):
         (records,) = _rounds(nodes, evil, range(1))
         for node, record in zip(nodes, records):
             # its poisoned half claims -20 a token (weight C = 2), its honest half is truthful:
@@ -185,3 +189,22 @@ def test_poison_rate_stays_under_ten_percent_with_defences_and_not_without(tmp_p
             shares[defences] = float(np.mean([_poisoned_share(node) for node in nodes]))
     assert shares["on"] < 0.10, shares
     assert shares["off"] > 2 * shares["on"] + 0.05, shares
+
+
+def test_a_sender_does_not_choose_which_of_its_groups_are_taken_first(tmp_path):
+    """A node holds a peer's groups in an order of its own, so a sender that puts its written
+    groups first and pads with sampled ones after cannot have the written ones taken first
+    (while the padding holds its evidence of picking down)."""
+    with _swarm(tmp_path, "before", sets=["trust.repeat_odds=0"]) as (nodes, evil, hub):
+        h1, h2 = nodes
+        differs = 0
+        for round_ in range(4):
+            h2.produce(round_)
+            h1.intake.pool._held.pop("h2", None)
+            h1.intake.collect(round_, 0.0, {})
+            (payload,) = [p for (_, peer, r), p in hub.payloads.items() if peer == "h2" and r == round_]
+            sent = [g.prompt_id for g in wire.decode(payload).groups]
+            held = [g.prompt_id for g in h1.intake.pool._held["h2"]]
+            assert sorted(held) == sorted(sent)
+            differs += held != sent
+        assert differs >= 3, "one in 24 orders of four groups is the sender's"

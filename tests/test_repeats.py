@@ -11,6 +11,7 @@ import numpy as np
 from swarmnode.learn.sample import Group, Sample
 from swarmnode.loop.intake import Intake
 from swarmnode.loop.ledger import PeerLedger
+from swarmnode.protocol.wire import Completion
 from swarmnode.screening.repeats import RepeatEvidence, repeat_odds
 from swarmnode.screening.screen import screen
 from swarmnode.screening.screener import Screener
@@ -30,6 +31,15 @@ def _group(source: str, completions: list[tuple[list[int], float]], advantages: 
         for (tokens, logprob), advantage in zip(completions, advantages, strict=True)
     ]
     return Group(source, Problem(0, "1+1", "2"), [1], samples)
+
+
+def _sent(group: Group) -> list[Completion]:
+    """The group as its sender delivered it: its tokens and claimed log-probs."""
+    return [Completion(s.tokens, s.logprobs) for s in group.samples]
+
+
+def _observe(evidence: RepeatEvidence, group: Group) -> None:
+    evidence.observe(group.source, _sent(group))
 
 
 def _crowd_group(source: str = "crowd") -> Group:
@@ -52,13 +62,13 @@ def _sampled_groups(rng: np.random.Generator, count: int, size: int = 8) -> list
 
 
 def test_a_group_that_repeats_nothing_proves_nothing():
-    assert repeat_odds(_group("p", [([1], -9.0), ([2], -9.0), ([3], -9.0)])) == 1.0
+    assert repeat_odds(_sent(_group("p", [([1], -9.0), ([2], -9.0), ([3], -9.0)]))) == 1.0
 
 
 def test_repeats_are_judged_by_the_sender_s_own_claims():
-    assert repeat_odds(_group("p", [([5, 6], math.log(0.9))] * 8)) > 0.3, "a confident sampler repeats itself"
-    assert repeat_odds(_group("p", [([5, 6], math.log(0.001))] * 4 + [([k], -1.0) for k in range(4)])) < 1e-6
-    assert repeat_odds(_crowd_group()) < 0.2, "no single crowd group proves much ..."
+    assert repeat_odds(_sent(_group("p", [([5, 6], math.log(0.9))] * 8))) > 0.3, "a confident sampler repeats itself"
+    assert repeat_odds(_sent(_group("p", [([5, 6], math.log(0.001))] * 4 + [([k], -1.0) for k in range(4)]))) < 1e-6
+    assert repeat_odds(_sent(_crowd_group())) < 0.2, "no single crowd group proves much ..."
 
 
 def test_an_honest_sampler_s_odds_are_odds():
@@ -67,21 +77,21 @@ def test_an_honest_sampler_s_odds_are_odds():
     groups = _sampled_groups(np.random.default_rng(0), 4000)
     repeating = np.mean([len({s.tokens.tobytes() for s in g.samples}) < len(g.samples) for g in groups])
     assert repeating > 0.5, "most of these groups do repeat completions"
-    odds = np.array([repeat_odds(g) for g in groups])
+    odds = np.array([repeat_odds(_sent(g)) for g in groups])
     for q in (0.01, 0.05, 0.2):
         assert (odds < q).mean() <= q
 
 
 def test_a_picking_crowd_is_found_within_a_batch_and_an_honest_sampler_never():
     crowd = RepeatEvidence(ODDS)
-    found = next(n for n in range(1, 200) if crowd.observe(_crowd_group()) or crowd.picking("crowd"))
+    found = next(n for n in range(1, 200) if _observe(crowd, _crowd_group()) or crowd.picking("crowd"))
     assert found <= 16, "... but a batch of them does"
     honest = RepeatEvidence(ODDS)
     for group in _sampled_groups(np.random.default_rng(1), 5000):
-        honest.observe(group)
+        _observe(honest, group)
         assert not honest.picking("honest")
     # a crowd that turns to sampling leaves the bound again: each group that repeats nothing takes log 2 off
-    left = next(n for n in range(1, 400) if crowd.observe(_group("crowd", [([k], -2.0) for k in range(8)]))
+    left = next(n for n in range(1, 400) if _observe(crowd, _group("crowd", [([k], -2.0) for k in range(8)]))
                 or not crowd.picking("crowd"))
     assert left < 400
 
@@ -90,7 +100,7 @@ def test_the_evidence_is_kept_for_a_bounded_number_of_identities(monkeypatch):
     monkeypatch.setattr("swarmnode.screening.repeats.MAX_TRACKED", 10)
     evidence = RepeatEvidence(ODDS)
     for i in range(50):
-        evidence.observe(_crowd_group(f"junk{i}"))
+        _observe(evidence, _crowd_group(f"junk{i}"))
     assert len(evidence.evidence) == 10
 
 
@@ -123,6 +133,7 @@ def test_a_round_s_screening_finds_the_crowd_and_the_ledger_takes_its_place(tmp_
     ledger.screened("crowd", 8, 8, 0)  # it taught us first, in round 0
     assert ledger.seniority() == {"crowd": 0}
     for round_ in range(1, 40):
+        screener.delivered("crowd", [_sent(_crowd_group())])
         done = screener.open_round([], peers_coming=True).screen([_crowd_group()])
         Intake._record(SimpleNamespace(ledger=ledger), round_, done)
         if done.picking:
@@ -139,9 +150,9 @@ def test_a_round_s_screening_finds_the_crowd_and_the_ledger_takes_its_place(tmp_
 def test_the_check_can_be_turned_off():
     evidence = RepeatEvidence(0.0)
     for _ in range(100):
-        evidence.observe(_crowd_group())
+        _observe(evidence, _crowd_group())
     assert not evidence.picking("crowd") and evidence.evidence == {}
 
 
 def test_one_token_completions_are_judged_like_any():
-    assert repeat_odds(_group("p", [([3], math.log(0.01))] * 4 + [([9, 9], -0.1)] * 4)) < 1e-4
+    assert repeat_odds(_sent(_group("p", [([3], math.log(0.01))] * 4 + [([9, 9], -0.1)] * 4))) < 1e-4

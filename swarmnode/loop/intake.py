@@ -147,7 +147,9 @@ class Intake:
 
     def _accept(self, received: list[Received], our_round: int) -> set[str]:
         """Decode strictly, check each batch belongs to this run and its sender's round, and
-        hold its groups (at most `node.peer_quota`) in the pool; returns who delivered."""
+        hold its groups (at most `node.peer_quota`, in a random order of ours: a sender that
+        pads written groups with sampled ones cannot choose which we take) in the pool, each
+        adding to its sender's evidence of picking; returns who delivered."""
         delivered: set[str] = set()
         now = time.monotonic()
         fetched = self.exchange.tokenizers() + self.hub_tokenizers.ready()  # since the last round, hashes checked
@@ -169,11 +171,15 @@ class Intake:
             self.ledger.delivered(item.peer_id)
             delivered.add(item.peer_id)
             label = "" if self.families.is_own(family) else family.digest
-            groups = [
-                OfferedGroup(item.peer_id, batch.round, g.prompt_id, g.completions(), now, label)
-                for g in batch.groups[: self.config.node.peer_quota]
-            ]
-            self.pool.add(item.peer_id, batch.round, groups, our_round)
+            # in an order of our own: what a sender puts first is not what we take first
+            order = random.Random(f"{self.config.node.seed}:{self.exchange.peer_id}:{item.peer_id}:{batch.round}:order")
+            chosen = order.sample(batch.groups, min(len(batch.groups), self.config.node.peer_quota))
+            groups = [OfferedGroup(item.peer_id, batch.round, g.prompt_id, g.completions(), now, label) for g in chosen]
+            if self.pool.add(item.peer_id, batch.round, groups, our_round):
+                self.screener.delivered(item.peer_id, [group.completions for group in groups])
+                if self.screener.picking(item.peer_id):  # stands at 0 before any of its groups is screened
+                    sent = sum(len(group.completions) for group in groups)
+                    self.ledger.screened(item.peer_id, sent, 0, our_round, picking=True)
         return delivered
 
     def verify(self, item: Received) -> tuple[wire.RolloutBatch, Family]:
@@ -218,7 +224,8 @@ class Intake:
         pass screening (swarmnode.screening): a gated sample takes no room, nor (with
         `node.skip_uninformative`) one with advantage 0; the next groups are screened in their
         place (at most SCREEN_PASSES times), and a group on probation comes on top. Every group
-        screened is used up. Screening's strikes and each peer's useful samples go to the ledger."""
+        screened is used up; a picking peer's groups (screening.repeats) are not screened but
+        on probation. Screening's strikes and each peer's useful samples go to the ledger."""
         _, budget = batch_split(self.config, self.share.current())
         group_size = self.config.rollout.group_size
         # a useless peer's group on probation comes first (pool.fair_queue) and on top of the
@@ -230,7 +237,10 @@ class Intake:
         )
         wanted = (budget + on_probation) * group_size
         taken = Taken()
-        queue = list(offered)
+        # a picking peer's groups would be left out whole: they are not screened (nor used up,
+        # so the pool's hold keeps its next batches away), but on probation, where its evidence
+        # may fall again
+        queue = [g for i, g in enumerate(offered) if (on_probation and i == 0) or not self.screener.picking(g.peer_id)]
         timings["score_s"] = timings["screen_s"] = 0.0
         screening = self.screener.open_round(own, peers_coming=bool(queue) and budget > 0)
         screened_logprobs: list[np.ndarray] = []  # peers' samples under our model (node.adapt_share_nats)

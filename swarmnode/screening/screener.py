@@ -7,9 +7,9 @@ anchored bar moves once. Each pass of the round then screens a chunk of peers' g
 (`ScreeningRound.screen`) with one forward pass of our model (and of the reference) over their
 tokens and returns a `Pass`: the groups judged, the samples that train, the strikes (at most one
 a peer a round, however many passes) and each peer's screened and useful counts, which the
-intake writes to the ledger. Each group screened also adds to its sender's evidence of picking
-rather than sampling (swarmnode.screening.repeats); a peer beyond the bound has its groups left
-out. With neither the gate nor the budget on, every sample passes.
+intake writes to the ledger. Each group a peer delivers adds to its evidence of picking rather
+than sampling (`Screener.delivered`, swarmnode.screening.repeats); a peer beyond the bound has
+its groups left out. With neither the gate nor the budget on, every sample passes.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import numpy as np
 
 from swarmnode.learn.sample import Group, Sample, samples_of
 from swarmnode.model.policy import Policy
+from swarmnode.protocol.wire import Completion
 from swarmnode.screening.gate import Anchor, AnchorBar, own_near_bar
 from swarmnode.screening.repeats import RepeatEvidence
 from swarmnode.screening.screen import Screening, passed, screen
@@ -57,6 +58,16 @@ class Screener:
     def screens(self) -> bool:
         """Whether anything judges peers' samples (otherwise they pass as they are)."""
         return self.config.trust.likelihood_gate or self.config.trust.weight_budget
+
+    def delivered(self, peer: str, groups: list[list[Completion]]) -> None:
+        """A peer's verified groups as they arrive, in its own tokens and claims: evidence of
+        picking (screening.repeats) needs no model, so every group counts, screened or not."""
+        for group in groups:
+            self.repeats.observe(peer, group)
+
+    def picking(self, peer: str) -> bool:
+        """Whether the peer's groups are left out as picked, not sampled (screening.repeats)."""
+        return self.screens and self.repeats.picking(peer)
 
     def open_round(self, own: list[Sample], peers_coming: bool) -> ScreeningRound:
         """This round's screening, its bars set by our own samples. The anchored bar is measured
@@ -116,8 +127,6 @@ class ScreeningRound:
         else:
             theta = screener.logprobs(samples)
             anchor = Anchor(screener.logprobs(samples, reference=True), self.anchor_bar) if self.anchor_bar is not None else None
-            for group in groups:
-                screener.repeats.observe(group)
             picking = frozenset(g.source for g in groups if screener.repeats.picking(g.source))
             screening = screen(groups, theta, self.own, screener.config.trust, screener.config.loss, anchor, picking)
         result = Pass(screening, kept=[], theta=theta, picking=picking)
