@@ -177,8 +177,8 @@ class SpanBatch:
         gen = torch.zeros((len(rows), spans), dtype=torch.float32)
         mask = torch.zeros((len(rows), spans), dtype=torch.float32)
         for b, row in enumerate(rows):
-            of_token[b, : len(row.of_token)] = torch.from_numpy(row.of_token)
-            gen[b, : len(row.gen)] = torch.from_numpy(row.gen)
+            of_token[b, : len(row.of_token)] = torch.tensor(row.of_token)  # a copy: a wire view is read-only
+            gen[b, : len(row.gen)] = torch.tensor(row.gen)
             mask[b, : len(row.gen)] = 1.0
         return SpanBatch(of_token.to(device), gen.to(device), mask.to(device))
 
