@@ -181,6 +181,7 @@ from hivemind.utils.timed_storage import get_dht_time
 from scipy.stats import t as student_t
 
 from swarmnode.assemble import assemble, run_id_for
+from swarmnode.lab.ablation import standard_error
 from swarmnode.lab.adversary import (
     ATTACKS,
     CHEAP_KEY_BITS,
@@ -1135,11 +1136,11 @@ def honest(args: argparse.Namespace) -> None:
         share = on["gated"] / max(on["gated"] + on["peer_samples"], 1)
         print(f"{seed:<5} {off['before']:>7.3f} {off['accuracy']:>13.3f} {on['accuracy']:>12.3f} {diff:>+9.3f} "
               f"{share:>19.1%}")
-    se = statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else float("nan")
+    se = standard_error(diffs)
     print(f"mean on - off: {statistics.mean(diffs):+.3f}, paired SE over seeds {se:.3f}")
     for i, model in enumerate(args.models):
         node_diffs = [on["per_node"][i] - off["per_node"][i] for _, off, on in rows]
-        node_se = statistics.stdev(node_diffs) / math.sqrt(len(node_diffs)) if len(node_diffs) > 1 else float("nan")
+        node_se = standard_error(node_diffs)
         print(f"  node {i + 1} ({model}): off {statistics.mean(off['per_node'][i] for _, off, _ in rows):.3f}, "
               f"on {statistics.mean(on['per_node'][i] for _, _, on in rows):.3f}, "
               f"on - off {statistics.mean(node_diffs):+.3f} (SE {node_se:.3f})")
@@ -1264,7 +1265,7 @@ def crowd_scenario(args: argparse.Namespace, payload_lengths: list[int]) -> None
         for cell in cells[1:]:
             for node, name in enumerate(CROWD_HONEST):
                 gains = [crowd["accuracy"][node] - none["accuracy"][node] for crowd, none in zip(runs[cell], runs[0, 0])]
-                mean, se = statistics.mean(gains), statistics.stdev(gains) / math.sqrt(len(gains))
+                mean, se = statistics.mean(gains), standard_error(gains)
                 bound = mean - float(student_t.ppf(0.95, len(gains) - 1)) * se
                 print(f"  {cell[0]} identities, payload {cell[1]}, node {name}: {mean:+.3f} ({se:.3f}), bound {bound:+.3f}: "
                       f"{'non-inferior' if bound >= -MARGIN else 'not shown non-inferior'}")

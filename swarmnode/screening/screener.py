@@ -94,7 +94,8 @@ class Screener:
         return score([s.prompt_ids for s in samples], [s.tokens for s in samples], self.config.rollout.temperature)
 
     def checkpoint_state(self) -> dict[str, Any]:
-        """What a resumed node keeps (swarmnode.loop.checkpoints): the anchored bar."""
+        """What a resumed node keeps (swarmnode.loop.checkpoints): the anchored bar and each
+        peer's evidence of picking."""
         return {"anchor_bar": {"start": self.anchor_bar.start, "value": self.anchor_bar.value},
                 **self.repeats.checkpoint_state()}
 
@@ -127,7 +128,7 @@ class ScreeningRound:
         else:
             theta = screener.logprobs(samples)
             anchor = Anchor(screener.logprobs(samples, reference=True), self.anchor_bar) if self.anchor_bar is not None else None
-            picking = frozenset(g.source for g in groups if screener.repeats.picking(g.source))
+            picking = frozenset(g.source for g in groups if screener.picking(g.source))
             screening = screen(groups, theta, self.own, screener.config.trust, screener.config.loss, anchor, picking)
         result = Pass(screening, kept=[], theta=theta, picking=picking)
         for peer, found in screening.peers.items():
