@@ -7,6 +7,7 @@ import math
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 from swarmnode.learn.sample import Group, Sample
 from swarmnode.loop.intake import Intake
@@ -15,7 +16,7 @@ from swarmnode.protocol.wire import Completion
 from swarmnode.screening.repeats import RepeatEvidence, repeat_odds
 from swarmnode.screening.screen import screen
 from swarmnode.screening.screener import Screener
-from swarmnode.settings.config import LossSettings, TrustSettings, load_config
+from swarmnode.settings.config import ConfigError, LossSettings, TrustSettings, load_config
 from swarmnode.tasks.base import Problem
 
 ODDS = TrustSettings().repeat_odds
@@ -156,3 +157,9 @@ def test_the_check_can_be_turned_off():
 
 def test_one_token_completions_are_judged_like_any():
     assert repeat_odds(_sent(_group("p", [([3], math.log(0.01))] * 4 + [([9, 9], -0.1)] * 4))) < 1e-4
+
+
+def test_a_repeat_odds_that_is_no_probability_is_a_clear_error(tmp_path):
+    for value, said in (("1", "less than 1"), ("-0.1", "greater than or equal to 0"), ("often", "valid number")):
+        with pytest.raises(ConfigError, match=f"trust.repeat_odds: .*{said}"):
+            load_config(None, [f"node.run_dir={tmp_path}", f"trust.repeat_odds={value}"])
