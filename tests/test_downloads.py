@@ -7,7 +7,7 @@ import asyncio
 import time
 
 from swarmnode.loop.ledger import PeerLedger
-from swarmnode.swarm.hivemind.downloads import MAX_FETCH_ATTEMPTS, Downloads
+from swarmnode.swarm.hivemind.downloads import KNOCKS_IN_FLIGHT, MAX_FETCH_ATTEMPTS, Downloads
 from swarmnode.swarm.hivemind.fetch import Batch, FetchError
 
 MIB = 1 << 20
@@ -97,7 +97,7 @@ def test_a_stranger_whose_download_wasted_its_place_waits_and_a_known_peer_does_
     asyncio.run(scenario())
 
 
-def test_one_download_a_peer_and_strangers_bounded_by_promised_bytes():
+def test_one_download_a_peer_and_strangers_bounded_by_promised_bytes_a_knock_once_it_names_a_length():
     async def scenario() -> None:
         ledger = PeerLedger()
         ledger.delivered("friend")
@@ -111,11 +111,39 @@ def test_one_download_a_peer_and_strangers_bounded_by_promised_bytes():
         downloads.start("friend", held(), None, None)  # a known peer's pull: outside the strangers' budget
         downloads.start("s1", held(), 0, 32 * MIB)
         assert downloads.busy("friend") and downloads.busy("s1") and not downloads.busy("s2")
-        assert downloads.room_for_stranger(), "one max-size promise of two"
         downloads.start("s2", held(), 0, 32 * MIB)
-        assert not downloads.room_for_stranger(), "two max-size promises: the budget is full"
+        assert downloads.admit("friend", 32 * MIB), "a known peer's pull needs no room"
+        downloads.start("k1", held(), None, 0)  # a knock: no bytes held until its header
+        assert downloads.room_for_knock(), "knocks hold no bytes: two max-size promises leave room to knock"
+        assert not downloads.admit("k1", 1), "two max-size promises: the budget has no room for a byte more"
         downloads.cancel_all()
-        assert downloads.running == {} and downloads.room_for_stranger()
+        assert downloads.running == {}
+        downloads.start("k1", held(), None, 0)
+        assert downloads.admit("k1", 32 * MIB) and downloads.promises()["k1"] == 32 * MIB, "the length it named is held"
+        assert not downloads.admit("k1", 64 * MIB + 1), "past the budget, even alone"
+        downloads.cancel_all()
+        hold.set()
+
+    asyncio.run(scenario())
+
+
+def test_silent_knocks_hold_a_bounded_count_and_a_knock_without_room_waits_out_nothing():
+    async def scenario() -> None:
+        downloads = _downloads()
+        hold = asyncio.Event()
+
+        async def held():
+            await hold.wait()
+            return None
+
+        for n in range(KNOCKS_IN_FLIGHT):
+            assert downloads.room_for_knock(), n
+            downloads.start(f"hog{n}", held(), None, 0)
+        assert not downloads.room_for_knock(), "KNOCKS_IN_FLIGHT silent strangers: no further knock now"
+        downloads.cancel_all()
+        no_room = FetchError("no room now", misbehaved=False, no_room=True)
+        await _settled(downloads, "newcomer", _raises(no_room), None, 0)
+        assert not downloads.backoff.waiting("newcomer", time.monotonic()), "our budget was full: its fault in nothing"
         hold.set()
 
     asyncio.run(scenario())

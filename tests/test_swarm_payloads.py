@@ -269,6 +269,27 @@ def test_a_node_of_another_run_answers_no_liveness_probe_and_earns_no_strike(sta
     assert asker.call(fetch.answers(asker.p2p, other_run.peer_id, "another run", 30.0), timeout=EVENT_TIMEOUT_S) is not None
 
 
+def test_a_knock_asks_our_budget_for_the_length_the_header_names_before_reading_the_body(start_runtime):
+    server_side = start_runtime("server")
+    asker = start_runtime("asker", server_side.visible_maddrs())
+    server = PayloadServer(RUN, keep_rounds=5)
+    server_side.call(server.register(server_side.p2p), timeout=10)
+    server.put(0, b"x" * 1000)
+    offered: list[int] = []
+
+    def no_room(length: int) -> bool:
+        offered.append(length)
+        return False
+
+    with pytest.raises(fetch.FetchError) as refused:
+        asker.call(fetch.fetch_next(asker.p2p, server_side.peer_id, RUN, -1, 1 << 20, 30.0, admit=no_room, grace_s=1.0),
+                   timeout=EVENT_TIMEOUT_S)
+    assert offered == [1000] and refused.value.no_room and not refused.value.misbehaved
+    batch = asker.call(fetch.fetch_next(asker.p2p, server_side.peer_id, RUN, -1, 1 << 20, 30.0,
+                                        admit=lambda length: True, grace_s=1.0), timeout=EVENT_TIMEOUT_S)
+    assert batch.round == 0 and batch.payload == b"x" * 1000
+
+
 def test_a_direct_pull_catches_up_round_by_round_within_the_asker_s_staleness():
     """A peer pulled directly published rounds 4 to 7 since our last (3): with a staleness of 1
     we take 6 (7 would make 6 too stale to train on, 4 and 5 are already), then 7; with 0 the

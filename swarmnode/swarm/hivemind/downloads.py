@@ -13,6 +13,11 @@ promised bytes at once (`choose_downloads`), the smallest promise first, and a s
 download wasted its place (silent, too slow, cut, unreachable) waits out a growing back-off
 (`Backoff`) before it is downloaded from again. A thousand junk manifests cost a bounded number
 of doomed downloads and bounded memory, not a round.
+
+A stranger asked directly (a knock: no manifest says how much it will send) holds no bytes of
+that budget until its answer's header names a length (`admit`), and KNOCKS_IN_FLIGHT knocks
+may wait at once: identities that answer a knock with silence hold a cheap slot for a short
+grace each, not the budget an honest newcomer's batch needs.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ log = logging.getLogger(__name__)
 
 MAX_FETCH_ATTEMPTS = 3  # tries of one announced round from an unreachable peer before it is given up (no blame)
 UNEARNED_PAYLOADS_IN_FLIGHT = 2  # strangers' downloads at once, in promised bytes, as max-size payloads
+KNOCKS_IN_FLIGHT = 8  # strangers asked directly at once (each a stream, no bytes until its header)
 STRANGER_BACKOFF_S = 10.0  # a stranger whose download wasted its place waits this long before the next ...
 STRANGER_BACKOFF_MAX_S = 600.0  # ... doubled at each failure in a row, up to this
 
@@ -72,6 +78,7 @@ class Download:
     task: asyncio.Task
     round: int | None  # the round a manifest announced; None: the next after what we have (fetch_next)
     promised: int | None  # bytes it may bring, counted against strangers' budget; None: a known peer's direct pull
+    # (a stranger's knock promises 0 until its header names a length)
 
 
 class Downloads:
@@ -105,13 +112,24 @@ class Downloads:
         running = self.running.get(peer)
         return round_ > self.after(peer) and not (running is not None and running.round == round_)
 
-    def room_for_stranger(self) -> bool:
-        """Another stranger's download of a max-size payload fits `choose_downloads`' bounds."""
-        count, promised = strangers_in_flight(self.promises(), self.ledger.known)
-        return (
-            count < self.max_strangers
-            and promised + self.max_payload_bytes <= UNEARNED_PAYLOADS_IN_FLIGHT * self.max_payload_bytes
-        )
+    def room_for_knock(self) -> bool:
+        """Another stranger may be asked directly now: fewer than KNOCKS_IN_FLIGHT knocks wait, and
+        strangers' downloads stay within `choose_downloads`' count."""
+        count, _ = strangers_in_flight(self.promises(), self.ledger.known)
+        knocks = sum(1 for d in self.running.values() if d.round is None and d.promised is not None)
+        return count < self.max_strangers and knocks < KNOCKS_IN_FLIGHT
+
+    def admit(self, peer: str, length: int) -> bool:
+        """A stranger's knock was answered with `length` bytes: whether strangers' promised bytes
+        have room for them, and if so they are held until the download ends."""
+        download = self.running.get(peer)
+        if download is None or download.promised is None:
+            return True  # a known peer's pull (outside the budget), or one no longer tracked
+        _, promised = strangers_in_flight(self.promises(), self.ledger.known)
+        if promised - download.promised + length > UNEARNED_PAYLOADS_IN_FLIGHT * self.max_payload_bytes:
+            return False
+        download.promised = length
+        return True
 
     def start(self, peer: str, fetch: Coroutine[Any, Any, Batch | None], round_: int | None, promised: int | None) -> None:
         """Run `fetch` (of `round_`, or the newest) as the peer's download."""
@@ -145,7 +163,7 @@ class Downloads:
         self.arrival.set()
 
     def _failed(self, peer: str, asked: int | None, error: FetchError) -> None:
-        if not (error.misbehaved or error.gone) and not self.ledger.known(peer):
+        if not (error.misbehaved or error.gone or error.no_room) and not self.ledger.known(peer):
             self.backoff.failed(peer, time.monotonic())
         if error.misbehaved:
             self._give_up(peer, asked)

@@ -1,7 +1,7 @@
 """The asking side of `/swarmnode/payload/5` (swarmnode.swarm.hivemind.payloads serves it).
 
 Every request goes the same way (`_request`): open a stream to the peer, send the request, read
-the answer's fixed header within FLOOR_GRACE_S, let the request's own rule judge the header
+the answer's fixed header within a grace (FLOOR_GRACE_S; a stranger's pull, less), let the request's own rule judge the header
 (how long a body it allows, or why the answer is refused and whose fault that is), then read
 the body at the floor rate. What differs between requests is only that rule:
 
@@ -54,12 +54,16 @@ class FetchError(RuntimeError):
     """A payload could not be fetched. `misbehaved` is True when the peer sent bad data (as
     opposed to being unreachable or slow), which counts against it."""
 
-    def __init__(self, message: str, misbehaved: bool, cut: bool = False, slow: bool = False, gone: bool = False) -> None:
+    def __init__(
+        self, message: str, misbehaved: bool, cut: bool = False, slow: bool = False, gone: bool = False,
+        no_room: bool = False,
+    ) -> None:
         super().__init__(message)
         self.misbehaved = misbehaved
         self.cut = cut  # the peer closed mid-payload: not provably a lie (a crash looks alike), not retried
         self.slow = slow  # sent below the floor rate: cut by us (a slow link looks alike)
         self.gone = gone  # the round asked for is no longer served: the peer moved on, nothing wasted
+        self.no_room = no_room  # our strangers' budget had no room for the length it offered: its fault in nothing
 
 
 @dataclass(frozen=True)
@@ -71,42 +75,47 @@ class Batch:
 
 
 Judge = Callable[[tuple[int, ...]], int | None]  # an answer's header -> the body's length to read (None: none)
+Admit = Callable[[int], bool]  # a body's length -> whether our budget takes it now
 
 
-async def _request(p2p: P2P, peer_id: str, request: dict[str, Any], header: str, judge: Judge) -> tuple[tuple[int, ...], bytes | None]:
+async def _request(
+    p2p: P2P, peer_id: str, request: dict[str, Any], header: str, judge: Judge, grace_s: float = FLOOR_GRACE_S,
+) -> tuple[tuple[int, ...], bytes | None]:
     """Ask `peer_id` one request; its answer's header (struct format `header`, status first) and
-    its body, whose length `judge` allows or refuses (raising FetchError)."""
+    its body, whose length `judge` allows or refuses (raising FetchError). The header must come,
+    and the body start, within `grace_s`."""
     _, reader, writer = await p2p.call_binary_stream_handler(PeerID.from_base58(peer_id), PROTOCOL)
     try:
         packed = msgpack.packb(request)
         writer.write(struct.pack(">I", len(packed)) + packed)
         await writer.drain()
-        fields = struct.unpack(header, await _read_header(reader, peer_id, struct.calcsize(header)))
+        fields = struct.unpack(header, await _read_header(reader, peer_id, struct.calcsize(header), grace_s))
         length = judge(fields)
-        return fields, None if length is None else await _read_payload(reader, peer_id, length)
+        return fields, None if length is None else await _read_payload(reader, peer_id, length, grace_s=grace_s)
     finally:
         writer.close()
 
 
-async def _read_header(reader: asyncio.StreamReader, peer_id: str, size: int) -> bytes:
-    """An answer's fixed header, within FLOOR_GRACE_S of asking."""
+async def _read_header(reader: asyncio.StreamReader, peer_id: str, size: int, grace_s: float = FLOOR_GRACE_S) -> bytes:
+    """An answer's fixed header, within `grace_s` of asking."""
     try:
-        return await asyncio.wait_for(reader.readexactly(size), FLOOR_GRACE_S)
+        return await asyncio.wait_for(reader.readexactly(size), grace_s)
     except TimeoutError:
-        raise FetchError(f"{peer_id} did not answer within {FLOOR_GRACE_S:.0f} s", misbehaved=False, slow=True) from None
+        raise FetchError(f"{peer_id} did not answer within {grace_s:g} s", misbehaved=False, slow=True) from None
 
 
 async def _read_payload(
-    reader: asyncio.StreamReader, peer_id: str, length: int, floor_bytes_per_s: float = FLOOR_BYTES_PER_S
+    reader: asyncio.StreamReader, peer_id: str, length: int, floor_bytes_per_s: float = FLOOR_BYTES_PER_S,
+    grace_s: float = FLOOR_GRACE_S,
 ) -> bytes:
-    """`length` bytes, arriving at `floor_bytes_per_s` at least once FLOOR_GRACE_S passed: a
+    """`length` bytes, arriving at `floor_bytes_per_s` at least once `grace_s` passed: a
     peer that promised a large payload cannot hold the download (and the budget it takes,
     swarm.hivemind.downloads) by sending nothing, or a few bytes a second."""
     started = time.monotonic()
     parts: list[bytes] = []
     received = 0
     while received < length:
-        due = started + FLOOR_GRACE_S + received / floor_bytes_per_s  # when more than `received` must be here
+        due = started + grace_s + received / floor_bytes_per_s  # when more than `received` must be here
         try:
             # never a zero timeout: bytes already buffered must not be refused for a late wake-up
             chunk = await asyncio.wait_for(reader.read(min(CHUNK_BYTES, length - received)), max(0.05, due - time.monotonic()))
@@ -157,11 +166,13 @@ async def fetch_payload(
 
 async def fetch_next(
     p2p: P2P, peer_id: str, run_id: str, after: int, max_bytes: int, timeout_s: float, behind: int = 0,
+    admit: Admit | None = None, grace_s: float = FLOOR_GRACE_S,
 ) -> Batch | None:
     """Ask a peer directly for its next payload after round `after`: its oldest round after it
     at most `behind` of its rounds behind its newest (0: the newest); None when it has nothing
     newer. The stream authenticates the sender; a round not after `after` or a length above
-    `max_bytes` is refused before the body is read."""
+    `max_bytes` is refused before the body is read, and so is a length `admit` (a budget that
+    learns the length only from the header) has no room for."""
 
     def judge(header: tuple[int, ...]) -> int | None:
         status, round_, length = header
@@ -174,10 +185,12 @@ async def fetch_next(
                 f"{peer_id} answered status {status}, round {round_} (asked after {after}), {length} bytes "
                 f"(at most {max_bytes})", misbehaved=True,
             )
+        if admit is not None and not admit(length):
+            raise FetchError(f"no room now for {length} bytes from {peer_id}", misbehaved=False, no_room=True)
         return length
 
     request = {"run": run_id, "after": after, "behind": behind}
-    (_, round_, _), payload = await _bounded(_request(p2p, peer_id, request, ">BQQ", judge), peer_id, timeout_s)
+    (_, round_, _), payload = await _bounded(_request(p2p, peer_id, request, ">BQQ", judge, grace_s), peer_id, timeout_s)
     return None if payload is None else Batch(round_, payload)
 
 
