@@ -8,6 +8,7 @@ announcing a round a second held the budget for good (issue: four silent identit
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -16,7 +17,9 @@ from swarmnode.swarm.hivemind.fetch import FetchError, _read_payload
 from swarmnode.swarm.hivemind.payloads import FLOOR_GRACE_S
 
 
-async def _fed(chunks: list[tuple[float, bytes]], eof: bool, read_length: int, floor: float) -> bytes:
+async def _fed(
+    chunks: list[tuple[float, bytes]], eof: bool, read_length: int, floor: float, grace_s: float = FLOOR_GRACE_S,
+) -> bytes:
     """_read_payload on a reader fed `chunks` (delay in seconds, bytes)."""
     reader = asyncio.StreamReader()
 
@@ -29,7 +32,7 @@ async def _fed(chunks: list[tuple[float, bytes]], eof: bool, read_length: int, f
 
     feeder = asyncio.ensure_future(feed())
     try:
-        return await _read_payload(reader, "peer", read_length, floor)
+        return await _read_payload(reader, "peer", read_length, floor, grace_s=grace_s)
     finally:
         feeder.cancel()
 
@@ -40,15 +43,16 @@ def test_a_payload_at_the_floor_rate_arrives_whole():
     assert got == data
 
 
-def test_a_download_below_the_floor_rate_is_cut_after_the_grace(monkeypatch):
-    monkeypatch.setattr("swarmnode.swarm.hivemind.fetch.FLOOR_GRACE_S", 0.2)
-    # 100 bytes in the grace, then a byte every 0.15 s: the floor (1 KB/s) wants 100 bytes in 0.1 s
+def test_a_download_below_the_floor_rate_is_cut_after_the_grace():
+    # 100 bytes in the grace (0.2 s), then a byte every 0.15 s: the floor (1 KB/s) wants 100 bytes in 0.1 s
     drip = [(0.05, b"x" * 100)] + [(0.15, b"x")] * 20
+    started = time.monotonic()
     with pytest.raises(FetchError) as err:
-        asyncio.run(_fed(drip, eof=False, read_length=10_000, floor=1000))
+        asyncio.run(_fed(drip, eof=False, read_length=10_000, floor=1000, grace_s=0.2))
     assert err.value.slow and not err.value.misbehaved and "below" in str(err.value)
+    assert time.monotonic() - started < 1.0, "cut soon after the grace it was given"
     with pytest.raises(FetchError) as silent:  # promised and sent nothing
-        asyncio.run(_fed([], eof=False, read_length=10_000, floor=1000))
+        asyncio.run(_fed([], eof=False, read_length=10_000, floor=1000, grace_s=0.2))
     assert silent.value.slow
 
 
