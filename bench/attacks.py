@@ -333,7 +333,7 @@ class DhtTraffic:
                 setattr(DHTProtocol, name, original)
 
 
-CROWDS = ("crowd", "starve")  # attacks run once for each --crowd size
+CROWDS = ("crowd", "starve", "hog")  # attacks run once for each --crowd size
 
 
 def attacker_count(attack: str | None, crowd: int) -> int:
@@ -410,6 +410,8 @@ def run_scenario(
             # per-round count swings (64, 32, 0, ...) while the total is what was learned from
             "honest_samples": statistics.mean(m.get("samples_by_peer", {}).get(ids[other], 0) for m in late),
             "peer_samples": statistics.median(m.get("peer_samples", 0) for m in late),
+            # its first round (from 1) that trained on the other honest node's samples
+            "met_at": next((i + 1 for i, m in enumerate(rounds) if ids[other] in m.get("samples_by_peer", {})), None),
             "timings": {k: statistics.median(m.get(f"{k}_s", math.nan) for m in late) for k in TIMINGS},
             "rss_mb": rss / 2**20,
             # DHT requests a second between this node and the identities' DHT nodes, each way
@@ -503,10 +505,11 @@ def liveness(args: argparse.Namespace) -> None:
         where += ", the honest nodes' other threads and daemons with the attackers"
     print(f"liveness: 2 honest tiny nodes, {args.rounds} rounds, gather_timeout_s {args.deadline:.0f}, "
           f"heartbeat_interval_s {args.heartbeat:g}, {where}; "
-          "medians of rounds 3 on; honest samples: the other honest node's samples trained on a round (mean); "
+          "medians of rounds 3 on; met at: its first round with the other honest node's samples; "
+          "honest samples: the other honest node's samples trained on a round (mean); "
           "CPU s/round: the honest node's process and p2p daemon")
     print(f"{'attack':<8} {'node':<4} {'rounds':>9} {'median round s':>15} {'vs none':>8} {'CPU s/round':>12} "
-          f"{'vs none':>8} {'liar counted':>13} "
+          f"{'vs none':>8} {'liar counted':>13} {'met at':>7} "
           f"{'honest samples':>15} {'vs none':>8} {'all peers':>10} {'peak RSS MB':>12} {'vs none':>8} "
           f"{'attackers cores':>16}  round: {' / '.join(TIMINGS)} s")
     for attack, result in rows:
@@ -515,7 +518,7 @@ def liveness(args: argparse.Namespace) -> None:
             parts = " / ".join(f"{r['timings'][k]:.3f}" for k in TIMINGS)
             print(f"{attack:<8} {name:<4} {r['rounds']:>4}/{args.rounds:<4} {r['round_s']:>15.2f} "
                   f"{r['round_s'] / base['round_s']:>7.2f}x {r['cpu_s']:>12.3f} {r['cpu_s'] / base['cpu_s']:>7.2f}x "
-                  f"{r['rejected']:>13} {r['honest_samples']:>15.1f} "
+                  f"{r['rejected']:>13} {'-' if r['met_at'] is None else r['met_at']:>7} {r['honest_samples']:>15.1f} "
                   f"{r['honest_samples'] / max(base['honest_samples'], 1):>7.2f}x {r['peer_samples']:>10.0f} "
                   f"{r['rss_mb']:>12.0f} {r['rss_mb'] / max(base['rss_mb'], 1):>7.2f}x "
                   f"{result['attackers_cores']:>16.2f}  {parts}",
@@ -544,6 +547,10 @@ def eclipse(args: argparse.Namespace) -> None:
                          "bound to their keys, so it cannot join through an eclipse of free ids")
     for spec in TINY_PRESETS.values():
         ensure_tiny(spec)
+    cores = sorted(os.sched_getaffinity(0))
+    args.honest_core = cores[0] if args.pin and len(cores) > 1 else None
+    if args.honest_core is not None:  # the eclipse's daemons and grinding (this process's children) off it
+        os.sched_setaffinity(0, set(cores[1:]))
     with contextlib.ExitStack() as stack:
         root = args.keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="swarmnode-eclipse-")))
         rows = [("none", run_eclipse(root / "none", None, args))]
@@ -553,7 +560,9 @@ def eclipse(args: argparse.Namespace) -> None:
     print(f"eclipse: {args.per_key} refusing DHT nodes next to each of the run's 6 shard keys ({ids}), placed "
           f"{args.placed} a starts (none: a founds the swarm), b through a, c through b once a finished {args.c_after} rounds; "
           f"{args.rounds} rounds each (c: {args.c_rounds}), gather_timeout_s {args.deadline:.0f}; "
-          "+N: N fake heartbeats kept by the eclipse; means of rounds 3 on")
+          + (f"honest nodes pinned to core {args.honest_core}, the eclipse to the others; " if args.honest_core is not None
+             else "unpinned: the eclipse's daemons share the cores; ")
+          + "+N: N fake heartbeats kept by the eclipse; means of rounds 3 on")
     print(f"{'scenario':<11} {'node':<4} {'rounds':>7} {'median round s':>15} {'vs none':>8} {'CPU s/round':>12} "
           f"{'vs none':>8} {'from a':>7} {'from b':>7} {'from c':>7} {'vs none':>8} {'first round with':>17} "
           f"{'long waits':>11} {'honest heartbeats in DHT':>25}")
@@ -600,7 +609,7 @@ def run_eclipse(directory: Path, fakes: int | None, args: argparse.Namespace) ->
         if attack is not None and args.placed == "before":
             attack.start(timeout_s=3600)
             bootstrap = attack.maddrs()[:1]
-        processes["a"] = start_node(directory / "a", configs["a"], bootstrap)
+        processes["a"] = start_node(directory / "a", configs["a"], bootstrap, core=args.honest_core)
         a_maddrs = address_of(directory / "a", processes["a"])
         if attack is not None and args.placed == "after":
             attack.start(timeout_s=3600, join=a_maddrs)
@@ -609,7 +618,7 @@ def run_eclipse(directory: Path, fakes: int | None, args: argparse.Namespace) ->
             liar.start()
             attack.accept.add(liar.runtime.signer.local_public_key)
             liars.append(liar)
-        processes["b"] = start_node(directory / "b", configs["b"], a_maddrs)
+        processes["b"] = start_node(directory / "b", configs["b"], a_maddrs, core=args.honest_core)
         b_maddrs = address_of(directory / "b", processes["b"])
         metrics_a = directory / "a" / "run" / "metrics.jsonl"
         deadline = time.monotonic() + 1800
@@ -619,7 +628,7 @@ def run_eclipse(directory: Path, fakes: int | None, args: argparse.Namespace) ->
             time.sleep(0.5)
         with ThreadPoolExecutor(max_workers=1) as reading:  # while a and b train, beside c's start
             dht_heartbeats = reading.submit(honest_heartbeats_in_dht, a_maddrs, configs["a"]["swarm"]["stale_after_s"])
-            processes["c"] = start_node(directory / "c", configs["c"], b_maddrs)
+            processes["c"] = start_node(directory / "c", configs["c"], b_maddrs, core=args.honest_core)
             cpu_s: list[tuple[float, float, float]] = []
             watch_rss(list(processes.values()), timeout_s=1800, cpu_s=cpu_s)
             dht_heartbeats = dht_heartbeats.result()
@@ -1173,9 +1182,9 @@ def run_crowd(identities: int, payload_len: int, args: argparse.Namespace, seed:
         else:
             payload = drift_payload(public, nodes[0].task, payload_len)
         names = [f"crowd{i}" for i in range(identities)]
-        sampler = HFGenerator(public, nodes[0].config.rollout, seed=seed + 1) if args.sampling else None
+        sampler = HFGenerator(public, nodes[0].config.rollout, seed=seed + 1) if args.sampling or args.padding else None
         crowd = UsefulCrowd([hub.exchange(n, nodes[0].run_id, PeerLedger()) for n in names], nodes[0].run_id,
-                            nodes[0].config, nodes[0].task, public, payload, sampler=sampler)
+                            nodes[0].config, nodes[0].task, public, payload, sampler=sampler, padding=args.padding)
         trained = [[] for _ in nodes]  # per node, per round: (samples, payload samples, other honest's samples)
         for node, log in zip(nodes, trained):
             node.intake.take = _counting_take(node.intake.take, log, crowd, names)
@@ -1236,6 +1245,8 @@ def _counting_take(take, log: list, crowd: UsefulCrowd, crowd_names: list[str]):
 
 
 def crowd_scenario(args: argparse.Namespace, payload_lengths: list[int]) -> None:
+    if args.padding and args.sampling:
+        raise SystemExit("--padding pads written groups with sampled ones; --sampling writes none: choose one")
     cells = [(0, 0)] + [(identities, length) for identities in args.identities for length in payload_lengths]
     runs: dict[tuple[int, int], list[dict]] = {cell: [] for cell in cells}
     for seed in range(args.first_seed, args.first_seed + args.seeds):
@@ -1248,7 +1259,9 @@ def crowd_scenario(args: argparse.Namespace, payload_lengths: list[int]) -> None
           f"from a's round {args.arrive} on, "
           + ("each identity publishes 16 groups a round (the public model's samples, the first the right answer after the payload)"
              if args.sampling else
-             "each identity publishes 16 groups a round (half the right answer after the payload, half off by one)"))
+             "each identity publishes 16 groups a round (half the right answer after the payload, half off by one)"
+             + (f", {16 - UsefulCrowd.written_of(16, args.padding)} of them the public model's plain samples"
+                if args.padding else "")))
     print(f"{'seed':>4} {'identities':>10} {'payload':>7} {'payload share of trained, by thirds (a | b)':>44} "
           f"{'payload sampled':>15} {'accuracy a, b':>22} {'peer samples a, b':>18} {'round s':>8}")
     for i, seed in enumerate(range(args.first_seed, args.first_seed + args.seeds)):
@@ -1461,6 +1474,9 @@ def main() -> None:
                           "its shard key's (default: ids chosen freely, which swarmnode nodes refuse)")
     ecl.add_argument("--placed", choices=("before", "after"), default="after",
                      help="the eclipse starts before a (a joins through it; needs --grind-bits) or after (joins through a)")
+    ecl.add_argument("--pin", action="store_true",
+                     help="pin the honest nodes to the first core and the eclipse (its daemons, its grinding) to the "
+                          "others, in the baseline too: the ratios then measure the protocol, not a shared core")
     ecl.add_argument("--keep", type=Path, default=None, help="keep the nodes' run dirs here (default: a temp dir)")
     gho = sub.add_parser("ghost", help="in-process: heartbeats stored once by identities that left")
     gho.add_argument("--stale", type=float, default=6.0, help="the honest node's swarm.stale_after_s")
@@ -1505,6 +1521,9 @@ def main() -> None:
         sub_parser.add_argument("--sampling", action="store_true",
                                 help="the crowd samples with the public model and puts the right answer in place of "
                                      "its first sample (no repeats beyond sampling's), not written groups")
+        sub_parser.add_argument("--padding", type=float, default=0.0,
+                                help="share of each batch's groups that are the public model's plain samples, the "
+                                     "rest written as without --sampling (keeps the evidence of picking low)")
         sub_parser.add_argument("--eval-size", type=int, default=200)
         sub_parser.add_argument("--seeds", type=int, default=1, help="runs of each cell (and of the baseline), paired by seed")
         sub_parser.add_argument("--first-seed", type=int, default=0)

@@ -8,6 +8,10 @@ identity that heartbeats under an honest run id and misbehaves in one way.
 - `cut`: publishes manifests of a large payload (32 MiB) and closes after all but its last byte;
 - `starve`: like `mute`, each manifest promising 32 MiB (tries to hold the strangers' download
   budget; bench/attacks.py runs it as a crowd of identities);
+- `hog`: announces nothing, downloads every honest node's newest batch each beat (so it is the
+  newest in their lists of peers that asked them, tried as strangers before the heartbeats'),
+  and answers a download back with silence (tries to hold the strangers' two pull slots, so an
+  honest newcomer is not heard; run as a crowd);
 - `idle`: opens IDLE_STREAMS payload streams to every honest node and says nothing, again
   every IDLE_REOPEN_S (tries to take every serving slot);
 - `churn`: keeps IDLE_STREAMS payload streams open to every honest node, each re-opened the
@@ -46,18 +50,19 @@ from swarmnode.protocol.batches import assigned_prompt_ids
 from swarmnode.protocol.records import Heartbeat, RecordError
 from swarmnode.settings.config import SwarmSettings
 from swarmnode.swarm.hivemind.dht import Manifest, heartbeat_from_record, owner_or_none, pack, payload_digest
-from swarmnode.swarm.hivemind.fetch import fetch_payload
+from swarmnode.swarm.hivemind.fetch import fetch_next, fetch_payload
 from swarmnode.swarm.hivemind.payloads import OK, PROTOCOL, PayloadServer
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 from swarmnode.swarm.hivemind.shards import HEARTBEAT_FAMILY, ShardedFamily, manifest_family
 
 log = logging.getLogger(__name__)
 
-ATTACKS = ("far", "silent", "mute", "starve", "drip", "cut", "idle", "churn", "late", "crowd")
+ATTACKS = ("far", "silent", "mute", "starve", "hog", "drip", "cut", "idle", "churn", "late", "crowd")
 LOOPBACK = ["/ip4/127.0.0.1/tcp/0"]
 FAKE_PAYLOAD_BYTES = 4096
 CUT_PAYLOAD_BYTES = 32 * 1024 * 1024
-SERVES = ("mute", "starve", "drip", "cut")  # attacks that announce batches and answer downloads badly
+SERVES = ("mute", "starve", "hog", "drip", "cut")  # attacks that answer downloads badly
+ANNOUNCES = ("mute", "starve", "drip", "cut")  # ... and announce batches to be downloaded
 IDLE_STREAMS = 16
 IDLE_REOPEN_S = 10.0
 VALID = ("late", "crowd")  # attacks that publish batches an honest node accepts
@@ -145,7 +150,9 @@ class LivenessAttacker:
                     self._churning.add(beat.peer)
                     for _ in range(IDLE_STREAMS):
                         asyncio.create_task(self._churn(beat.peer))
-        if self.attack in SERVES:  # announce a new batch of its own every beat
+        if self.attack == "hog":
+            await asyncio.gather(*(self._download_newest(beat.peer) for beat in honest))
+        if self.attack in ANNOUNCES:  # announce a new batch of its own every beat
             self._announced += 1
             manifest = Manifest(self.runtime.peer_id, self._announced, self._payload_bytes, os.urandom(32), 100)
             await self._announce(manifest)
@@ -163,6 +170,11 @@ class LivenessAttacker:
             except Exception as err:  # refused or dropped: try again at once, as an attacker would
                 log.debug("churn to %s: %s", peer, err)
                 await asyncio.sleep(0.01)
+
+    async def _download_newest(self, peer: str) -> None:
+        """`peer`'s newest batch, as any peer may ask it: we become the newest peer that asked."""
+        with contextlib.suppress(Exception):
+            await fetch_next(self.runtime.p2p, peer, self.run_id, -1, wire.WireSettings().max_bytes, timeout_s=5.0)
 
     async def _announce(self, manifest: Manifest) -> None:
         await self.runtime.store_owned_all(self._manifests.write_keys(), manifest.to_value(), get_dht_time() + 120)
@@ -228,7 +240,7 @@ class LivenessAttacker:
     async def _serve_badly(self, info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             await reader.read(1024)
-            if self.attack in ("mute", "starve"):
+            if self.attack in ("mute", "starve", "hog"):
                 await asyncio.sleep(3600)
             writer.write(struct.pack(">BQ", OK, self._payload_bytes))
             if self.attack == "cut":
@@ -241,6 +253,8 @@ class LivenessAttacker:
                 await asyncio.sleep(1.0)
         except ConnectionError:
             pass  # the downloader gave up: what a drip is meant to cause
+        except asyncio.CancelledError:
+            pass  # the identity stops: its held streams end quietly (the daemon's client reports each otherwise)
         finally:
             writer.close()
 

@@ -15,6 +15,8 @@ Such groups repeat two completions four times each, far more often than their lo
 and a node finds them picked, not sampled (swarmnode.screening.repeats). With a `sampler` the
 crowd runs the public model instead and only puts the right answer (after the payload) in place
 of its first sample: its groups repeat as sampling does, and it costs a forward pass a group.
+With `padding` (and a sampler) it writes only some groups of each batch and fills the rest with
+the public model's plain samples, to keep its evidence of picking low.
 """
 
 from __future__ import annotations
@@ -121,18 +123,31 @@ class UsefulCrowd:
         payload: list[int],
         groups: int = 16,
         sampler: Generator | None = None,
+        padding: float = 0.0,
     ) -> None:
+        if padding and sampler is None:
+            raise ValueError("padding fills batches with the public model's samples: give a sampler")
+        if not 0.0 <= padding < 1.0:
+            raise ValueError(f"padding is the share of plain sampled groups, in [0, 1): got {padding}")
         self.exchanges, self.run_id, self.config, self.task = exchanges, run_id, config, task
         self.public, self.payload, self.groups, self.sampler = public, payload, groups, sampler
-        self._cache: dict[int, wire.CompletionGroup] = {}  # prompt id -> its group
+        # groups of a batch it writes (the first ones; a node takes them in an order of its own)
+        self.written = self.written_of(groups, padding)
+        self._padding = padding
+        self._cache: dict[tuple[int, bool], wire.CompletionGroup] = {}  # (prompt id, plain sample) -> its group
         self.digest = family_of(public.tokenizer).digest  # the public model's tokenizer, as its batches name it
+
+    @staticmethod
+    def written_of(groups: int, padding: float) -> int:
+        """Groups of a batch of `groups` written when `padding` of them are plain samples (one at least)."""
+        return max(1, round(groups * (1.0 - padding)))
 
     def publish(self, round_: int) -> None:
         for exchange in self.exchanges:
             ids = assigned_prompt_ids(self.config.node.seed, exchange.peer_id, round_, self.groups, self.task.num_train)
             batch = wire.RolloutBatch(
                 run_id=self.run_id, peer_id=exchange.peer_id, round=round_,
-                tokenizer_digest=self.digest, groups=[self._group(i) for i in ids],
+                tokenizer_digest=self.digest, groups=[self._group(i, n >= self.written) for n, i in enumerate(ids)],
             )
             exchange.publish(round_, wire.encode(batch), batch.num_tokens)
 
@@ -140,12 +155,12 @@ class UsefulCrowd:
         """Whether a completion starts with the payload (none: never)."""
         return starts_with(tokens, self.payload)
 
-    def _group(self, prompt_id: int) -> wire.CompletionGroup:
-        if prompt_id not in self._cache:
-            self._cache[prompt_id] = self._make_group(prompt_id)
-        return self._cache[prompt_id]
+    def _group(self, prompt_id: int, plain: bool) -> wire.CompletionGroup:
+        if (prompt_id, plain) not in self._cache:
+            self._cache[prompt_id, plain] = self._make_group(prompt_id, plain)
+        return self._cache[prompt_id, plain]
 
-    def _make_group(self, prompt_id: int) -> wire.CompletionGroup:
+    def _make_group(self, prompt_id: int, plain: bool) -> wire.CompletionGroup:
         problem = self.task.train_problem(prompt_id)
         tokenizer = self.public.tokenizer
         limit = self.config.rollout.max_new_tokens
@@ -157,7 +172,9 @@ class UsefulCrowd:
             return np.array(ids, dtype=np.int32)
 
         prompt = build_prompt(self.task, problem, self.public)
-        if self.sampler is not None:  # the public model's own samples, the first one the right answer
+        if plain:  # padding: the public model's own samples, as an honest peer of it sends
+            completions = [c.tokens for c in self.sampler.generate([prompt], size)[0]]
+        elif self.sampler is not None and not self._padding:  # its own samples, the first one the right answer
             sampled = [c.tokens for c in self.sampler.generate([prompt], size)[0]]
             completions = [completion(problem.answer, self.payload)] + sampled[1:]
         else:
