@@ -5,9 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import time
+from types import SimpleNamespace
 
 from swarmnode.loop.ledger import PeerLedger
-from swarmnode.swarm.hivemind.downloads import KNOCKS_IN_FLIGHT, MAX_FETCH_ATTEMPTS, Downloads
+from swarmnode.settings.config import SwarmSettings
+from swarmnode.swarm.hivemind import exchange as exchange_module
+from swarmnode.swarm.hivemind.downloads import (
+    KNOCK_PLACE_S,
+    KNOCKS_IN_FLIGHT,
+    KNOCKS_OPEN,
+    MAX_FETCH_ATTEMPTS,
+    Downloads,
+)
 from swarmnode.swarm.hivemind.fetch import Batch, FetchError
 
 MIB = 1 << 20
@@ -111,11 +120,13 @@ def test_one_download_a_peer_and_strangers_bounded_by_promised_bytes_a_knock_onc
         downloads.start("friend", held(), None, None)  # a known peer's pull: outside the strangers' budget
         downloads.start("s1", held(), 0, 32 * MIB)
         assert downloads.busy("friend") and downloads.busy("s1") and not downloads.busy("s2")
+        assert downloads.room_for_knock(), "one max-size promise of two: room to knock"
+        downloads.start("k1", held(), None, 0)  # a knock: no bytes held until its header
         downloads.start("s2", held(), 0, 32 * MIB)
         assert downloads.admit("friend", 32 * MIB), "a known peer's pull needs no room"
-        downloads.start("k1", held(), None, 0)  # a knock: no bytes held until its header
-        assert downloads.room_for_knock(), "knocks hold no bytes: two max-size promises leave room to knock"
+        assert not downloads.room_for_knock(), "two max-size promises: an answer could not be taken, so no knock"
         assert not downloads.admit("k1", 1), "two max-size promises: the budget has no room for a byte more"
+        assert not downloads.admit("nobody", 1), "a download not running is not admitted"
         downloads.cancel_all()
         assert downloads.running == {}
         downloads.start("k1", held(), None, 0)
@@ -127,23 +138,71 @@ def test_one_download_a_peer_and_strangers_bounded_by_promised_bytes_a_knock_onc
     asyncio.run(scenario())
 
 
-def test_silent_knocks_hold_a_bounded_count_and_a_knock_without_room_waits_out_nothing():
+def test_a_silent_knock_holds_a_place_for_a_second_and_a_stream_within_a_bound():
     async def scenario() -> None:
-        downloads = _downloads()
+        ledger = PeerLedger()
+        downloads = _downloads(ledger)
         hold = asyncio.Event()
 
         async def held():
             await hold.wait()
             return None
 
+        def age_every_knock() -> None:
+            for download in downloads.running.values():
+                download.started -= KNOCK_PLACE_S
+
         for n in range(KNOCKS_IN_FLIGHT):
             assert downloads.room_for_knock(), n
             downloads.start(f"hog{n}", held(), None, 0)
-        assert not downloads.room_for_knock(), "KNOCKS_IN_FLIGHT silent strangers: no further knock now"
+        assert not downloads.room_for_knock(), "KNOCKS_IN_FLIGHT silent strangers: no further knock this second"
+        age_every_knock()
+        assert downloads.room_for_knock(), "a knock holds its place only for its first second"
+        for n in range(KNOCKS_IN_FLIGHT, KNOCKS_OPEN):
+            downloads.start(f"hog{n}", held(), None, 0)
+            age_every_knock()
+        assert not downloads.room_for_knock(), "KNOCKS_OPEN knocks waiting for their header: no further one"
+        assert downloads.admit("hog0", 1000)
+        assert downloads.room_for_knock(), "an answered knock waits no longer"
+        ledger.delivered("hog1")
+        assert downloads.admit("hog1", 64 * MIB + 1), "delivered meanwhile: outside the strangers' budget"
         downloads.cancel_all()
         no_room = FetchError("no room now", misbehaved=False, no_room=True)
         await _settled(downloads, "newcomer", _raises(no_room), None, 0)
         assert not downloads.backoff.waiting("newcomer", time.monotonic()), "our budget was full: its fault in nothing"
+        hold.set()
+
+    asyncio.run(scenario())
+
+
+def test_the_exchange_knocks_on_a_stranger_with_our_budget_and_pulls_a_known_peer_outside_it(monkeypatch):
+    asked: dict[str, dict] = {}
+    hold = asyncio.Event()
+
+    async def recorded(p2p, peer, run_id, after, max_bytes, timeout_s, **kwargs):  # noqa: ANN001
+        asked[peer] = {"timeout_s": timeout_s, **kwargs}
+        await hold.wait()  # running until the end of the test
+        return None
+
+    monkeypatch.setattr(exchange_module, "fetch_next", recorded)
+
+    async def scenario() -> None:
+        ledger = PeerLedger()
+        ledger.delivered("friend")
+        exchange = object.__new__(exchange_module.HivemindExchange)  # only what _ask_directly reads
+        exchange.downloads = _downloads(ledger)
+        exchange.settings = SwarmSettings()
+        exchange.runtime = SimpleNamespace(p2p=None)
+        exchange.run_id, exchange.max_payload_bytes, exchange.catch_up_rounds = "run", 32 * MIB, 0
+        exchange._ask_directly(["friend", "stranger"], strangers={"stranger"})
+        assert exchange.downloads.promises() == {"friend": None, "stranger": 0}, "a knock holds no bytes yet"
+        await asyncio.sleep(0)
+        assert asked["friend"]["admit"] is None and asked["friend"]["timeout_s"] == SwarmSettings().fetch_timeout_s
+        assert asked["stranger"]["timeout_s"] == exchange_module.STRANGER_PULL_TIMEOUT_S
+        assert asked["stranger"]["admit"](1000) and exchange.downloads.promises()["stranger"] == 1000, (
+            "the length its answer names is held against the strangers' budget"
+        )
+        exchange.downloads.cancel_all()
         hold.set()
 
     asyncio.run(scenario())

@@ -8,6 +8,7 @@ anything: each waits for the event that shows the behaviour (tests/swarm_helpers
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import struct
 import threading
@@ -270,23 +271,39 @@ def test_a_node_of_another_run_answers_no_liveness_probe_and_earns_no_strike(sta
 
 
 def test_a_knock_asks_our_budget_for_the_length_the_header_names_before_reading_the_body(start_runtime):
-    server_side = start_runtime("server")
-    asker = start_runtime("asker", server_side.visible_maddrs())
-    server = PayloadServer(RUN, keep_rounds=5)
-    server_side.call(server.register(server_side.p2p), timeout=10)
-    server.put(0, b"x" * 1000)
+    """A stranger's answer names 1000 bytes and then sends nothing: refused at its header, at
+    once, when our budget has no room (not after waiting for a body); read whole when it has."""
+    stalling = start_runtime("stalling")
+    asker = start_runtime("asker", stalling.visible_maddrs())
+
+    async def header_then_silence(info, reader, writer) -> None:  # noqa: ANN001
+        await payloads._read_request(reader)
+        writer.write(struct.pack(">BQQ", payloads.OK, 0, 1000))
+        await writer.drain()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(30)
+        writer.close()
+
+    stalling.call(stalling.p2p.add_binary_stream_handler(PAYLOAD_PROTOCOL, header_then_silence), timeout=10)
     offered: list[int] = []
 
     def no_room(length: int) -> bool:
         offered.append(length)
         return False
 
+    started = time.monotonic()
     with pytest.raises(fetch.FetchError) as refused:
-        asker.call(fetch.fetch_next(asker.p2p, server_side.peer_id, RUN, -1, 1 << 20, 30.0, admit=no_room, grace_s=1.0),
+        asker.call(fetch.fetch_next(asker.p2p, stalling.peer_id, RUN, -1, 1 << 20, 30.0, admit=no_room),
                    timeout=EVENT_TIMEOUT_S)
     assert offered == [1000] and refused.value.no_room and not refused.value.misbehaved
+    assert time.monotonic() - started < payloads.FLOOR_GRACE_S, "refused at the header, not after the body's grace"
+
+    server_side = start_runtime("server", stalling.visible_maddrs())
+    server = PayloadServer(RUN, keep_rounds=5)
+    server_side.call(server.register(server_side.p2p), timeout=10)
+    server.put(0, b"x" * 1000)
     batch = asker.call(fetch.fetch_next(asker.p2p, server_side.peer_id, RUN, -1, 1 << 20, 30.0,
-                                        admit=lambda length: True, grace_s=1.0), timeout=EVENT_TIMEOUT_S)
+                                        admit=lambda length: True), timeout=EVENT_TIMEOUT_S)
     assert batch.round == 0 and batch.payload == b"x" * 1000
 
 

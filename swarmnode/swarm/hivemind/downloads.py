@@ -15,9 +15,12 @@ download wasted its place (silent, too slow, cut, unreachable) waits out a growi
 of doomed downloads and bounded memory, not a round.
 
 A stranger asked directly (a knock: no manifest says how much it will send) holds no bytes of
-that budget until its answer's header names a length (`admit`), and KNOCKS_IN_FLIGHT knocks
-may wait at once: identities that answer a knock with silence hold a cheap slot for a short
-grace each, not the budget an honest newcomer's batch needs.
+that budget until its answer's header names a length (`admit`). A knock takes one of
+KNOCKS_IN_FLIGHT places for its first KNOCK_PLACE_S only (a batch is served from memory, so an
+answer usually starts by then) and a stream until its header or the pull's deadline, at most
+KNOCKS_OPEN of them: identities that answer with silence hold a place for a second each, not
+the budget an honest newcomer's batch needs, and a busy honest peer still has the whole grace
+to answer.
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ log = logging.getLogger(__name__)
 
 MAX_FETCH_ATTEMPTS = 3  # tries of one announced round from an unreachable peer before it is given up (no blame)
 UNEARNED_PAYLOADS_IN_FLIGHT = 2  # strangers' downloads at once, in promised bytes, as max-size payloads
-KNOCKS_IN_FLIGHT = 8  # strangers asked directly at once (each a stream, no bytes until its header)
+KNOCKS_IN_FLIGHT = 8  # strangers asked directly in the last KNOCK_PLACE_S, at once ...
+KNOCK_PLACE_S = 1.0  # ... (a knock holds no bytes until its header, and a place only this long)
+KNOCKS_OPEN = 32  # knocks waiting for their header at once, however old (a stream each)
 STRANGER_BACKOFF_S = 10.0  # a stranger whose download wasted its place waits this long before the next ...
 STRANGER_BACKOFF_MAX_S = 600.0  # ... doubled at each failure in a row, up to this
 
@@ -79,6 +84,7 @@ class Download:
     round: int | None  # the round a manifest announced; None: the next after what we have (fetch_next)
     promised: int | None  # bytes it may bring, counted against strangers' budget; None: a known peer's direct pull
     # (a stranger's knock promises 0 until its header names a length)
+    started: float = 0.0  # time.monotonic() at its start
 
 
 class Downloads:
@@ -113,18 +119,27 @@ class Downloads:
         return round_ > self.after(peer) and not (running is not None and running.round == round_)
 
     def room_for_knock(self) -> bool:
-        """Another stranger may be asked directly now: fewer than KNOCKS_IN_FLIGHT knocks wait, and
-        strangers' downloads stay within `choose_downloads`' count."""
-        count, _ = strangers_in_flight(self.promises(), self.ledger.known)
-        knocks = sum(1 for d in self.running.values() if d.round is None and d.promised is not None)
-        return count < self.max_strangers and knocks < KNOCKS_IN_FLIGHT
+        """Another stranger may be asked directly now: strangers' promised bytes leave room,
+        fewer than KNOCKS_IN_FLIGHT knocks began in the last KNOCK_PLACE_S and fewer than
+        KNOCKS_OPEN wait for their header, and strangers' downloads stay within
+        `choose_downloads`' count."""
+        count, promised = strangers_in_flight(self.promises(), self.ledger.known)
+        now = time.monotonic()
+        waiting = [d for d in self.running.values() if d.round is None and d.promised == 0]
+        fresh = sum(1 for d in waiting if now - d.started < KNOCK_PLACE_S)
+        return (
+            count < self.max_strangers and promised < UNEARNED_PAYLOADS_IN_FLIGHT * self.max_payload_bytes
+            and fresh < KNOCKS_IN_FLIGHT and len(waiting) < KNOCKS_OPEN
+        )
 
     def admit(self, peer: str, length: int) -> bool:
         """A stranger's knock was answered with `length` bytes: whether strangers' promised bytes
         have room for them, and if so they are held until the download ends."""
         download = self.running.get(peer)
-        if download is None or download.promised is None:
-            return True  # a known peer's pull (outside the budget), or one no longer tracked
+        if download is None:
+            return False  # not ours to admit (fail closed)
+        if download.promised is None or self.ledger.known(peer):
+            return True  # a known peer's pull, or a stranger that delivered meanwhile: outside the budget
         _, promised = strangers_in_flight(self.promises(), self.ledger.known)
         if promised - download.promised + length > UNEARNED_PAYLOADS_IN_FLIGHT * self.max_payload_bytes:
             return False
@@ -134,7 +149,7 @@ class Downloads:
     def start(self, peer: str, fetch: Coroutine[Any, Any, Batch | None], round_: int | None, promised: int | None) -> None:
         """Run `fetch` (of `round_`, or the newest) as the peer's download."""
         task = asyncio.create_task(fetch)
-        self.running[peer] = Download(task, round_, promised)
+        self.running[peer] = Download(task, round_, promised, time.monotonic())
         task.add_done_callback(lambda done: self._settle(peer, round_, done))
 
     def _settle(self, peer: str, asked: int | None, task: asyncio.Task) -> None:

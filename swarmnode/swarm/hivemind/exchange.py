@@ -29,7 +29,7 @@ from swarmnode.swarm.hivemind.dht import Manifest, owner_or_none, owner_peer_id,
 from swarmnode.swarm.hivemind.downloads import UNEARNED_PAYLOADS_IN_FLIGHT, Downloads, choose_downloads
 from swarmnode.swarm.hivemind.fetch import fetch_next, fetch_payload
 from swarmnode.swarm.hivemind.introductions import Introductions
-from swarmnode.swarm.hivemind.payloads import FLOOR_GRACE_S, PayloadServer
+from swarmnode.swarm.hivemind.payloads import PayloadServer
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 from swarmnode.swarm.hivemind.shards import ShardedFamily, manifest_family
 from swarmnode.swarm.hivemind.tokenizer_fetcher import TokenizerFetcher
@@ -41,7 +41,6 @@ GATHER_GRACE_S = 30.0  # how long past its deadline a gather may run before the 
 UNPROVEN_PER_POLL = 2  # peers not proven useful asked directly each poll, in turn
 WAITING_POLL_S = 0.05  # while a round waits for known peers, they are asked this often
 STRANGER_PULL_TIMEOUT_S = 5.0  # a direct pull of a peer seen only in heartbeats (its batch is found through the DHT too)
-STRANGER_GRACE_S = 1.0  # ... whose answer must start within this (a batch is served from memory at once)
 
 
 class HivemindExchange:
@@ -202,22 +201,21 @@ class HivemindExchange:
     def _ask_directly(self, peers: Iterable[str], strangers: set[str] = frozenset()) -> None:
         """Ask each of `peers` not already being downloaded from for its next batch after the
         last one we have of it (at most `catch_up_rounds` behind its newest). A pull of one of
-        `strangers` is a knock (downloads.Downloads.room_for_knock): its answer must start
-        within STRANGER_GRACE_S, the length it names must fit the strangers' budget
-        (`admit`), and it gives up after STRANGER_PULL_TIMEOUT_S."""
+        `strangers` is a knock (downloads.Downloads.room_for_knock): the length its answer
+        names must fit the strangers' budget (`admit`), and it gives up after
+        STRANGER_PULL_TIMEOUT_S."""
         downloads = self.downloads
         for peer in peers:
             if downloads.busy(peer):
                 continue
-            timeout_s, promised, admit, grace_s = self.settings.fetch_timeout_s, None, None, FLOOR_GRACE_S
+            timeout_s, promised, admit = self.settings.fetch_timeout_s, None, None
             if peer in strangers:
                 if not downloads.room_for_knock():
                     continue
-                timeout_s, promised, grace_s = STRANGER_PULL_TIMEOUT_S, 0, STRANGER_GRACE_S
-                admit = functools.partial(downloads.admit, peer)
+                timeout_s, promised, admit = STRANGER_PULL_TIMEOUT_S, 0, functools.partial(downloads.admit, peer)
             fetch = fetch_next(
                 self.runtime.p2p, peer, self.run_id, downloads.after(peer), self.max_payload_bytes, timeout_s,
-                behind=self.catch_up_rounds, admit=admit, grace_s=grace_s,
+                behind=self.catch_up_rounds, admit=admit,
             )
             downloads.start(peer, fetch, None, promised)
 

@@ -1,13 +1,13 @@
 """The asking side of `/swarmnode/payload/5` (swarmnode.swarm.hivemind.payloads serves it).
 
 Every request goes the same way (`_request`): open a stream to the peer, send the request, read
-the answer's fixed header within a grace (FLOOR_GRACE_S; a stranger's pull, less), let the request's own rule judge the header
+the answer's fixed header within FLOOR_GRACE_S, let the request's own rule judge the header
 (how long a body it allows, or why the answer is refused and whose fault that is), then read
 the body at the floor rate. What differs between requests is only that rule:
 
 - a round a manifest announced (`fetch_payload`): exactly the size the signed manifest
   promised, and bytes that hash to its digest;
-- the next round after one (`fetch_next`, a direct pull of a known peer): the peer's oldest round
+- the next round after one (`fetch_next`, a direct pull of a known peer or a stranger's knock): the peer's oldest round
   after the one asked that is at most `behind` of its rounds behind its newest; a round after
   the one asked, at most our payload limit, or "nothing newer";
 - a tokenizer document (`fetch_tokenizer`): at most MAX_TOKENIZER_DOCUMENT_BYTES, bytes whose
@@ -78,30 +78,27 @@ Judge = Callable[[tuple[int, ...]], int | None]  # an answer's header -> the bod
 Admit = Callable[[int], bool]  # a body's length -> whether our budget takes it now
 
 
-async def _request(
-    p2p: P2P, peer_id: str, request: dict[str, Any], header: str, judge: Judge, grace_s: float = FLOOR_GRACE_S,
-) -> tuple[tuple[int, ...], bytes | None]:
+async def _request(p2p: P2P, peer_id: str, request: dict[str, Any], header: str, judge: Judge) -> tuple[tuple[int, ...], bytes | None]:
     """Ask `peer_id` one request; its answer's header (struct format `header`, status first) and
-    its body, whose length `judge` allows or refuses (raising FetchError). The header must come,
-    and the body start, within `grace_s`."""
+    its body, whose length `judge` allows or refuses (raising FetchError)."""
     _, reader, writer = await p2p.call_binary_stream_handler(PeerID.from_base58(peer_id), PROTOCOL)
     try:
         packed = msgpack.packb(request)
         writer.write(struct.pack(">I", len(packed)) + packed)
         await writer.drain()
-        fields = struct.unpack(header, await _read_header(reader, peer_id, struct.calcsize(header), grace_s))
+        fields = struct.unpack(header, await _read_header(reader, peer_id, struct.calcsize(header)))
         length = judge(fields)
-        return fields, None if length is None else await _read_payload(reader, peer_id, length, grace_s=grace_s)
+        return fields, None if length is None else await _read_payload(reader, peer_id, length)
     finally:
         writer.close()
 
 
-async def _read_header(reader: asyncio.StreamReader, peer_id: str, size: int, grace_s: float = FLOOR_GRACE_S) -> bytes:
-    """An answer's fixed header, within `grace_s` of asking."""
+async def _read_header(reader: asyncio.StreamReader, peer_id: str, size: int) -> bytes:
+    """An answer's fixed header, within FLOOR_GRACE_S of asking."""
     try:
-        return await asyncio.wait_for(reader.readexactly(size), grace_s)
+        return await asyncio.wait_for(reader.readexactly(size), FLOOR_GRACE_S)
     except TimeoutError:
-        raise FetchError(f"{peer_id} did not answer within {grace_s:g} s", misbehaved=False, slow=True) from None
+        raise FetchError(f"{peer_id} did not answer within {FLOOR_GRACE_S:.0f} s", misbehaved=False, slow=True) from None
 
 
 async def _read_payload(
@@ -166,7 +163,7 @@ async def fetch_payload(
 
 async def fetch_next(
     p2p: P2P, peer_id: str, run_id: str, after: int, max_bytes: int, timeout_s: float, behind: int = 0,
-    admit: Admit | None = None, grace_s: float = FLOOR_GRACE_S,
+    admit: Admit | None = None,
 ) -> Batch | None:
     """Ask a peer directly for its next payload after round `after`: its oldest round after it
     at most `behind` of its rounds behind its newest (0: the newest); None when it has nothing
@@ -190,7 +187,7 @@ async def fetch_next(
         return length
 
     request = {"run": run_id, "after": after, "behind": behind}
-    (_, round_, _), payload = await _bounded(_request(p2p, peer_id, request, ">BQQ", judge, grace_s), peer_id, timeout_s)
+    (_, round_, _), payload = await _bounded(_request(p2p, peer_id, request, ">BQQ", judge), peer_id, timeout_s)
     return None if payload is None else Batch(round_, payload)
 
 
