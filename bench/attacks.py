@@ -265,6 +265,25 @@ def address_of(directory: Path, process: subprocess.Popen) -> list[str]:
     return json.loads(swarm_file.read_text())["maddrs"][:1]
 
 
+def joined_node(
+    directory: Path, config: dict, initial_peers: list[str], core: int | None = None, tries: int = 3,
+) -> tuple[subprocess.Popen, list[str]]:
+    """A node started through `initial_peers`, and its address. A daemon whose dial of a busy
+    initial peer fails (its daemon just took 48 eclipse nodes' dials, on a loaded core) exits
+    at once; like a user, the bench tries again."""
+    for attempt in range(tries):
+        process = start_node(directory, config, initial_peers, core=core)
+        try:
+            return process, address_of(directory, process)
+        except RuntimeError as err:
+            kill_all([process])
+            if attempt == tries - 1:
+                raise
+            print(f"{directory.name} did not join (try {attempt + 1} of {tries}): {err}", file=sys.stderr)
+            time.sleep(5.0)
+    raise AssertionError("unreachable")
+
+
 def kill_all(processes: Iterable[subprocess.Popen]) -> None:
     """SIGKILL to each node's process group (its p2p daemon with it) that is still running."""
     for process in processes:
@@ -547,10 +566,6 @@ def eclipse(args: argparse.Namespace) -> None:
                          "bound to their keys, so it cannot join through an eclipse of free ids")
     for spec in TINY_PRESETS.values():
         ensure_tiny(spec)
-    cores = sorted(os.sched_getaffinity(0))
-    args.honest_core = cores[0] if args.pin and len(cores) > 1 else None
-    if args.honest_core is not None:  # the eclipse's daemons and grinding (this process's children) off it
-        os.sched_setaffinity(0, set(cores[1:]))
     with contextlib.ExitStack() as stack:
         root = args.keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="swarmnode-eclipse-")))
         rows = [("none", run_eclipse(root / "none", None, args))]
@@ -560,9 +575,7 @@ def eclipse(args: argparse.Namespace) -> None:
     print(f"eclipse: {args.per_key} refusing DHT nodes next to each of the run's 6 shard keys ({ids}), placed "
           f"{args.placed} a starts (none: a founds the swarm), b through a, c through b once a finished {args.c_after} rounds; "
           f"{args.rounds} rounds each (c: {args.c_rounds}), gather_timeout_s {args.deadline:.0f}; "
-          + (f"honest nodes pinned to core {args.honest_core}, the eclipse to the others; " if args.honest_core is not None
-             else "unpinned: the eclipse's daemons share the cores; ")
-          + "+N: N fake heartbeats kept by the eclipse; means of rounds 3 on")
+          "+N: N fake heartbeats kept by the eclipse; means of rounds 3 on")
     print(f"{'scenario':<11} {'node':<4} {'rounds':>7} {'median round s':>15} {'vs none':>8} {'CPU s/round':>12} "
           f"{'vs none':>8} {'from a':>7} {'from b':>7} {'from c':>7} {'vs none':>8} {'first round with':>17} "
           f"{'long waits':>11} {'honest heartbeats in DHT':>25}")
@@ -585,7 +598,9 @@ def eclipse(args: argparse.Namespace) -> None:
                   + " / ".join(f"{r:.2f}x" for r in ratios)
                   + f"; share of {other}'s published samples {name} trained on, by quarters (none | {scenario}): "
                   + " / ".join(f"{x:.2f}" for x in base[name]["coverage"][other]) + " | "
-                  + " / ".join(f"{x:.2f}" for x in result[name]["coverage"][other]))
+                  + " / ".join(f"{x:.2f}" for x in result[name]["coverage"][other])
+                  + ", vs none: " + " / ".join(
+                      f"{x / max(b0, 1e-9):.2f}x" for x, b0 in zip(result[name]["coverage"][other], base[name]["coverage"][other])))
         if args.grind_bits is not None:
             print(f"{scenario}: placing {result['placed']} nodes took {result['keys_generated']} keys, "
                   f"{result['grind_s']:.0f} s on one core ({result['grind_s'] / max(result['keys_generated'], 1) * 1e3:.0f} ms a key)")
@@ -609,7 +624,7 @@ def run_eclipse(directory: Path, fakes: int | None, args: argparse.Namespace) ->
         if attack is not None and args.placed == "before":
             attack.start(timeout_s=3600)
             bootstrap = attack.maddrs()[:1]
-        processes["a"] = start_node(directory / "a", configs["a"], bootstrap, core=args.honest_core)
+        processes["a"] = start_node(directory / "a", configs["a"], bootstrap)
         a_maddrs = address_of(directory / "a", processes["a"])
         if attack is not None and args.placed == "after":
             attack.start(timeout_s=3600, join=a_maddrs)
@@ -618,8 +633,7 @@ def run_eclipse(directory: Path, fakes: int | None, args: argparse.Namespace) ->
             liar.start()
             attack.accept.add(liar.runtime.signer.local_public_key)
             liars.append(liar)
-        processes["b"] = start_node(directory / "b", configs["b"], a_maddrs, core=args.honest_core)
-        b_maddrs = address_of(directory / "b", processes["b"])
+        processes["b"], b_maddrs = joined_node(directory / "b", configs["b"], a_maddrs)
         metrics_a = directory / "a" / "run" / "metrics.jsonl"
         deadline = time.monotonic() + 1800
         while len(round_lines(read_metrics(metrics_a))) < args.c_after and time.monotonic() < deadline:
@@ -628,7 +642,7 @@ def run_eclipse(directory: Path, fakes: int | None, args: argparse.Namespace) ->
             time.sleep(0.5)
         with ThreadPoolExecutor(max_workers=1) as reading:  # while a and b train, beside c's start
             dht_heartbeats = reading.submit(honest_heartbeats_in_dht, a_maddrs, configs["a"]["swarm"]["stale_after_s"])
-            processes["c"] = start_node(directory / "c", configs["c"], b_maddrs, core=args.honest_core)
+            processes["c"] = start_node(directory / "c", configs["c"], b_maddrs)
             cpu_s: list[tuple[float, float, float]] = []
             watch_rss(list(processes.values()), timeout_s=1800, cpu_s=cpu_s)
             dht_heartbeats = dht_heartbeats.result()
@@ -1474,9 +1488,6 @@ def main() -> None:
                           "its shard key's (default: ids chosen freely, which swarmnode nodes refuse)")
     ecl.add_argument("--placed", choices=("before", "after"), default="after",
                      help="the eclipse starts before a (a joins through it; needs --grind-bits) or after (joins through a)")
-    ecl.add_argument("--pin", action="store_true",
-                     help="pin the honest nodes to the first core and the eclipse (its daemons, its grinding) to the "
-                          "others, in the baseline too: the ratios then measure the protocol, not a shared core")
     ecl.add_argument("--keep", type=Path, default=None, help="keep the nodes' run dirs here (default: a temp dir)")
     gho = sub.add_parser("ghost", help="in-process: heartbeats stored once by identities that left")
     gho.add_argument("--stale", type=float, default=6.0, help="the honest node's swarm.stale_after_s")
