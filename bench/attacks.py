@@ -412,6 +412,10 @@ def run_scenario(
             for attacker in attackers:
                 attacker.stop()
             kill_all(processes)
+    for name in HONEST:
+        if not (directory / name / "run" / "metrics.jsonl").exists():
+            raise RuntimeError(f"honest node {name} of {directory.name} never trained (it could not join?); "
+                               f"see {directory / name / 'node.log'} (kept with --keep)")
     lines = {name: round_lines(read_metrics(directory / name / "run" / "metrics.jsonl")) for name in HONEST}
     ids = {name: rounds[0]["peer_id"] if rounds else "" for name, rounds in lines.items()}
     result: dict = {
