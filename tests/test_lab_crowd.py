@@ -1,11 +1,16 @@
 """The lab's useful-looking crowd: the payload a same-base attacker would pick."""
 
 import numpy as np
+import pytest
 
-from swarmnode.lab.crowd import ANSWER_OPEN, drift_payload, stealthiest_payload
+from swarmnode.lab.crowd import ANSWER_OPEN, UsefulCrowd, drift_payload, stealthiest_payload
+from swarmnode.loop.ledger import PeerLedger
+from swarmnode.protocol import wire
+from swarmnode.rollout.hf import HFGenerator
+from swarmnode.swarm.local import InMemoryHub
 from swarmnode.protocol.prompts import build_prompt
 from swarmnode.screening.gate import least_likely_window
-from swarmnode.settings.config import TaskSettings
+from swarmnode.settings.config import Config, TaskSettings
 from swarmnode.tasks import make_task
 
 
@@ -31,3 +36,29 @@ def test_the_stealthiest_payload_scores_at_least_as_well_as_other_payloads(make_
     best = _gate_score(policy, task, chosen)
     others = [drift_payload(policy, task, 1), *[[t] for t in policy.tokenizer("abc=xyz", add_special_tokens=False)["input_ids"]]]
     assert all(best >= _gate_score(policy, task, other) - 1e-6 for other in others)
+
+
+def test_a_padded_crowd_writes_its_first_groups_and_fills_the_rest_with_the_public_model_s_samples(make_policy):
+    policy = make_policy(hidden=32, layers=1)
+    task = make_task(TaskSettings(name="arithmetic"))
+    config = Config()
+    hub = InMemoryHub()
+    crowd = UsefulCrowd([hub.exchange("crowd0", "run", PeerLedger())], "run", config, task, policy, [],
+                        sampler=HFGenerator(policy, config.rollout, seed=1), padding=0.75)
+    assert crowd.written == 4, "16 groups, three quarters padding: four written"
+    crowd.publish(0)
+    (received,) = hub.exchange("honest", "run", PeerLedger()).gather()
+    groups = wire.decode(received.payload).groups
+    assert len(groups) == 16
+
+    def starts_with_the_right_answer(group: wire.CompletionGroup) -> bool:
+        answer = task.train_problem(group.prompt_id).answer
+        written = policy.tokenizer(f"{ANSWER_OPEN}{answer}</answer>", add_special_tokens=False)["input_ids"]
+        return [int(t) for t in group.tokens[: len(written)]] == written
+
+    assert all(starts_with_the_right_answer(g) for g in groups[:4]), "the written groups"
+    assert not any(starts_with_the_right_answer(g) for g in groups[4:]), "a random model's own samples"
+    with pytest.raises(ValueError, match="sampler"):
+        UsefulCrowd([], "run", config, task, policy, [], padding=0.5)
+    with pytest.raises(ValueError, match="in \\[0, 1\\)"):
+        UsefulCrowd([], "run", config, task, policy, [], sampler=HFGenerator(policy, config.rollout), padding=1.0)

@@ -10,8 +10,8 @@ identity that heartbeats under an honest run id and misbehaves in one way.
   budget; bench/attacks.py runs it as a crowd of identities);
 - `hog`: announces nothing, downloads every honest node's newest batch each beat (so it is the
   newest in their lists of peers that asked them, tried as strangers before the heartbeats'),
-  and answers a download back with silence (tries to hold the strangers' two pull slots, so an
-  honest newcomer is not heard; run as a crowd);
+  and answers their asks back with silence (tries to hold the places a node asks strangers in,
+  so an honest newcomer is not heard; run as a crowd);
 - `idle`: opens IDLE_STREAMS payload streams to every honest node and says nothing, again
   every IDLE_REOPEN_S (tries to take every serving slot);
 - `churn`: keeps IDLE_STREAMS payload streams open to every honest node, each re-opened the
