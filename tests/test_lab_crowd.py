@@ -1,4 +1,4 @@
-"""The lab's useful-looking crowd: the payload a same-base attacker would pick."""
+"""The lab's useful-looking crowd: the payload a same-base attacker would pick, and a padded crowd's batches."""
 
 import numpy as np
 import pytest
@@ -6,11 +6,11 @@ import pytest
 from swarmnode.lab.crowd import ANSWER_OPEN, UsefulCrowd, drift_payload, stealthiest_payload
 from swarmnode.loop.ledger import PeerLedger
 from swarmnode.protocol import wire
-from swarmnode.rollout.hf import HFGenerator
-from swarmnode.swarm.local import InMemoryHub
 from swarmnode.protocol.prompts import build_prompt
+from swarmnode.rollout.hf import HFGenerator
 from swarmnode.screening.gate import least_likely_window
 from swarmnode.settings.config import Config, TaskSettings
+from swarmnode.swarm.local import InMemoryHub
 from swarmnode.tasks import make_task
 
 
