@@ -265,14 +265,12 @@ def address_of(directory: Path, process: subprocess.Popen) -> list[str]:
     return json.loads(swarm_file.read_text())["maddrs"][:1]
 
 
-def joined_node(
-    directory: Path, config: dict, initial_peers: list[str], core: int | None = None, tries: int = 3,
-) -> tuple[subprocess.Popen, list[str]]:
+def joined_node(directory: Path, config: dict, initial_peers: list[str], tries: int = 3) -> tuple[subprocess.Popen, list[str]]:
     """A node started through `initial_peers`, and its address. A daemon whose dial of a busy
     initial peer fails (its daemon just took 48 eclipse nodes' dials, on a loaded core) exits
     at once; like a user, the bench tries again."""
     for attempt in range(tries):
-        process = start_node(directory, config, initial_peers, core=core)
+        process = start_node(directory, config, initial_peers)
         try:
             return process, address_of(directory, process)
         except RuntimeError as err:
@@ -433,8 +431,7 @@ def run_scenario(
             # per-round count swings (64, 32, 0, ...) while the total is what was learned from
             "honest_samples": statistics.mean(m.get("samples_by_peer", {}).get(ids[other], 0) for m in late),
             "peer_samples": statistics.median(m.get("peer_samples", 0) for m in late),
-            # its first round (from 1) that trained on the other honest node's samples
-            "met_at": next((i + 1 for i, m in enumerate(rounds) if ids[other] in m.get("samples_by_peer", {})), None),
+            "met_at": first_round_with(rounds, ids[other]),
             "timings": {k: statistics.median(m.get(f"{k}_s", math.nan) for m in late) for k in TIMINGS},
             "rss_mb": rss / 2**20,
             # DHT requests a second between this node and the identities' DHT nodes, each way
@@ -679,12 +676,15 @@ def run_eclipse(directory: Path, fakes: int | None, args: argparse.Namespace) ->
             # of the other's own samples published in each quarter of those rounds, the share trained on:
             # apart from the two nodes' speeds (a slower node cannot take all a faster one publishes)
             "coverage": {other: [coverage(q, lines[other], ids[other]) for q in quarters(ms)] for other, ms in during.items()},
-            # the first of its rounds (its own count, from 1) that trained on each other node's samples
-            "met_at": {other: next((i + 1 for i, m in enumerate(rounds) if ids[other] in m.get("samples_by_peer", {})), None)
-                       for other in ids if other != name},
+            "met_at": {other: first_round_with(rounds, ids[other]) for other in ids if other != name},
             "long_waits": sum(m.get("gather_s", 0.0) >= args.deadline / 2 for m in rounds),
         }
     return result
+
+
+def first_round_with(rounds: list[dict], peer_id: str) -> int | None:
+    """The first of a node's rounds (its own count, from 1) that trained on `peer_id`'s samples."""
+    return next((i + 1 for i, m in enumerate(rounds) if peer_id in m.get("samples_by_peer", {})), None)
 
 
 def quarters(rounds: list[dict]) -> list[list[dict]]:
