@@ -42,7 +42,8 @@ def test_math_verify_rewards_an_answer_equal_as_mathematics(completion):
         (f"{THINK}<answer>18</answer> so 18.", "text after the answer"),
         (f"{THINK}<answer>18</answer><answer>18</answer>", "two answers"),
         (f"<think>a</think>{THINK}<answer>18</answer>", "two think blocks"),
-        ("<answer>18</answer><think>9*2 = 18</think>", "answer before thinking"),
+        ("<answer>18</answer><think>9*2 = 18</think>", "the answer does not end the completion"),
+        (f"{THINK}<answer>18</answer>\n\n", "two whitespace characters after the answer"),
         ("</think>x<think><answer>18</answer>", "think block closed before it opens"),
         (f"{THINK}<answer>18", "unclosed"),
         (f"{THINK}<answer></answer>", "empty"),
@@ -60,12 +61,12 @@ def test_the_numeric_grader_and_the_paper_grader_disagree_where_the_issue_says()
         completion = f"{THINK}<answer>{answer}</answer>"
         assert graded_reward(completion, "18", "think_answer", "numeric", True, True) == numeric, answer
         assert graded_reward(completion, "18", "think_answer", "math-verify") == 1.0, answer
-    assert extract_answer(f"{THINK}<answer> 18 </answer>  \n", "think_answer") == "18"
+    assert extract_answer(f"{THINK}<answer> 18 </answer>\n", "think_answer") == "18"
 
 
 ADVERSARIAL = [
     "9^9^9", "10^1000000000", "18 + 0*10^(10^10)", "\\boxed{9^{9^{9}}}", "9**9**9", "3!", "1" * 30,
-    "1/(" * 17 + "3" + ")" * 17, "\\sqrt{324}", "x_1 = 18", "\\int_0^1 18",
+    "1/(" * 17 + "3" + ")" * 17, "\\int_0^1 18", "$18^{999}$", "\\(2^{99} \\cdot 3^{9}\\)",
 ]
 
 

@@ -13,6 +13,8 @@ _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _NUMBER_NOISE = re.compile(r"[\s,$]|\\\$|\\,|\\!")
 _SPLIT_DIGITS = re.compile(r"\d\s+\d")
 _BAD_COMMA = re.compile(r"(?<!\d)\d{4,},|,(?!\d{3}(?!\d))|(?<!\d),")  # not thousands groups
+_PAPER_TAGS = ("<think>", "</think>", "<answer>", "</answer>")
+_PAPER_ENDING = re.compile(r"</answer>\s?")  # the authors' own test of what may follow the answer
 _BOXED_TAIL = re.compile(r"[\s.$]*(\\\][\s.]*)?")  # what may follow \boxed{} when strict: "$.", "\]"
 
 
@@ -25,14 +27,14 @@ def extract_answer(
     Two answers are ambiguous, so they count as malformed rather than "take the last".
     `strict`: the answer block also ends the completion (whitespace after it, and for
     \\boxed{} closing punctuation), so no text can ride on a correct answer's reward.
-    think_answer (the paper's format) is always strict: one <think> block closed before the one
-    <answer> block, which ends the completion; as in the authors' reward, text before <think>
-    or between the blocks is not checked.
+    think_answer (the paper's format) is always strict, by the authors' binary rule (see
+    _paper_answer): nothing the authors would score 0 gets an answer here.
     """
     if answer_format == "think_answer":
-        content = _after_thinking(completion)
-        if content is None:
+        block = _paper_answer(completion)
+        if block is None:
             return None
+        content = block.strip()
     elif answer_format == "answer_tag":
         if completion.count("<answer>") != 1 or completion.count("</answer>") != 1:
             return None
@@ -55,15 +57,22 @@ def extract_answer(
     return content
 
 
-def _after_thinking(completion: str) -> str | None:
-    """The answer of `<think>..</think> <answer>..</answer>` (whitespace may follow), else None."""
-    tags = ("<think>", "</think>", "<answer>", "</answer>")
-    if any(completion.count(tag) != 1 for tag in tags):
+def _paper_answer(completion: str) -> str | None:
+    """The inner text of the answer block where the authors' binary reward (HeterogeneousRL,
+    src/reward.py) can pay, else None: at most one of each tag, one <answer>..</answer> block,
+    a <think> opened before a </think>, and `</answer>` ending the completion or followed by one
+    whitespace character. Their rule does not order the answer after the thinking, so neither
+    does this."""
+    if any(completion.count(tag) > 1 for tag in _PAPER_TAGS):
         return None
-    positions = [completion.find(tag) for tag in tags]
-    if positions != sorted(positions) or completion[positions[3] + len(tags[3]) :].strip():
+    opened, closed = completion.find("<think>"), completion.find("</think>")
+    if opened < 0 or closed <= opened:
         return None
-    return completion[positions[2] + len(tags[2]) : positions[3]].strip()
+    blocks = _ANSWER_TAG.findall(completion)
+    ending = _PAPER_ENDING.search(completion)
+    if len(blocks) != 1 or ending is None or ending.end() != len(completion):
+        return None
+    return blocks[0]
 
 
 def _boxed_contents(text: str) -> list[str]:
