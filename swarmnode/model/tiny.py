@@ -3,7 +3,12 @@
 Nothing is downloaded. The tokenizer is a byte-level BPE trained on arithmetic text (digits
 split one per token), the model a 2-layer Qwen2 with random weights, warmed up by a short
 supervised phase on the arithmetic task so that it starts with partial accuracy and GRPO has
-reward variance to learn from. The result is cached, keyed by everything that shapes it.
+reward variance to learn from.
+
+The presets ship built (presets/, PRESET_DIGESTS): a warm-up computed on another CPU's kernels
+ends in other weights (lab.kernels), so figures measured on presets built on each machine could
+not be compared between machines. A spec with no shipped build is built once and cached, keyed
+by everything that shapes it.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from swarmnode.tasks.gym import ReasoningGymTask
 log = logging.getLogger(__name__)
 
 EOS = "<|endoftext|>"
+WEIGHTS = "model.safetensors"
 TINY_SPEC: dict = {
     "version": 1,
     "vocab_size": 384,
@@ -85,6 +91,16 @@ TINY_CHAIN_SPEC: dict = {
 TINY_PRESETS: dict[str, dict] = {
     "tiny": TINY_SPEC, "tiny-large": TINY_LARGE_SPEC, "tiny-add": TINY_ADD_SPEC, "tiny-llama": TINY_LLAMA_SPEC,
     "tiny-chain": TINY_CHAIN_SPEC,
+}
+# Where the presets ship, built by `python bench/presets.py --ship` on the pinned kernels, and the
+# sha256 of each one's model.safetensors: a test holds the files to these, benches print them.
+SHIPPED = Path(__file__).resolve().parent / "presets"
+PRESET_DIGESTS: dict[str, str] = {
+    "tiny": "0409036b6e92547c34fa91826dc29786864bf393ff4badaa51c20ad1960701f2",
+    "tiny-large": "7e64a98dcc5b3849912bedb14f2a562957aa2e26da021eaa1bc1219c2501570e",
+    "tiny-add": "f2eecc6a50ba58e0f90e7f3a8c93ea51263eb48fc1d375037e7a1dd17be6dc57",
+    "tiny-llama": "4b65cc611ebca4b64394d4eb38fea22dd537846312278b0bc98e5057ddc5bfec",
+    "tiny-chain": "04fabc089dfaa0dff4656b273b96989cae8a806d7600e044d8dc20be76b7509c",
 }
 BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(256)]  # sentencepiece's byte-fallback vocabulary
 
@@ -195,19 +211,41 @@ def cache_dir() -> Path:
     return Path(os.environ.get("SWARMNODE_CACHE", Path.home() / ".cache" / "swarmnode"))
 
 
+def shipped_dir(spec: dict) -> Path:
+    """Where the package ships the build of `spec` (if it ships one)."""
+    return SHIPPED / f"tiny-{_spec_key(spec)}"
+
+
 def tiny_path(spec: dict = TINY_SPEC) -> Path:
-    return cache_dir() / f"tiny-{_spec_key(spec)}"
+    """The shipped build of `spec` where there is one, else its place in the cache."""
+    shipped = shipped_dir(spec)
+    return shipped if (shipped / WEIGHTS).exists() else cache_dir() / shipped.name
+
+
+def weights_digest(path: Path) -> str:
+    """sha256 of a built preset's weights file: equal digests, equal weights."""
+    return hashlib.sha256((path / WEIGHTS).read_bytes()).hexdigest()
 
 
 def ensure_tiny(spec: dict = TINY_SPEC) -> Path:
-    """Build the preset once (about half a minute on 2 cores) and return its directory."""
+    """The preset's directory: shipped, cached, or built now (about half a minute on 2 cores)."""
     path = tiny_path(spec)
-    if (path / "done").exists():
+    if path.parent == SHIPPED or (path / "done").exists():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=path.parent))
+    build_tiny(spec, staging)
+    try:
+        os.rename(staging, path)
+    except OSError:  # another process finished first; theirs is as good as ours
+        shutil.rmtree(staging, ignore_errors=True)
+    return path
+
+
+def build_tiny(spec: dict, directory: Path) -> None:
+    """Build the preset into `directory` (which exists): tokenizer, warmed-up weights, its spec."""
     started = time.monotonic()
-    log.info("building the tiny preset in %s (once; cached afterwards)", path)
-    torch_threads = torch.get_num_threads()
+    log.info("building the tiny preset in %s", directory)
     tokenizer = build_tokenizer(spec)
     model = build_model(tokenizer, spec)
 
@@ -226,18 +264,11 @@ def ensure_tiny(spec: dict = TINY_SPEC) -> Path:
         operations=spec.get("warmup_operations", "+-"),
         task=ReasoningGymTask(spec["warmup_task"], spec.get("warmup_options")) if "warmup_task" in spec else None,
     )
-    staging = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=path.parent))
-    model.save_pretrained(staging)
-    tokenizer.save_pretrained(staging)
-    (staging / "spec.json").write_text(json.dumps(spec, indent=1))
-    (staging / "done").write_text("ok\n")
-    try:
-        os.rename(staging, path)
-    except OSError:  # another process finished first; theirs is as good as ours
-        shutil.rmtree(staging, ignore_errors=True)
-    torch.set_num_threads(torch_threads)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    (directory / "spec.json").write_text(json.dumps(spec, indent=1))
+    (directory / "done").write_text("ok\n")
     log.info("tiny preset ready in %.1f s", time.monotonic() - started)
-    return path
 
 
 def load_tiny(spec: dict = TINY_SPEC) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
