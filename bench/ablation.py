@@ -50,12 +50,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 import matplotlib
-import torch
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -67,22 +69,26 @@ from swarmnode.lab.ablation import (  # noqa: E402
     GEN_SHARE,
     MATCHES,
     SETTINGS,
+    AreaGain,
     ConditionRun,
     CostModel,
     Member,
-    MemberRun,
     Setting,
     Shape,
+    area_gains,
     budget_gains,
     by_member,
     control_judged,
     control_warnings,
     diagnostics,
+    member_from_json,
     paired_gains,
     parse_condition,
-    run_condition,
 )
-from swarmnode.ops.lines import RoundRecord  # noqa: E402
+from swarmnode.lab.kernels import pinned_env  # noqa: E402
+from swarmnode.lab.parallel import RunJob, run_jobs  # noqa: E402
+from swarmnode.lab.verdicts import EQUIVALENCE_LEVEL, EQUIVALENCE_MARGIN, NON_INFERIORITY_MARGIN  # noqa: E402
+from swarmnode.model.tiny import TINY_PRESETS, tiny_path, weights_digest  # noqa: E402
 
 
 def condition(text: str) -> str:
@@ -115,9 +121,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--eval-size", type=int, default=Shape.eval_size)
     parser.add_argument("--eval-points", type=int, default=Shape.eval_points, help="evaluations during training")
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="a setting for every node")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads (default 1: two threads reorder f-tis's sums and move a seed's "
-                        "result by up to 0.05, so runs compare only at one thread count)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="runs at once, each a process on one thread (default: the cores); a run's result "
+                        "does not depend on it")
     parser.add_argument("--out", type=Path, default=Path("ablation-out"))
     parser.add_argument("--no-control", action="store_true", help="skip the `same` control run")
     parser.add_argument("--control-from", type=Path, nargs="+", default=None,
@@ -148,15 +154,35 @@ def print_gains(setting: Setting, args: argparse.Namespace, runs: list[Condition
         gains = paired_gains(runs, match=match, cost=cost)
         against_nois = {(g.label, g.condition): g for g in paired_gains(runs, baseline="nois", match=match, cost=cost)}
         print(f"{'member':<12} {'condition':<22} {'seeds':>5} {'before':>7} {'after':>7} {'gain vs alone':>16} "
-              f"{'tokens vs alone':>16} {'time vs alone':>14}" + (f" {'vs nois':>16}" if against_nois else ""))
+              f"{'95% lower':>9} {'verdict':>13} {'tokens vs alone':>16} {'time vs alone':>14}"
+              + (f" {'vs nois':>16}" if against_nois else ""))
         for gain in sorted(gains, key=lambda g: ([m.label for m in setting.members].index(g.label), g.condition != ALONE)):
             versus = "" if gain.condition == ALONE else f"{gain.gain:+.3f} ({gain.se:.3f})"
+            lower = "" if gain.condition == ALONE else f"{gain.verdict.lower:+.3f}"
+            word = "" if gain.condition == ALONE else gain.verdict.word()
             nois = against_nois.get((gain.label, gain.condition))
             other = "" if nois is None or gain.condition in (ALONE, "nois") else f"{nois.gain:+.3f} ({nois.se:.3f})"
             print(f"{gain.label:<12} {gain.condition:<22} {gain.seeds:>5} {gain.before:>7.3f} {gain.after:>7.3f} "
-                  f"{versus:>16} {gain.tokens_share:>15.2f}x {gain.time_share:>13.2f}x {other:>16}")
+                  f"{versus:>16} {lower:>9} {word:>13} {gain.tokens_share:>15.2f}x {gain.time_share:>13.2f}x {other:>16}")
+    print(f"verdicts (Student's t over the seeds, paired): ahead = the one-sided 95 % lower bound of the gain is "
+          f"above 0; non-inferior = it is at least -{NON_INFERIORITY_MARGIN}; not shown = neither")
     if args.match == "time" and setting.name != CONTROL:  # the control's come with print_control
         print_budgets(runs)
+        print_areas(area_gains(runs))
+
+
+def print_areas(areas: list[AreaGain], title: str = "budget gain") -> None:
+    """Each time-matched member's gain averaged over alone's evaluation points, with its verdict:
+    whether joining pays sooner, in one number a seed."""
+    if not areas:
+        return
+    print(f"\n{title}: mean over alone's evaluation points of the gain at the same modelled time (the area "
+          "between the curves against time), SE paired over seeds")
+    print(f"{'member':<12} {'condition':<22} {'seeds':>5} {'points':>6} {'budget gain':>16} {'95% lower':>9} {'verdict':>13}")
+    for area in areas:
+        v = area.verdict
+        print(f"{area.label:<12} {area.condition:<22} {v.seeds:>5} {area.budgets:>6} {f'{v.mean:+.3f} ({v.se:.3f})':>16} "
+              f"{v.lower:>+9.3f} {v.word():>13}")
 
 
 def print_budgets(runs: list[ConditionRun], title: str = "time-matched at every budget") -> None:
@@ -182,9 +208,13 @@ def print_control(runs: list[ConditionRun], args: argparse.Namespace) -> None:
     cost = CostModel(args.gen_share)
     for match in ("step", "time") if args.match == "time" else ("step",):
         gains = [g for g in paired_gains(runs, match=match, cost=cost) if g.condition != ALONE]
-        print(f"\ncontrol ({CONTROL}: {SETTINGS[CONTROL].about}), {match}-matched: gain against alone (SE)")
+        print(f"\ncontrol ({CONTROL}: {SETTINGS[CONTROL].about}), {match}-matched: gain against alone (SE), "
+              f"its {EQUIVALENCE_LEVEL:.0%} interval and whether that lies inside +-{EQUIVALENCE_MARGIN}")
         for gain in gains:
-            print(f"  {gain.label:<12} {gain.condition:<22} {gain.gain:+.3f} ({gain.se:.3f}), {gain.seeds} seed(s)")
+            low, high = gain.verdict.interval
+            word = "equivalent" if gain.verdict.equivalent else "equivalence not shown"
+            print(f"  {gain.label:<12} {gain.condition:<22} {gain.gain:+.3f} ({gain.se:.3f}), {gain.seeds} seed(s), "
+                  f"[{low:+.3f}, {high:+.3f}]: {word}")
         if not control_judged(args.accounting, match):
             print("  not judged against 0: here a copy brings more samples a step or more rounds, and what it is "
                   "worth is the yardstick for the setting's rows")
@@ -198,6 +228,7 @@ def print_control(runs: list[ConditionRun], args: argparse.Namespace) -> None:
                   else "  one seed: the control cannot be judged")
     if args.match == "time":
         print_budgets(runs, f"control ({CONTROL}), time-matched at every budget")
+        print_areas(area_gains(runs), f"control ({CONTROL}), budget gain")
 
 
 def print_diagnostics(runs: list[ConditionRun]) -> None:
@@ -266,10 +297,8 @@ def load_saved(paths: list[Path]) -> tuple[Setting, argparse.Namespace, list[Con
     if len(seeds) != len(set(seeds)):
         raise SystemExit("the files repeat a seed: give each seed once (--first-seed when running)")
     shape = saved["shape"]
-    runs = [ConditionRun(r["condition"], r["accounting"], r["seed"],
-                         [MemberRun(m["label"], m["before"], m["after"], [tuple(p) for p in m["curve"]],
-                                    [RoundRecord.from_json(line) for line in m["rounds"]], m.get("time_matched_at"))
-                          for m in r["members"]]) for f in files for r in f["runs"]]
+    runs = [ConditionRun(r["condition"], r["accounting"], r["seed"], [member_from_json(m) for m in r["members"]])
+            for f in files for r in f["runs"]]
     args = argparse.Namespace(accounting=saved["accounting"], rounds=shape["rounds"], prompts=shape["prompts_per_round"],
                               group=shape["group_size"], eval_size=shape["eval_size"],
                               match=shape.get("match", Shape.match), gen_share=shape.get("gen_share", GEN_SHARE),
@@ -277,22 +306,39 @@ def load_saved(paths: list[Path]) -> tuple[Setting, argparse.Namespace, list[Con
     return setting, args, runs
 
 
+def preset_digests(setting: Setting, shape: Shape) -> tuple[tuple[str, str], ...]:
+    """(preset, sha256 of its weights) of every tiny preset the setting's members start from:
+    a figure compares with another only where both ran on the same weights."""
+    names = {"tiny"}
+    for member in setting.members:
+        for override in (*shape.overrides, *member.overrides):
+            key, _, value = override.partition("=")
+            if key == "model.name":
+                names.add(value)
+    return tuple((name, weights_digest(tiny_path(TINY_PRESETS[name]))) for name in sorted(names & TINY_PRESETS.keys()))
+
+
 def train(setting: Setting, conditions: list[str], args: argparse.Namespace, shape: Shape) -> list[ConditionRun]:
-    """Every condition of the setting for every seed, with progress lines."""
-    runs: list[ConditionRun] = []
-    for seed in range(args.first_seed, args.first_seed + args.seeds):
-        for name in conditions:
-            t = time.perf_counter()
-            print(f"{setting.name}, seed {seed}, {name}:", flush=True)
-            runs.append(run_condition(setting, name, args.accounting, seed, shape,
-                                      progress=lambda line: print(line, flush=True)))
-            print(f"  {time.perf_counter() - t:.0f} s", flush=True)
-    return runs
+    """Every condition of the setting for every seed, `--jobs` runs at a time in processes of their
+    own (on the pinned kernels), each kept in --out/runs so a stopped table resumes."""
+    presets = preset_digests(setting, shape)
+    print(f"{setting.name}: presets " + ", ".join(f"{name} {digest[:16]}" for name, digest in presets), flush=True)
+    jobs = [RunJob(setting, name, args.accounting, seed, shape, presets)
+            for seed in range(args.first_seed, args.first_seed + args.seeds) for name in conditions]
+    return run_jobs(jobs, args.out / "runs", args.jobs, progress=lambda line: print(line, flush=True))
 
 
 def save(path: Path, setting: Setting, accounting: str, shape: Shape, runs: list[ConditionRun]) -> None:
     path.write_text(json.dumps({"setting": asdict(setting), "accounting": accounting, "shape": asdict(shape),
+                                "presets": dict(preset_digests(setting, shape)), "kernels": kernels_of(),
                                 "runs": [asdict(r) for r in runs]}, indent=1))
+
+
+def kernels_of() -> str:
+    """The code path the runs computed on, as a child of this process prints it."""
+    child = subprocess.run([sys.executable, "-c", "from swarmnode.lab.kernels import kernel_path; print(kernel_path())"],
+                           env=pinned_env(), capture_output=True, text=True, check=True)
+    return child.stdout.strip()
 
 
 def control_runs(setting: Setting, conditions: list[str], args: argparse.Namespace, shape: Shape) -> list[ConditionRun]:
@@ -325,13 +371,13 @@ def main() -> None:
              CostModel(saved_args.gen_share))
         print(f"\ncurves: {args.out / 'ablation.png'}")
         return
-    torch.set_num_threads(args.threads)
     setting = chosen_setting(args)
     shape = Shape(args.rounds, args.prompts, args.group, args.max_new_tokens, args.eval_size, args.eval_points,
                   tuple(args.overrides), args.match, args.gen_share)
     conditions = [ALONE, *args.objectives]
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
+    print(f"runs on: {kernels_of()}", flush=True)
     control = control_runs(setting, conditions, args, shape)
     runs = train(setting, conditions, args, shape)
     save(args.out / "ablation.json", setting, args.accounting, shape, runs)  # first: a failure below loses no run

@@ -15,6 +15,7 @@ from swarmnode.lab.ablation import (
     Member,
     MemberRun,
     Shape,
+    area_gains,
     budget_gains,
     control_judged,
     control_limit_se,
@@ -227,6 +228,22 @@ def test_time_matched_gains_are_paired_at_each_budget_of_alone_s_curve():
     gains = {(g.condition, g.alone_rounds): g for g in budget_gains(runs)}
     assert gains[("f-tis", 10)].seeds == 1 and gains[("f-tis", 10)].gain == pytest.approx(0.08)
     assert gains[("f-tis", 20)].seeds == 2
+
+
+def test_the_budget_gain_is_each_seed_s_mean_over_alone_s_points_judged_over_seeds():
+    """Seed 0 gains 0.08 and 0.02 at alone's two points, seed 1 0.06 and -0.04: budget gains 0.05
+    and 0.01, mean 0.03, SE 0.02. A step-matched run has no budget gain."""
+    runs = [
+        ConditionRun(ALONE, "shared", 0, [_curved("a", [(10, 0.50), (20, 0.60)], 20)]),
+        ConditionRun(ALONE, "shared", 1, [_curved("a", [(10, 0.40), (20, 0.70)], 20)]),
+        ConditionRun("f-tis", "shared", 0, [_curved("a", [(20, 0.58), (40, 0.62)], 40, matched=40)]),
+        ConditionRun("f-tis", "shared", 1, [_curved("a", [(20, 0.46), (40, 0.66)], 40, matched=40)]),
+        ConditionRun("nois", "shared", 0, [_curved("a", [(10, 0.9), (20, 0.9)], 20)]),
+    ]
+    (area,) = area_gains(runs)
+    assert (area.label, area.condition, area.budgets) == ("a", "f-tis", 2)
+    assert area.verdict.mean == pytest.approx(0.03) and area.verdict.se == pytest.approx(0.02)
+    assert area.verdict.seeds == 2
 
 
 def test_against_a_time_matched_nois_run_step_means_alone_s_round_count_on_both_sides():

@@ -43,6 +43,7 @@ from pathlib import Path
 from scipy.stats import t as student_t
 
 from swarmnode.assemble import assemble
+from swarmnode.lab.verdicts import Verdict, verdict
 from swarmnode.loop.node import Node
 from swarmnode.ops.lines import RoundRecord
 from swarmnode.protocol.batches import batch_split
@@ -331,6 +332,16 @@ class Gain:
     tokens_share: float  # tokens it generated / tokens it generated under the baseline
     time_share: float = math.nan  # its modelled time / the baseline's (CostModel)
 
+    @property
+    def verdict(self) -> Verdict:
+        return Verdict(self.gain, self.se, self.seeds)
+
+
+def member_from_json(data: dict) -> MemberRun:
+    """A member's run as `dataclasses.asdict` wrote it."""
+    return MemberRun(data["label"], data["before"], data["after"], [tuple(p) for p in data["curve"]],
+                     [RoundRecord.from_json(line) for line in data["rounds"]], data.get("time_matched_at"))
+
 
 def by_member(runs: list[ConditionRun]) -> dict[tuple[str, str], list[tuple[int, MemberRun]]]:
     """(condition, member label) -> that member's (seed, run) under the condition, in the
@@ -424,6 +435,41 @@ def budget_gains(runs: list[ConditionRun]) -> list[BudgetGain]:
             if diffs:
                 gains.append(BudgetGain(label, condition, budget, max(spent), statistics.mean(diffs),
                                         standard_error(diffs), len(diffs)))
+    return gains
+
+
+@dataclass(frozen=True)
+class AreaGain:
+    """A time-matched member's budget gain: over alone's evaluation points, the mean of its
+    accuracy where it has spent the same modelled time minus alone's there (the area between the
+    two curves against modelled time, over alone's span), one value a seed, judged over seeds."""
+
+    label: str
+    condition: str
+    budgets: int  # alone's evaluation points averaged over
+    verdict: Verdict
+
+
+def area_gains(runs: list[ConditionRun]) -> list[AreaGain]:
+    """Every time-matched (condition, member)'s budget gain against the same member alone, paired
+    by seed: "pays sooner" in one number, where the gain at one budget says little near a plateau."""
+    base = {(r.seed, m.label): m for r in runs if r.condition == ALONE for m in r.members}
+    gains = []
+    for (condition, label), seeded in by_member(runs).items():
+        per_seed, budgets = [], 0
+        for seed, member in seeded:
+            alone = base.get((seed, label))
+            if condition == ALONE or not member.time_matched_at or alone is None:
+                continue
+            points = [done for done, _, _ in alone.curve if done > 0]
+            diffs = [member.accuracy_at(counterpart_round(done, member.time_matched_at, len(alone.rounds)))
+                     - alone.accuracy_at(done) for done in points]
+            diffs = [d for d in diffs if not math.isnan(d)]
+            if diffs:
+                per_seed.append(statistics.mean(diffs))
+                budgets = max(budgets, len(diffs))
+        if per_seed:
+            gains.append(AreaGain(label, condition, budgets, verdict(per_seed)))
     return gains
 
 

@@ -1,0 +1,121 @@
+"""An ablation's runs, one (condition, seed) a child process, over the cores, resumable.
+
+Ten seeds of a setting are hours on one core. Each run is deterministic in its inputs (seed,
+member names, presets, one thread), so runs can go in parallel processes and give what they
+would one after another; each child is started on the pinned kernel path (lab.kernels), writes
+its run as JSON and nothing else crosses between processes. A run's file is named by a digest of
+everything that shapes it, so a table started again picks up where it stopped and never reuses a
+run of another shape, setting or preset.
+
+    python -m swarmnode.lab.parallel JOB.json   # one run (what the parent starts)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from swarmnode.lab.ablation import ConditionRun, Member, Setting, Shape, member_from_json, run_condition
+from swarmnode.lab.kernels import pinned_env
+
+
+@dataclass(frozen=True)
+class RunJob:
+    """One condition of one setting for one seed, and what it ran on."""
+
+    setting: Setting
+    condition: str
+    accounting: str
+    seed: int
+    shape: Shape
+    presets: tuple[tuple[str, str], ...]  # (preset name, weights' sha256) of the members
+
+    def key(self) -> str:
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+
+    def stem(self) -> str:
+        condition = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.condition)
+        return f"{self.setting.name}-{self.accounting}-{condition}-seed{self.seed}-{self.key()}"
+
+
+def job_from_json(data: dict) -> RunJob:
+    setting = data["setting"]
+    return RunJob(
+        Setting(setting["name"], setting["about"], tuple(Member(m["label"], tuple(m["overrides"])) for m in setting["members"])),
+        data["condition"], data["accounting"], data["seed"],
+        Shape(**{**data["shape"], "overrides": tuple(data["shape"]["overrides"])}),
+        tuple(tuple(pair) for pair in data["presets"]),
+    )
+
+
+def run_to_json(run: ConditionRun) -> dict:
+    return asdict(run)
+
+
+def run_from_json(data: dict) -> ConditionRun:
+    return ConditionRun(data["condition"], data["accounting"], data["seed"], [member_from_json(m) for m in data["members"]])
+
+
+def run_jobs(jobs: list[RunJob], directory: Path, parallel: int,
+             progress: Callable[[str], None] = print) -> list[ConditionRun]:
+    """Every job's run, in the order given: read where its file exists, else trained in a child
+    process, `parallel` at a time. A failed child is reported with its log's last lines and
+    its run left out after the others finish (RuntimeError then names them)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    pending = [job for job in jobs if not (directory / f"{job.stem()}.json").exists()]
+    if len(pending) < len(jobs):
+        progress(f"resuming: {len(jobs) - len(pending)} of {len(jobs)} runs already in {directory}")
+    running: list[tuple[RunJob, subprocess.Popen, float]] = []
+    failed: list[str] = []
+    done = len(jobs) - len(pending)
+    while pending or running:
+        while pending and len(running) < parallel:
+            job = pending.pop(0)
+            spec = directory / f"{job.stem()}.job.json"
+            spec.write_text(json.dumps(asdict(job)))
+            log = (directory / f"{job.stem()}.log").open("w")
+            child = subprocess.Popen([sys.executable, "-m", "swarmnode.lab.parallel", str(spec)], stdout=log,
+                                     stderr=subprocess.STDOUT, env=pinned_env())
+            running.append((job, child, time.perf_counter()))
+        time.sleep(0.5)
+        for entry in list(running):
+            job, child, started = entry
+            if child.poll() is None:
+                continue
+            running.remove(entry)
+            done += 1
+            what = f"{job.setting.name}, seed {job.seed}, {job.condition}"
+            if child.returncode != 0:
+                tail = (directory / f"{job.stem()}.log").read_text().splitlines()[-5:]
+                failed.append(what)
+                progress(f"[{done}/{len(jobs)}] {what}: FAILED (exit {child.returncode}):\n    " + "\n    ".join(tail))
+            else:
+                progress(f"[{done}/{len(jobs)}] {what}: {time.perf_counter() - started:.0f} s")
+    if failed:
+        raise RuntimeError(f"{len(failed)} run(s) failed ({'; '.join(failed)}); logs in {directory}")
+    return [run_from_json(json.loads((directory / f"{job.stem()}.json").read_text())) for job in jobs]
+
+
+def run_one(spec: Path) -> None:
+    """Train the job in `spec` and write its run beside it, whole or not at all."""
+    job = job_from_json(json.loads(spec.read_text()))
+    torch.set_num_threads(1)
+    run = run_condition(job.setting, job.condition, job.accounting, job.seed, job.shape,
+                        progress=lambda line: print(line, flush=True))
+    target = spec.with_name(f"{job.stem()}.json")
+    staging = target.with_suffix(".partial")
+    staging.write_text(json.dumps(run_to_json(run)))
+    os.replace(staging, target)
+
+
+if __name__ == "__main__":
+    run_one(Path(sys.argv[1]))

@@ -1,0 +1,57 @@
+"""An ablation's runs in child processes (swarmnode/lab/parallel.py): what two processes compute
+for one job is the same to the last digit, and a table started again trains nothing it has."""
+
+import json
+import subprocess
+
+import pytest
+
+from swarmnode.lab import parallel
+from swarmnode.lab.ablation import SETTINGS, Shape
+from swarmnode.lab.parallel import RunJob, run_jobs
+from swarmnode.model.tiny import TINY_PRESETS, tiny_path, weights_digest
+
+FAST = Shape(rounds=2, prompts_per_round=4, group_size=4, max_new_tokens=6, eval_size=8, eval_points=1)
+
+
+def _learned(run) -> list:
+    """What a run computed, without its clock readings."""
+    return [(m.before, m.after, m.curve, [(r.reward_mean, r.loss, r.grad_norm, r.weight_mean, r.wire_tokens)
+                                          for r in m.rounds]) for m in run.members]
+
+
+def _job(seed: int) -> RunJob:
+    presets = (("tiny", weights_digest(tiny_path(TINY_PRESETS["tiny"]))),)
+    return RunJob(SETTINGS["same"], "f-tis", "shared", seed, FAST, presets)
+
+
+def test_one_job_in_two_processes_gives_one_run_and_a_restart_trains_nothing(tmp_path, monkeypatch):
+    first, second = run_jobs([_job(0)], tmp_path / "a", 1), run_jobs([_job(0), _job(1)], tmp_path / "b", 2)
+    assert [r.seed for r in second] == [0, 1]
+    assert _learned(first[0]) == _learned(second[0])
+    assert first[0].members[0].rounds, "it trained"
+
+    def no_process(*args, **kwargs):
+        raise AssertionError("a run with a file was trained again")
+
+    monkeypatch.setattr(subprocess, "Popen", no_process)
+    lines: list[str] = []
+    again = run_jobs([_job(0), _job(1)], tmp_path / "b", 2, progress=lines.append)
+    assert [parallel.run_to_json(r) for r in again] == [parallel.run_to_json(r) for r in second]
+    assert lines == [f"resuming: 2 of 2 runs already in {tmp_path / 'b'}"]
+
+
+def test_a_job_of_another_shape_or_preset_is_another_file():
+    job = _job(0)
+    assert job.stem() != RunJob(job.setting, job.condition, job.accounting, 0, Shape(rounds=3), job.presets).stem()
+    assert job.stem() != RunJob(job.setting, job.condition, job.accounting, 0, FAST, (("tiny", "0" * 64),)).stem()
+    assert job.stem() == parallel.job_from_json(json.loads(json.dumps(parallel.asdict(job)))).stem()
+
+
+def test_a_failed_run_is_named_with_its_log_and_the_others_still_finish(tmp_path):
+    broken = RunJob(SETTINGS["same"], "f-tis:no.such=1", "shared", 0, FAST, ())
+    lines: list[str] = []
+    with pytest.raises(RuntimeError, match="1 run"):
+        run_jobs([broken, _job(0)], tmp_path, 2, progress=lines.append)
+    assert any("FAILED" in line for line in lines)
+    assert (tmp_path / f"{_job(0).stem()}.json").exists(), "the good run was kept for the restart"

@@ -1,0 +1,41 @@
+"""Verdicts by margins (swarmnode/lab/verdicts.py): the bounds of Student's t over paired seeds."""
+
+import math
+
+import pytest
+
+from swarmnode.lab.verdicts import Verdict, verdict
+
+
+def test_the_bounds_use_student_s_t_with_one_degree_of_freedom_fewer_than_seeds():
+    ten = Verdict(mean=0.0, se=0.01, seeds=10)
+    assert ten.lower == pytest.approx(-1.833 * 0.01, abs=1e-5), "one-sided 95 % at 10 seeds"
+    assert ten.interval == pytest.approx((-0.01833, 0.01833), abs=1e-5), "two-sided 90 %: the same quantile"
+    assert Verdict(0.0, 0.01, 5).lower == pytest.approx(-2.132 * 0.01, abs=1e-5)
+
+
+@pytest.mark.parametrize("mean,se,seeds,word,equivalent", [
+    (0.010, 0.004, 10, "ahead", True),          # lower +0.0027; interval [+0.003, +0.017]
+    (-0.010, 0.010, 10, "non-inferior", False),  # lower -0.028
+    (-0.010, 0.012, 10, "not shown", False),     # lower -0.032: a loss past the margin is not ruled out
+    (0.000, 0.010, 10, "non-inferior", True),    # interval +-0.0183
+    (0.000, 0.011, 10, "non-inferior", False),   # interval +-0.0202
+    (0.000, 0.011, 20, "non-inferior", True),    # the same SE at 20 seeds: +-0.0190, inside
+])
+def test_each_verdict_follows_its_margin(mean, se, seeds, word, equivalent):
+    judged = Verdict(mean, se, seeds)
+    assert judged.word() == word
+    assert judged.equivalent is equivalent
+
+
+def test_one_seed_shows_nothing_and_no_gains_are_an_error():
+    one = verdict([0.5])
+    assert math.isnan(one.se) and one.lower == -math.inf and one.word() == "not shown" and not one.equivalent
+    with pytest.raises(ValueError):
+        verdict([])
+
+
+def test_a_verdict_on_gains_is_the_mean_and_standard_error_over_seeds():
+    judged = verdict([0.01, 0.03, 0.02, 0.02])
+    assert judged.mean == pytest.approx(0.02) and judged.seeds == 4
+    assert judged.se == pytest.approx(0.0040825, abs=1e-6)
