@@ -125,6 +125,9 @@ def parse_args() -> argparse.Namespace:
                         help="runs at once, each a process on one thread (default: the cores); a run's result "
                         "does not depend on it")
     parser.add_argument("--out", type=Path, default=Path("ablation-out"))
+    parser.add_argument("--runs", type=Path, default=None,
+                        help="where each run's file is kept (default: --out/runs); tables that share it share "
+                        "their members' alone runs and resume from what it holds")
     parser.add_argument("--no-control", action="store_true", help="skip the `same` control run")
     parser.add_argument("--control-from", type=Path, nargs="+", default=None,
                         help="control.json (or a `same` ablation.json) of earlier runs of the same shape: no control run")
@@ -318,14 +321,29 @@ def preset_digests(setting: Setting, shape: Shape) -> tuple[tuple[str, str], ...
     return tuple((name, weights_digest(tiny_path(TINY_PRESETS[name]))) for name in sorted(names & TINY_PRESETS.keys()))
 
 
+def alone_setting(member: Member) -> Setting:
+    """A member by itself: its alone run is the same in every setting it belongs to (its name,
+    hence its prompts, and its settings make it), so one run file serves them all."""
+    return Setting(f"alone-{member.label}", "one member, alone", (member,))
+
+
 def train(setting: Setting, conditions: list[str], args: argparse.Namespace, shape: Shape) -> list[ConditionRun]:
     """Every condition of the setting for every seed, `--jobs` runs at a time in processes of their
-    own (on the pinned kernels), each kept in --out/runs so a stopped table resumes."""
+    own (on the pinned kernels), each kept in --runs so a stopped table resumes; alone is run per
+    member, so settings that share a member share its alone runs."""
     presets = preset_digests(setting, shape)
     print(f"{setting.name}: presets " + ", ".join(f"{name} {digest[:16]}" for name, digest in presets), flush=True)
-    jobs = [RunJob(setting, name, args.accounting, seed, shape, presets)
-            for seed in range(args.first_seed, args.first_seed + args.seeds) for name in conditions]
-    return run_jobs(jobs, args.out / "runs", args.jobs, progress=lambda line: print(line, flush=True))
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    alone = [RunJob(alone_setting(m), ALONE, args.accounting, seed, shape, preset_digests(alone_setting(m), shape))
+             for seed in seeds for m in setting.members] if ALONE in conditions else []
+    together = [RunJob(setting, name, args.accounting, seed, shape, presets)
+                for seed in seeds for name in conditions if name != ALONE]
+    runs = run_jobs(alone + together, args.runs or args.out / "runs", args.jobs,
+                    progress=lambda line: print(line, flush=True))
+    members = len(setting.members)
+    merged = [ConditionRun(ALONE, args.accounting, seed, [run.members[0] for run in runs[i * members:(i + 1) * members]])
+              for i, seed in enumerate(seeds)] if alone else []
+    return merged + runs[len(alone):]
 
 
 def save(path: Path, setting: Setting, accounting: str, shape: Shape, runs: list[ConditionRun]) -> None:
