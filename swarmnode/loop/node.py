@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from swarmnode.learn.agreement import StepAgreement
 from swarmnode.learn.sample import OWN, Group, Sample, samples_of
 from swarmnode.loop.checkpoints import NodeCheckpoints
 from swarmnode.loop.evaluation import Evaluator
@@ -143,7 +144,9 @@ class Node:
         own = samples_of(state.own_groups)
         taken = self.intake.take(round_, offered, own, state.timings)
         t = time.perf_counter()
-        result = self.policy.train_step(own + taken.kept, self.config.loss, self.config.rollout.temperature)
+        measure = self.config.node.weight_by_agreement
+        result = self.policy.train_step(own + taken.kept, self.config.loss, self.config.rollout.temperature, measure)
+        self.intake.screener.agreement.observe(result.agreement)
         state.timings["train_s"] = time.perf_counter() - t
         state.timings["sync_s"] = self.generator.sync_weights()
         self.report.trained(sample.source for sample in taken.kept)
@@ -184,6 +187,7 @@ class Node:
             uninformative=taken.uninformative,
             likelihood_gap=self.intake.share.gap,
             peer_usefulness=float(np.mean(taken.usefulness)) if taken.usefulness else None,
+            gradient_cosines=_cosines(result.agreement),
             samples_by_peer=dict(Counter(sample.source for sample in taken.kept)),
             timings=state.timings,
         )
@@ -325,3 +329,11 @@ class Node:
         except Exception as err:  # the run is over; say so, lose nothing else
             log.warning("the last checkpoint could not be written: %s", err)
         self.metrics.close()
+
+
+def _cosines(agreement: StepAgreement | None) -> dict[str, float] | None:
+    """A step's measured cosines for the round's record: our halves' under "own", then each peer's."""
+    if agreement is None:
+        return None
+    own = {} if agreement.own_halves is None else {"own": round(agreement.own_halves, 4)}
+    return own | {peer: round(found, 4) for peer, found in agreement.peers.items()}

@@ -18,9 +18,10 @@ from peft.tuners.lora import LoraLayer
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
+from swarmnode.learn.agreement import GradientProbe, StepAgreement, probe_parameters
 from swarmnode.learn.alignment import SpanBatch
 from swarmnode.learn.loss import ObjectiveStats, ObjectiveTerms, objective_terms
-from swarmnode.learn.sample import Sample
+from swarmnode.learn.sample import OWN, Sample
 from swarmnode.model.batching import AdaptiveBatch
 from swarmnode.model.logprobs import chunked_logprobs, decoder_and_head, logprobs_from_logits
 from swarmnode.model.tiny import TINY_PRESETS, load_tiny, tiny_path
@@ -100,6 +101,7 @@ class StepResult:
     loss: float
     grad_norm: float
     stats: ObjectiveStats
+    agreement: StepAgreement | None = None  # when measured: each peer's gradient against ours
 
 
 def load_tokenizer(name: str, revision: str | None = None) -> PreTrainedTokenizerBase:
@@ -331,16 +333,18 @@ class Policy:
         return out
 
     def train_step(
-        self, samples: list[Sample], objective: LossSettings, temperature: float
+        self, samples: list[Sample], objective: LossSettings, temperature: float, measure_agreement: bool = False
     ) -> StepResult:
         """One optimiser step over all samples, micro-batched so memory stays bounded.
 
-        Out of memory: the micro-batch is halved (and kept so for later steps) and the step
-        starts over; at micro-batch 1, OutOfMemory says what to change.
+        `measure_agreement`: the samples go by source (ours in two halves, then each peer's), and
+        the step also returns how each peer's gradient agrees with ours (learn.agreement); the
+        update is the same sum. Out of memory: the micro-batch is halved (and kept so for later
+        steps) and the step starts over; at micro-batch 1, OutOfMemory says what to change.
         """
         while True:
             try:
-                return self._step(samples, objective, temperature)
+                return self._step(samples, objective, temperature, measure_agreement)
             except torch.OutOfMemoryError:
                 self.optimizer.zero_grad(set_to_none=True)
                 self.micro_batch.halve_after_oom(
@@ -350,34 +354,58 @@ class Policy:
                     "rollout.max_new_tokens or a smaller model (swarmnode plan --model ... shows what fits)",
                 )
 
-    def _step(self, samples: list[Sample], objective: LossSettings, temperature: float) -> StepResult:
+    def _step(self, samples: list[Sample], objective: LossSettings, temperature: float, measure: bool) -> StepResult:
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         total = len(samples)
         parts: list[ObjectiveTerms] = []
         loss_value = 0.0
-        size = self.micro_batch.value
-        for start in range(0, total, size):
-            chunk = samples[start : start + size]
-            logp, mask = self.completion_logprobs([s.prompt_ids for s in chunk], [s.tokens for s in chunk], temperature)
-            gen = torch.zeros_like(logp)  # the generators' log-probs per token (a row by span leaves it unread)
-            for row, sample in enumerate(chunk):
-                if sample.logprobs is not None:
-                    gen[row, : len(sample.logprobs)] = torch.tensor(np.array(sample.logprobs, dtype=np.float32))
-            advantages = torch.tensor([s.advantage for s in chunk], device=self.device)
-            scales = torch.tensor([s.weight_scale for s in chunk], device=self.device)
-            spans = None  # a sample in our tokens but another generator's needs every row by span
-            if any(s.by_span for s in chunk):
-                spans = SpanBatch.of([s.gen_spans() for s in chunk], logp.shape[1], self.device)
-            terms = objective_terms(logp, gen, mask, advantages, objective, weight_scale=scales, spans=spans)
-            (terms.loss_sum / total).backward()
-            loss_value += float(terms.loss_sum.detach()) / total
-            parts.append(terms)
+        segments = by_source(samples) if measure else [("", samples)]
+        probe = GradientProbe(probe_parameters(list(self.model.parameters()))) if measure else None
+        gradients: list[tuple[str, torch.Tensor]] = []
+        for source, segment in segments:
+            for start in range(0, len(segment), self.micro_batch.value):
+                terms = self._backward(segment[start : start + self.micro_batch.value], objective, temperature, total)
+                loss_value += float(terms.loss_sum.detach()) / total
+                parts.append(terms)
+            if probe is not None:
+                gradients.append((source, probe.take()))
+        agreement = None
+        if probe is not None and len(gradients) >= 2 and gradients[0][0] == gradients[1][0] == OWN:
+            agreement = StepAgreement.of(gradients[0][1], gradients[1][1], dict(gradients[2:]))
         params = [p for p in self.model.parameters() if p.requires_grad]
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.train_settings.max_grad_norm))
         self.optimizer.step()
         self.model.eval()
-        return StepResult(loss=loss_value, grad_norm=grad_norm, stats=ObjectiveStats.combine(parts))
+        return StepResult(loss=loss_value, grad_norm=grad_norm, stats=ObjectiveStats.combine(parts), agreement=agreement)
+
+    def _backward(self, chunk: list[Sample], objective: LossSettings, temperature: float, total: int) -> ObjectiveTerms:
+        """Accumulate one micro-batch's share of the step's gradient."""
+        logp, mask = self.completion_logprobs([s.prompt_ids for s in chunk], [s.tokens for s in chunk], temperature)
+        gen = torch.zeros_like(logp)  # the generators' log-probs per token (a row by span leaves it unread)
+        for row, sample in enumerate(chunk):
+            if sample.logprobs is not None:
+                gen[row, : len(sample.logprobs)] = torch.tensor(np.array(sample.logprobs, dtype=np.float32))
+        advantages = torch.tensor([s.advantage for s in chunk], device=self.device)
+        scales = torch.tensor([s.weight_scale for s in chunk], device=self.device)
+        spans = None  # a sample in our tokens but another generator's needs every row by span
+        if any(s.by_span for s in chunk):
+            spans = SpanBatch.of([s.gen_spans() for s in chunk], logp.shape[1], self.device)
+        terms = objective_terms(logp, gen, mask, advantages, objective, weight_scale=scales, spans=spans)
+        (terms.loss_sum / total).backward()
+        return terms
+
+
+def by_source(samples: list[Sample]) -> list[tuple[str, list[Sample]]]:
+    """Our own samples in two halves (the yardstick's two batches), then each peer's, in the
+    order they first appear; our halves are empty where we have under two samples."""
+    own = [s for s in samples if s.source == OWN]
+    half = len(own) // 2
+    peers: dict[str, list[Sample]] = {}
+    for sample in samples:
+        if sample.source != OWN:
+            peers.setdefault(sample.source, []).append(sample)
+    return [(OWN, own[:half]), (OWN, own[half:]), *peers.items()]
 
 
 def master_dtype(compute: torch.dtype, lora: bool, setting: str) -> torch.dtype:

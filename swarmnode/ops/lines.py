@@ -54,7 +54,9 @@ class RoundRecord:
     uninformative: int = 0  # peers' samples left out for advantage 0 (node.skip_uninformative); 0 in older lines
     picked: int = 0  # peers' samples left out as picked, not sampled (trust.repeat_odds); 0 in older lines
     likelihood_gap: float | None = None  # running nats a token peers' samples are less likely than ours (adapt_share_nats)
-    peer_usefulness: float | None = None  # mean factor of the peers' samples trained on (node.weight_by_usefulness; None when off)
+    peer_usefulness: float | None = None  # mean factor of the peers' samples trained on (node.weight_by_usefulness or
+    # node.weight_by_agreement; None when both are off)
+    gradient_cosines: dict[str, float] | None = None  # node.weight_by_agreement: our halves' ("own") and each peer's
     samples_by_peer: dict[str, int] = field(default_factory=dict)  # peers' samples trained on, per peer
     timings: dict[str, float] = field(default_factory=dict)  # generate_s, train_s, ... round_s
 

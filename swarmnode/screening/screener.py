@@ -23,6 +23,7 @@ import numpy as np
 from swarmnode.learn.sample import Group, Sample, samples_of
 from swarmnode.model.policy import Policy
 from swarmnode.protocol.wire import Completion
+from swarmnode.screening.agreement import AgreementWeights
 from swarmnode.screening.gate import Anchor, AnchorBar, own_near_bar
 from swarmnode.screening.repeats import RepeatEvidence
 from swarmnode.screening.screen import Screening, passed, screen
@@ -52,6 +53,7 @@ class Screener:
         self.policy = policy
         self.anchor_bar = AnchorBar(config.trust.anchor_slack)
         self.usefulness = UsefulnessWeights(config.node.weight_by_usefulness)
+        self.agreement = AgreementWeights(config.node.weight_by_agreement)
         self.repeats = RepeatEvidence(config.trust.repeat_odds)
 
     @property
@@ -143,17 +145,17 @@ class ScreeningRound:
 
     def _keep(self, judged: list[Sample], result: Pass) -> None:
         """The judged samples that train: kept, scaled by their peer's usefulness (a peer that
-        never taught us takes no room) and, with `node.skip_uninformative`, with a non-zero
-        advantage (one with advantage 0 would only dilute the step)."""
-        usefulness = self.screener.usefulness
-        factors = {s.source: usefulness.factor(s.source) for s in judged}
+        never taught us takes no room) and gradient agreement and, with `node.skip_uninformative`,
+        with a non-zero advantage (one with advantage 0 would only dilute the step)."""
+        usefulness, agreement = self.screener.usefulness, self.screener.agreement
+        factors = {s.source: usefulness.factor(s.source) * agreement.factor(s.source) for s in judged}
         kept = [s.scaled(factors[s.source]) for s in judged if s.verdict.kept and factors[s.source] > 0]
         if self.screener.config.node.skip_uninformative:
             informative = [s for s in kept if s.advantage != 0]
             result.uninformative = len(kept) - len(informative)
             kept = informative
         result.kept = kept
-        if usefulness.enabled:
+        if usefulness.enabled or agreement.enabled:
             result.usefulness = [factors[s.source] for s in kept]
 
 

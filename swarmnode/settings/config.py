@@ -315,6 +315,12 @@ class NodeSettings(_Section):
         "taught us, from 0 for a new identity) over our own samples' useful share, at most 1; a peer that never "
         "taught us takes no room (swarmnode.screening.usefulness). Off = every kept sample counts 1",
     )
+    weight_by_agreement: bool = Field(
+        False,
+        description="true = a peer's samples count how well their gradient agrees with our own samples' (a running "
+        "cosine over a probe of the model) against how well two halves of our own agree, between 0.1 and 1; a peer "
+        "not yet measured counts 1 (swarmnode.screening.agreement). Off = every kept sample counts 1",
+    )
     max_peer_groups: int | None = Field(
         None, ge=0,
         description="max peer groups in one step; None = as many as the node's own batch (rollout.prompts_per_round), "

@@ -1,0 +1,49 @@
+"""How much a peer's samples count for how their gradient agrees with ours (node.weight_by_agreement).
+
+Each step measures, over a probe of the model (learn.agreement), the cosine of each peer's
+gradient with our own samples' and that of our own samples' two halves: the yardstick, since
+RL's gradient noise keeps two batches of our own on-policy samples far from agreeing fully. A
+peer's samples count its running cosine over the yardstick's running cosine, between FLOOR and
+1: a copy of our model agrees at least as well as our halves do and counts fully; a far peer's
+samples, which pull elsewhere, count less, down to FLOOR (not 0: its samples keep being measured,
+and a peer that comes nearer is seen to). A peer not yet measured counts 1, as every peer does
+with the weighting off: the factor only ever shrinks a peer's importance weights, so no identity,
+fresh or old, weighs more through it than without it.
+"""
+
+from __future__ import annotations
+
+from swarmnode.learn.agreement import StepAgreement
+from swarmnode.screening.usefulness import STANDING_WEIGHT
+
+FLOOR = 0.1  # the least a measured peer's samples count
+
+
+class AgreementWeights:
+    """Per-peer factors on importance weights from running gradient agreement with our own."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.own_halves: float | None = None  # running cosine of our own two halves: the yardstick
+        self.peers: dict[str, float] = {}  # peer -> running cosine of its gradient with ours
+
+    def observe(self, step: StepAgreement | None) -> None:
+        """Move the running cosines toward one step's, each as fast as a peer's standing moves."""
+        if not self.enabled or step is None:
+            return
+        if step.own_halves is not None:
+            self.own_halves = _moved(self.own_halves, step.own_halves)
+        for peer, found in step.peers.items():
+            self.peers[peer] = _moved(self.peers.get(peer), found)
+
+    def factor(self, peer_id: str) -> float:
+        """What each of the peer's samples counts, in [FLOOR, 1]; 1 when off or not yet measured,
+        or while our own halves do not agree (no yardstick to hold a peer to)."""
+        found = self.peers.get(peer_id)
+        if not self.enabled or found is None or not self.own_halves or self.own_halves <= 0:
+            return 1.0
+        return min(1.0, max(FLOOR, found / self.own_halves))
+
+
+def _moved(running: float | None, found: float) -> float:
+    return found if running is None else running + STANDING_WEIGHT * (found - running)
