@@ -10,7 +10,7 @@ import torch
 from swarmnode.learn.agreement import GradientProbe, StepAgreement, cosine, probe_parameters
 from swarmnode.learn.sample import Sample
 from swarmnode.protocol.wire import Completion
-from swarmnode.screening.agreement import FLOOR, AgreementWeights
+from swarmnode.screening.agreement import FLOOR, MEASURED_ROUNDS, RUNNING_WEIGHT, AgreementWeights
 from swarmnode.settings.config import LossSettings
 
 
@@ -69,17 +69,22 @@ def test_the_probe_takes_the_last_parameters_within_its_size_and_each_take_is_th
 def test_a_peer_counts_its_agreement_over_our_halves_between_the_floor_and_one():
     weights = AgreementWeights(enabled=True)
     assert weights.factor("new") == 1.0, "not yet measured: as with the weighting off"
+    for _ in range(MEASURED_ROUNDS - 1):
+        weights.observe(StepAgreement(own_halves=0.2, peers={"near": 0.3, "half": 0.1, "far": -0.2}))
+    assert weights.factor("far") == 1.0, "measured too few times to hold it to anything"
     weights.observe(StepAgreement(own_halves=0.2, peers={"near": 0.3, "half": 0.1, "far": -0.2}))
     assert weights.factor("near") == 1.0 and weights.factor("half") == pytest.approx(0.5)
     assert weights.factor("far") == FLOOR
-    weights.observe(StepAgreement(own_halves=0.2, peers={"far": 0.3}))  # a running mean, not the last step
-    assert weights.factor("far") == pytest.approx(max(FLOOR, (-0.2 + 0.2 * 0.5) / 0.2))
+    weights.observe(StepAgreement(own_halves=0.2, peers={"half": 0.3}))  # a running mean, not the last step
+    assert weights.factor("half") == pytest.approx((0.1 + RUNNING_WEIGHT * 0.2) / 0.2)
     off = AgreementWeights(enabled=False)
-    off.observe(StepAgreement(own_halves=0.2, peers={"far": -0.2}))
+    for _ in range(MEASURED_ROUNDS):
+        off.observe(StepAgreement(own_halves=0.2, peers={"far": -0.2}))
     assert off.factor("far") == 1.0
 
 
 def test_without_a_yardstick_every_peer_counts_fully():
     weights = AgreementWeights(enabled=True)
-    weights.observe(StepAgreement(own_halves=-0.1, peers={"far": -0.5}))
+    for _ in range(MEASURED_ROUNDS):
+        weights.observe(StepAgreement(own_halves=-0.1, peers={"far": -0.5}))
     assert weights.factor("far") == 1.0, "our own halves disagree: nothing to hold a peer to"
