@@ -107,6 +107,8 @@ def parse_args() -> argparse.Namespace:
                         help="a member instead of the setting's: a label, then its settings (repeat per member)")
     parser.add_argument("--objectives", nargs="+", type=condition, default=["nois", "f-tis"], metavar="CONDITION",
                         help="objectives to train together under, each optionally with settings: OBJECTIVE[:KEY=VALUE...]")
+    parser.add_argument("--versus", type=condition, default="nois",
+                        help="a condition every other is also compared with, paired by seed (default nois)")
     parser.add_argument("--accounting", choices=ACCOUNTINGS, default="shared")
     parser.add_argument("--match", choices=MATCHES, default=Shape.match,
                         help="step: the same rounds as alone; time: the same modelled time (and step on the way)")
@@ -155,18 +157,20 @@ def print_gains(setting: Setting, args: argparse.Namespace, runs: list[Condition
         print("\nstep-matched: after the same rounds as alone" if match == "step" else
               "\ntime-matched: after the modelled time of alone's rounds")
         gains = paired_gains(runs, match=match, cost=cost)
-        against_nois = {(g.label, g.condition): g for g in paired_gains(runs, baseline="nois", match=match, cost=cost)}
+        versus = getattr(args, "versus", "nois")
+        against_nois = {(g.label, g.condition): g for g in paired_gains(runs, baseline=versus, match=match, cost=cost)}
         print(f"{'member':<12} {'condition':<22} {'seeds':>5} {'before':>7} {'after':>7} {'gain vs alone':>16} "
               f"{'95% lower':>9} {'verdict':>13} {'tokens vs alone':>16} {'time vs alone':>14}"
-              + (f" {'vs nois':>16}" if against_nois else ""))
+              + (f" {'vs ' + versus:>16} {'verdict':>13}" if against_nois else ""))
         for gain in sorted(gains, key=lambda g: ([m.label for m in setting.members].index(g.label), g.condition != ALONE)):
-            versus = "" if gain.condition == ALONE else f"{gain.gain:+.3f} ({gain.se:.3f})"
+            cell = "" if gain.condition == ALONE else f"{gain.gain:+.3f} ({gain.se:.3f})"
             lower = "" if gain.condition == ALONE else f"{gain.verdict.lower:+.3f}"
             word = "" if gain.condition == ALONE else gain.verdict.word()
             nois = against_nois.get((gain.label, gain.condition))
-            other = "" if nois is None or gain.condition in (ALONE, "nois") else f"{nois.gain:+.3f} ({nois.se:.3f})"
+            shown = nois is not None and gain.condition not in (ALONE, versus)
+            other = f"{nois.gain:+.3f} ({nois.se:.3f}) {nois.verdict.word():>13}" if shown else ""
             print(f"{gain.label:<12} {gain.condition:<22} {gain.seeds:>5} {gain.before:>7.3f} {gain.after:>7.3f} "
-                  f"{versus:>16} {lower:>9} {word:>13} {gain.tokens_share:>15.2f}x {gain.time_share:>13.2f}x {other:>16}")
+                  f"{cell:>16} {lower:>9} {word:>13} {gain.tokens_share:>15.2f}x {gain.time_share:>13.2f}x {other:>30}")
     print(f"verdicts (Student's t over the seeds, paired): ahead = the one-sided 95 % lower bound of the gain is "
           f"above 0; non-inferior = it is at least -{NON_INFERIORITY_MARGIN}; not shown = neither")
     if args.match == "time" and setting.name != CONTROL:  # the control's come with print_control
