@@ -84,6 +84,7 @@ from swarmnode.lab.ablation import (  # noqa: E402
     member_from_json,
     paired_gains,
     parse_condition,
+    pooled_gain,
 )
 from swarmnode.lab.kernels import pinned_env  # noqa: E402
 from swarmnode.lab.parallel import RunJob, run_jobs  # noqa: E402
@@ -222,6 +223,13 @@ def print_control(runs: list[ConditionRun], args: argparse.Namespace) -> None:
             word = "equivalent" if gain.verdict.equivalent else "equivalence not shown"
             print(f"  {gain.label:<12} {gain.condition:<22} {gain.gain:+.3f} ({gain.se:.3f}), {gain.seeds} seed(s), "
                   f"[{low:+.3f}, {high:+.3f}]: {word}")
+        for condition in dict.fromkeys(g.condition for g in gains):
+            pooled = pooled_gain(runs, condition, match)
+            if pooled is not None:
+                low, high = pooled.interval
+                word = "equivalent" if pooled.equivalent else "equivalence not shown"
+                print(f"  {'pooled':<12} {condition:<22} {pooled.mean:+.3f} ({pooled.se:.3f}), {pooled.seeds} seed(s), "
+                      f"[{low:+.3f}, {high:+.3f}]: {word} (the members are one model: their rows, averaged per seed)")
         if not control_judged(args.accounting, match):
             print("  not judged against 0: here a copy brings more samples a step or more rounds, and what it is "
                   "worth is the yardstick for the setting's rows")

@@ -28,6 +28,7 @@ from swarmnode.lab.ablation import (
     member_config,
     paired_gains,
     parse_condition,
+    pooled_gain,
     run_condition,
 )
 from swarmnode.ops.lines import RoundRecord
@@ -244,6 +245,19 @@ def test_the_budget_gain_is_each_seed_s_mean_over_alone_s_points_judged_over_see
     assert (area.label, area.condition, area.budgets) == ("a", "f-tis", 2)
     assert area.verdict.mean == pytest.approx(0.03) and area.verdict.se == pytest.approx(0.02)
     assert area.verdict.seeds == 2
+
+
+def test_the_control_s_pooled_gain_averages_its_members_per_seed():
+    """Two members, two seeds: gains (+0.1, -0.1) and (+0.3, +0.1) pool to 0.0 and 0.2 a seed."""
+    runs = [
+        ConditionRun(ALONE, "shared", 0, [_curved("a", [(20, 0.5)], 20), _curved("b", [(20, 0.7)], 20)]),
+        ConditionRun(ALONE, "shared", 1, [_curved("a", [(20, 0.4)], 20), _curved("b", [(20, 0.6)], 20)]),
+        ConditionRun("f-tis", "shared", 0, [_curved("a", [(20, 0.6)], 20), _curved("b", [(20, 0.6)], 20)]),
+        ConditionRun("f-tis", "shared", 1, [_curved("a", [(20, 0.7)], 20), _curved("b", [(20, 0.7)], 20)]),
+    ]
+    pooled = pooled_gain(runs, "f-tis")
+    assert pooled.mean == pytest.approx(0.1) and pooled.se == pytest.approx(0.1) and pooled.seeds == 2
+    assert pooled_gain(runs, "nois") is None
 
 
 def test_against_a_time_matched_nois_run_step_means_alone_s_round_count_on_both_sides():

@@ -438,6 +438,24 @@ def budget_gains(runs: list[ConditionRun]) -> list[BudgetGain]:
     return gains
 
 
+def pooled_gain(runs: list[ConditionRun], condition: str, match: str = "step") -> Verdict | None:
+    """The condition's gain against alone with every member's pooled per seed (their mean), judged
+    over seeds: the control's one figure, since its two members train as one model and their rows
+    differ only in their alone runs. `step`: at alone's round count; `time`: at the run's end."""
+    alone = {r.seed: r for r in runs if r.condition == ALONE}
+    per_seed = []
+    for run in runs:
+        if run.condition != condition or run.seed not in alone:
+            continue
+        diffs = []
+        for member, by_itself in zip(run.members, alone[run.seed].members, strict=True):
+            at = len(by_itself.rounds) if match == "step" else member.time_matched_at or len(member.rounds)
+            diffs.append(member.accuracy_at(at) - by_itself.after)
+        if not any(math.isnan(d) for d in diffs):
+            per_seed.append(statistics.mean(diffs))
+    return verdict(per_seed) if per_seed else None
+
+
 @dataclass(frozen=True)
 class AreaGain:
     """A time-matched member's budget gain: over alone's evaluation points, the mean of its
