@@ -66,12 +66,10 @@ from swarmnode.lab.ablation import (  # noqa: E402
     ACCOUNTINGS,
     ALONE,
     CONTROL,
-    GEN_SHARE,
     MATCHES,
     SETTINGS,
     AreaGain,
     ConditionRun,
-    CostModel,
     Member,
     Setting,
     Shape,
@@ -90,6 +88,7 @@ from swarmnode.lab.kernels import pinned_env  # noqa: E402
 from swarmnode.lab.parallel import RunJob, run_jobs  # noqa: E402
 from swarmnode.lab.verdicts import EQUIVALENCE_LEVEL, EQUIVALENCE_MARGIN, NON_INFERIORITY_MARGIN  # noqa: E402
 from swarmnode.model.tiny import TINY_PRESETS, tiny_path, weights_digest  # noqa: E402
+from swarmnode.sizing.cost import GEN_SHARE, CostModel  # noqa: E402
 
 
 def condition(text: str) -> str:

@@ -372,7 +372,7 @@ def demo(
     alone, and draw curves."""
     import yaml
 
-    from swarmnode.demo import DEMO_BASE, Demo, DemoError
+    from swarmnode.demo import DEMO_BASE, DEMO_NOISE, Demo, DemoError
     from swarmnode.settings.config import ConfigError, load_config
 
     base = DEMO_BASE
@@ -393,19 +393,23 @@ def demo(
     sizes = sorted({row["eval_size"] for row in rows if row["eval_size"]})
     on = f" on {'/'.join(map(str, sizes))} problems" if sizes else ""
     table = Table(title=f"swarmnode demo: held-out accuracy{on}, greedy ({time.monotonic() - started:.0f} s)")
-    baseline = ("alone", "joining") if solo else ()
+    baseline = ("alone", "joining, same rounds", "joining, same GPU time") if solo else ()
     for column in ("node", "kind", "rounds", "before", "after", "gain", *baseline, "peer samples, all rounds", "gated",
                    "rejected"):
         table.add_column(column, justify="left" if column in ("node", "kind") else "right")
     for row in rows:
         before, after, alone = row["eval_before"], row["eval_after"], row["alone_after"]
-        against_alone = (_accuracy(alone), _difference(after, alone)) if solo else ()
+        timed = row["equal_time"]
+        equal = "-" if timed is None else f"{timed[1]:+.3f} ({timed[0]:.0f})"
+        against_alone = (_accuracy(alone), _difference(after, alone), equal) if solo else ()
         table.add_row(
             str(row["node"]), row["kind"], str(row["rounds"]), _accuracy(before), _accuracy(after),
             _difference(after, before), *against_alone,
             str(row["peer_samples"]), _share(row["gated"], row["gated"] + row["peer_samples"]), str(row["rejected"]),
         )
     Console(width=None if sys.stdout.isatty() else 160).print(table)  # a log or pipe: no wrapped cells
+    if solo:
+        console.print(DEMO_NOISE, highlight=False)
     console.print(f"curves: {runner.plot(directory / 'curves.png')}", highlight=False)
 
 

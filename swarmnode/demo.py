@@ -32,6 +32,7 @@ from swarmnode.ops.lines import EvalRecord, RoundRecord
 from swarmnode.ops.metrics import read_records
 from swarmnode.ops.rundir import LOG_FILE
 from swarmnode.settings.presets import merged, tiny_cpu
+from swarmnode.sizing.cost import CostModel
 
 # Node kinds cycled through: full fine-tuning next to LoRA, and a model of another
 # architecture and tokenizer family (its samples read by span, swarmnode.learn.alignment).
@@ -50,6 +51,15 @@ DEMO_BASE: dict[str, Any] = tiny_cpu({
     "swarm": {"host_maddrs": ["/ip4/127.0.0.1/tcp/0"], "wait_for_peers_s": 180.0},
 })
 
+
+# What the demo's comparison with alone can say, printed under its table.
+DEMO_NOISE = (
+    "joining, same GPU time: the gain where the swarm node has spent the modelled GPU time (in brackets, in "
+    "rounds alone) of its config alone (generation 93 % of a round, swarmnode.sizing.cost), read off both curves "
+    "(the third panel of curves.png). One run of one seed: seed to seed such a gain spreads by about 0.05 (20 "
+    "seeds, docs/figures.md), so one under about 0.1 says nothing either way; docs/figures.md has the tables "
+    "over seeds."
+)
 
 # What a node process printed (with -q: little beyond a fatal error or a crash's traceback);
 # the node's own log is <node dir>/run/node.log.
@@ -264,9 +274,11 @@ class Demo:
         without the solo runs), and what its peers' samples came to."""
         rows = []
         alone = {node.index: _after(node.records()[1]) for node in self.solos}
+        solos = {node.index: node.records() for node in self.solos}
         for node in self.nodes:
             rounds, evals = node.records()
             before = next((e.eval_acc for e in evals if e.phase == "before"), None)
+            equal_time = equal_time_gain((rounds, evals), solos[node.index]) if node.index in solos else None
             rows.append(
                 {
                     "node": node.index,
@@ -275,6 +287,7 @@ class Demo:
                     "eval_before": before,
                     "eval_after": _after(evals),
                     "alone_after": alone.get(node.index),
+                    "equal_time": equal_time,  # (modelled time in rounds alone, gain there) or None
                     "peer_samples": sum(r.peer_samples for r in rounds),
                     "eval_size": next((e.eval_size for e in reversed(evals) if e.eval_size), None),
                     "gated": sum(r.gated for r in rounds),
@@ -291,7 +304,7 @@ class Demo:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, (ax_reward, ax_eval) = plt.subplots(1, 2, figsize=(11, 4))
+        fig, (ax_reward, ax_eval, ax_time) = plt.subplots(1, 3, figsize=(16, 4))
         solos = {node.index: node for node in self.solos}
         for node in self.nodes:
             colour = f"C{node.index % 10}"
@@ -304,15 +317,68 @@ class Demo:
                 points = [(e.round + 1, e.eval_acc) for e in evals]
                 if points:
                     ax_eval.plot(*zip(*points), style, marker="o", color=colour, label=label)
+                if node.index in solos:
+                    timed = accuracy_by_time(rounds, evals, solos[node.index].records()[0])
+                    if timed:
+                        ax_time.plot(*zip(*timed), style, marker="o", color=colour, label=label)
         ax_reward.set(title="training reward (10-round mean)", xlabel="round", ylabel="reward")
         ax_eval.set(title="held-out accuracy (greedy)", xlabel="round", ylabel="accuracy")
-        for ax in (ax_reward, ax_eval):
+        ax_time.set(title="held-out accuracy against modelled GPU time", xlabel="rounds of the node alone",
+                    ylabel="accuracy")
+        for ax in (ax_reward, ax_eval, ax_time):
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(path, dpi=110)
         plt.close(fig)
         return path
+
+
+def modelled_times(rounds: list[RoundRecord], alone: list[RoundRecord], cost: CostModel | None = None) -> list[float]:
+    """The modelled GPU time (swarmnode.sizing.cost) after each of `rounds`, in rounds of the same
+    config alone (`alone`: its tokens generated and samples trained a round, on average). On a
+    CPU generation is cheap, so the clock would say nothing of what a GPU volunteer pays."""
+    cost = cost or CostModel()
+    if not alone:
+        return []
+    generated = sum(r.wire_tokens for r in alone) / len(alone)
+    trained = sum(r.own_samples + r.peer_samples for r in alone) / len(alone)
+    spent, times = 0.0, []
+    for line in rounds:
+        spent += cost.round_cost(line.wire_tokens, line.own_samples + line.peer_samples, generated, trained)
+        times.append(spent)
+    return times
+
+
+def accuracy_by_time(rounds: list[RoundRecord], evals: list[EvalRecord], alone: list[RoundRecord]) -> list[tuple[float, float]]:
+    """(modelled time, held-out accuracy) at each of a run's evaluations (before: time 0)."""
+    times = modelled_times(rounds, alone)
+    points = []
+    for record in evals:
+        done = record.round + 1  # rounds trained when it was evaluated
+        if done == 0 or 0 < done <= len(times):
+            points.append((times[done - 1] if done else 0.0, record.eval_acc))
+    return points
+
+
+def equal_time_gain(run: tuple[list[RoundRecord], list[EvalRecord]],
+                    solo: tuple[list[RoundRecord], list[EvalRecord]]) -> tuple[float, float] | None:
+    """(time, gain): where the shorter of the two runs ends in modelled time, the swarm node's
+    held-out accuracy minus the same config's alone, each read off its curve against that time
+    (linear between evaluations); None without the points to read."""
+    ours = accuracy_by_time(run[0], run[1], solo[0])
+    theirs = accuracy_by_time(solo[0], solo[1], solo[0])
+    if len(ours) < 2 or len(theirs) < 2:
+        return None
+    at = min(ours[-1][0], theirs[-1][0])
+    return at, _interpolated(ours, at) - _interpolated(theirs, at)
+
+
+def _interpolated(points: list[tuple[float, float]], at: float) -> float:
+    for (t0, a0), (t1, a1) in zip(points, points[1:]):
+        if t0 <= at <= t1:
+            return a0 if t1 == t0 else a0 + (a1 - a0) * (at - t0) / (t1 - t0)
+    return points[-1][1]
 
 
 def _moving_mean(values: list[float], window: int) -> list[float]:

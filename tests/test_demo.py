@@ -12,7 +12,8 @@ import time
 import psutil
 import pytest
 
-from swarmnode.demo import DEMO_BASE, NODE_KINDS, node_config, solo_config
+from swarmnode.demo import DEMO_BASE, NODE_KINDS, equal_time_gain, modelled_times, node_config, solo_config
+from swarmnode.ops.lines import EvalRecord, RoundRecord
 from swarmnode.ops.metrics import round_lines
 from swarmnode.settings.config import Config
 
@@ -88,3 +89,28 @@ def test_ctrl_c_stops_every_process_the_demo_started(tmp_path):
     assert "every node stopped" in " ".join(err.split())
     alive = [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert alive == []
+
+
+def _round(index: int, tokens: int, own: int, peers: int) -> RoundRecord:
+    return RoundRecord(
+        round=index, peer_id="n", reward_mean=0.5, peer_reward_mean=None, own_samples=own, peer_samples=peers, peers=1,
+        gated=0, below_bar=0, peer_weight_scale=None, filtered=0, filtered_frac=0.0, weight_mean=1.0, weight_max=1.0,
+        truncated_frac=0.0, divergence_mean=0.0, loss=0.0, grad_norm=0.0, wire_bytes=0, wire_tokens=tokens,
+        rejected=0, peer_age_s=None, peer_lag=None, tokens_per_s=0.0,
+    )
+
+
+def test_the_demo_compares_a_swarm_node_with_alone_at_the_same_modelled_time():
+    """Alone: 4 rounds of 100 tokens and 8 samples, 0.4 -> 0.6 at round 4. In the swarm the node
+    generates half (50 tokens) and trains on 8: a round costs 0.93 * 0.5 + 0.07 = 0.535 of one
+    alone, so its 8 rounds end at 4.28; alone's end (4.0) is the shorter, where the swarm node's
+    curve (0.4 at 0, 0.7 at 4.28) reads 0.4 + 0.3 * 4 / 4.28."""
+    alone = [_round(i, 100, 8, 0) for i in range(4)]
+    swarm = [_round(i, 50, 4, 4) for i in range(8)]
+    alone_evals = [EvalRecord(-1, "before", 0.4), EvalRecord(3, "after", 0.6)]
+    swarm_evals = [EvalRecord(-1, "before", 0.4), EvalRecord(7, "after", 0.7)]
+    assert modelled_times(swarm, alone)[-1] == pytest.approx(8 * 0.535)
+    at, gain = equal_time_gain((swarm, swarm_evals), (alone, alone_evals))
+    assert at == pytest.approx(4.0)
+    assert gain == pytest.approx(0.4 + 0.3 * 4 / 4.28 - 0.6)
+    assert equal_time_gain((swarm, swarm_evals[:1]), (alone, alone_evals)) is None, "one point is no curve"

@@ -49,6 +49,7 @@ from swarmnode.ops.lines import RoundRecord
 from swarmnode.protocol.batches import batch_split
 from swarmnode.settings.config import Config, load_config
 from swarmnode.settings.registry import OBJECTIVES
+from swarmnode.sizing.cost import GEN_SHARE, CostModel
 from swarmnode.swarm.local import InMemoryHub
 
 ALONE = "alone"
@@ -56,7 +57,6 @@ CONTROL = "same"
 CONTROL_CONFIDENCE = 0.95  # a control gain outside this two-sided interval around 0 voids the rest
 ACCOUNTINGS = ("shared", "on-top")
 MATCHES = ("step", "time")
-GEN_SHARE = 0.93  # generation's share of a round alone: qwen2.5-1.5b.yaml on an H200 (docs/gpu.md, bench/gpu_round.py)
 DIAGNOSTICS = ("weight_mean", "weight_max", "truncated_frac", "filtered_frac", "divergence_mean")
 
 
@@ -108,19 +108,6 @@ class Shape:
     overrides: tuple[str, ...] = ()
     match: str = "step"  # "time": together trains the rounds that fit alone's modelled time
     gen_share: float = GEN_SHARE  # the cost model's generation share of a round alone
-
-
-@dataclass(frozen=True)
-class CostModel:
-    """What a round costs a volunteer, in rounds of the same member alone: generation takes
-    `gen_share` of a round alone and grows with the tokens generated; screening and training
-    take the rest and grow with the samples trained on. A stated model, not a measurement:
-    on this CPU bench generation is cheap, on a GPU it is most of the round."""
-
-    gen_share: float = GEN_SHARE
-
-    def round_cost(self, generated: float, trained: float, alone_generated: float, alone_trained: float) -> float:
-        return self.gen_share * generated / max(alone_generated, 1e-9) + (1 - self.gen_share) * trained / max(alone_trained, 1e-9)
 
 
 @dataclass

@@ -1,0 +1,26 @@
+"""What a round costs a volunteer, in rounds of the same node alone: a stated model.
+
+On a GPU generation is most of a round (0.87-0.95 of one that trains on its own samples alone:
+docs/gpu.md, bench/gpu_round.py), so a node that generates part of its batch and takes the rest
+from peers runs more rounds in the same time, and one that trains on peers' samples on top of
+its own pays a little more a round. The model: generation costs `gen_share` of a round alone and
+grows with the tokens generated; screening and training cost the rest and grow with the samples
+trained on. On the CPU benches generation is cheap, so they price rounds by this model rather
+than by their clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GEN_SHARE = 0.93  # generation's share of a round alone: qwen2.5-1.5b.yaml on an H200 (docs/gpu.md, bench/gpu_round.py)
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """A round's modelled cost against a round alone (see the module's docstring)."""
+
+    gen_share: float = GEN_SHARE
+
+    def round_cost(self, generated: float, trained: float, alone_generated: float, alone_trained: float) -> float:
+        return self.gen_share * generated / max(alone_generated, 1e-9) + (1 - self.gen_share) * trained / max(alone_trained, 1e-9)
