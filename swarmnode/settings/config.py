@@ -319,7 +319,8 @@ class NodeSettings(_Section):
         False,
         description="true = a peer's samples count how well their gradient agrees with our own samples' (a running "
         "cosine over a probe of the model) against how well two halves of our own agree, between 0.1 and 1; a peer "
-        "counts 1 until measured in 10 steps (swarmnode.screening.agreement). Off = every kept sample counts 1",
+        "counts 1 until measured in 10 steps (swarmnode.screening.agreement). Off = every kept sample counts 1. "
+        "Off by default: next to the addition specialist it bought tiny nothing (docs/figures.md)",
     )
     max_peer_groups: int | None = Field(
         None, ge=0,
