@@ -67,6 +67,11 @@ def test_the_numeric_grader_and_the_paper_grader_disagree_where_the_issue_says()
 ADVERSARIAL = [
     "9^9^9", "10^1000000000", "18 + 0*10^(10^10)", "\\boxed{9^{9^{9}}}", "9**9**9", "3!", "1" * 30,
     "1/(" * 17 + "3" + ")" * 17, "\\int_0^1 18", "$18^{999}$", "\\(2^{99} \\cdot 3^{9}\\)",
+    # found by a red-team pass over the LaTeX bounds, each seconds to minutes of sympy before they closed:
+    "$\\sqrt{(999999999999999989\\cdot 999999999999999967)^{99}+1}$", "$(a+b+c+d)^{20}$",
+    "$(1+\\sqrt2)(1+\\sqrt3)(1+\\sqrt5)(1+\\sqrt7)(1+\\sqrt{11})(1+\\sqrt{13})$",
+    "$(a+b)(c+d)(f+g)(h+k)(m+n)(p+q)(r+s)(t+u)(v+w)(x+y)(z+A)(B+C)$",
+    "$999999999999999999\\!999999999999999999$", "999999999999999999,999999999999999999",
 ]
 
 
