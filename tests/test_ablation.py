@@ -208,17 +208,23 @@ def _curved(label: str, curve: list[tuple[int, float]], rounds: int, matched: in
                      rounds=member.rounds * rounds, time_matched_at=matched)
 
 
-def test_time_matched_gains_are_paired_at_each_budget_of_alone_s_curve():
-    """Alone trains 20 rounds (points 10, 20); together 40 in that time (points 20, 40): the
-    budget of 10 rounds alone meets round 20 together, that of 20 meets 40. A seed whose run
-    missed a point is left out of that budget only; a step-matched run has no budgets."""
-    runs = [
+def _two_seeds_time_matched() -> list[ConditionRun]:
+    """Alone 20 rounds (points 10, 20) and f-tis time-matched in 40 (points 20, 40), two seeds;
+    nois step-matched."""
+    return [
         ConditionRun(ALONE, "shared", 0, [_curved("a", [(10, 0.50), (20, 0.60)], 20)]),
         ConditionRun(ALONE, "shared", 1, [_curved("a", [(10, 0.40), (20, 0.70)], 20)]),
         ConditionRun("f-tis", "shared", 0, [_curved("a", [(20, 0.58), (40, 0.62)], 40, matched=40)]),
         ConditionRun("f-tis", "shared", 1, [_curved("a", [(20, 0.46), (40, 0.66)], 40, matched=40)]),
         ConditionRun("nois", "shared", 0, [_curved("a", [(10, 0.9), (20, 0.9)], 20)]),
     ]
+
+
+def test_time_matched_gains_are_paired_at_each_budget_of_alone_s_curve():
+    """Alone trains 20 rounds (points 10, 20); together 40 in that time (points 20, 40): the
+    budget of 10 rounds alone meets round 20 together, that of 20 meets 40. A seed whose run
+    missed a point is left out of that budget only; a step-matched run has no budgets."""
+    runs = _two_seeds_time_matched()
     gains = {(g.condition, g.alone_rounds): g for g in budget_gains(runs)}
     assert set(gains) == {("f-tis", 10), ("f-tis", 20)}
     early, late = gains[("f-tis", 10)], gains[("f-tis", 20)]
@@ -234,13 +240,7 @@ def test_time_matched_gains_are_paired_at_each_budget_of_alone_s_curve():
 def test_the_budget_gain_is_each_seed_s_mean_over_alone_s_points_judged_over_seeds():
     """Seed 0 gains 0.08 and 0.02 at alone's two points, seed 1 0.06 and -0.04: budget gains 0.05
     and 0.01, mean 0.03, SE 0.02. A step-matched run has no budget gain."""
-    runs = [
-        ConditionRun(ALONE, "shared", 0, [_curved("a", [(10, 0.50), (20, 0.60)], 20)]),
-        ConditionRun(ALONE, "shared", 1, [_curved("a", [(10, 0.40), (20, 0.70)], 20)]),
-        ConditionRun("f-tis", "shared", 0, [_curved("a", [(20, 0.58), (40, 0.62)], 40, matched=40)]),
-        ConditionRun("f-tis", "shared", 1, [_curved("a", [(20, 0.46), (40, 0.66)], 40, matched=40)]),
-        ConditionRun("nois", "shared", 0, [_curved("a", [(10, 0.9), (20, 0.9)], 20)]),
-    ]
+    runs = _two_seeds_time_matched()
     (area,) = area_gains(runs)
     assert (area.label, area.condition, area.budgets) == ("a", "f-tis", 2)
     assert area.verdict.mean == pytest.approx(0.03) and area.verdict.se == pytest.approx(0.02)
