@@ -177,10 +177,12 @@ def supervised_warmup(
     progress: Callable[[int, float], None] | None = None,
     operations: str = "+-",
     task: ArithmeticTask | ReasoningGymTask | None = None,
+    max_operand: int = 99,
 ) -> None:
     """Teacher-forced training on 'question -> <answer>x</answer><eos>', loss on the answer
-    (arithmetic problems of `operations`, or `task`'s training problems)."""
-    task = task or ArithmeticTask(seed=seed + 1, operations=operations)
+    (arithmetic problems of `operations` with operands up to `max_operand`, or `task`'s
+    training problems)."""
+    task = task or ArithmeticTask(seed=seed + 1, max_operand=max_operand, operations=operations)
     rng = random.Random(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     eos = tokenizer.eos_token_id
@@ -263,6 +265,7 @@ def build_tiny(spec: dict, directory: Path) -> None:
         report,
         operations=spec.get("warmup_operations", "+-"),
         task=ReasoningGymTask(spec["warmup_task"], spec.get("warmup_options")) if "warmup_task" in spec else None,
+        max_operand=spec.get("warmup_max_operand", 99),
     )
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)

@@ -1,0 +1,99 @@
+"""Is training alone still climbing when a run ends? Alone's curve for candidate bench shapes.
+
+    python bench/climb.py                          # every candidate, 100 rounds, seed 0
+    python bench/climb.py --only default ops3 --rounds 200 --seeds 2
+
+A swarm that buys a member more rounds in the same modelled time can pay at the end of a run
+only where alone has not levelled off by then. A shape qualifies when alone's last half adds at
+least a third of its gain over the run (and the gain is more than its noise). Each candidate is
+a tiny preset (a shipped one, or one built here from a spec, cached) and settings; each runs
+alone in a child process on the pinned kernels (swarmnode/lab/kernels.py), one at a time, and
+prints its curve (greedy pass@1 on --eval-size held-out problems at ten points).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from swarmnode.lab.ablation import ALONE, Member, Setting, Shape, run_condition
+from swarmnode.lab.kernels import pinned_env
+from swarmnode.model.tiny import TINY_PRESETS, TINY_SPEC, ensure_tiny
+from swarmnode.settings.presets import TINY_CPU
+
+# label -> (preset spec overrides, None for the shipped preset named in the settings; settings)
+CANDIDATES: dict[str, tuple[dict | None, tuple[str, ...]]] = {
+    "default": (None, ()),
+    "operands-199": (None, ("task.max_operand=199",)),
+    "operands-999": (None, ("task.max_operand=999",)),
+    "times-too": (None, ("task.operations=+-*",)),
+    "lr-quarter": (None, ("train.lr=2.5e-5",)),
+    "large": (None, ("model.name=tiny-large",)),
+    "warm-300": ({"warmup_steps": 300}, ()),
+    "warm-199": ({"warmup_max_operand": 199}, ("task.max_operand=199",)),
+    "warm-999": ({"warmup_max_operand": 999}, ("task.max_operand=999",)),
+    "large-warm-199": ({**TINY_PRESETS["tiny-large"], "warmup_max_operand": 199}, ("task.max_operand=199",)),
+}
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", nargs="+", choices=sorted(CANDIDATES), default=list(CANDIDATES))
+    parser.add_argument("--rounds", type=int, default=100)
+    parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--eval-size", type=int, default=200)
+    parser.add_argument("--one", nargs=2, metavar=("LABEL", "SEED"), help=argparse.SUPPRESS)  # a child's job
+    return parser.parse_args()
+
+
+def member_of(label: str) -> Member:
+    """The candidate's member: a built preset's directory as its model where it has a spec."""
+    spec, settings = CANDIDATES[label]
+    if spec is None:
+        return Member(label, settings)
+    path = ensure_tiny({**TINY_SPEC, **spec})
+    # a directory is no preset name, so the tiny preset's settings come along explicitly
+    preset = [f"{section}.{key}={json.dumps(value)}" for section, values in TINY_CPU.items() if section not in ("model", "node")
+              for key, value in values.items()]
+    return Member(label, (f"model.name={path}", *preset, *settings))
+
+
+def run_one(label: str, seed: int, args: argparse.Namespace) -> dict:
+    torch.set_num_threads(1)
+    shape = Shape(rounds=args.rounds, eval_size=args.eval_size, eval_points=9)
+    run = run_condition(Setting(label, "alone", (member_of(label),)), ALONE, "shared", seed, shape)
+    member = run.members[0]
+    return {"curve": [(done, acc) for done, _, acc in member.curve], "before": member.before, "after": member.after,
+            "half": member.accuracy_at(args.rounds // 2)}
+
+
+def main() -> None:
+    args = parse_args()
+    if args.one:
+        print(json.dumps(run_one(args.one[0], int(args.one[1]), args)))
+        return
+    print(f"alone, {args.rounds} rounds of 16 prompts x 8, greedy pass@1 on {args.eval_size} held-out problems; "
+          "qualifies: the last half adds at least a third of the gain")
+    for label in args.only:
+        for seed in range(args.seeds):
+            child = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--one", label, str(seed),
+                                    "--rounds", str(args.rounds), "--eval-size", str(args.eval_size)],
+                                   env=pinned_env(), capture_output=True, text=True, check=False)
+            if child.returncode != 0:
+                print(f"{label} seed {seed}: failed\n{child.stderr[-1500:]}", flush=True)
+                continue
+            found = json.loads(child.stdout.strip().splitlines()[-1])
+            gain, late = found["after"] - found["before"], found["after"] - found["half"]
+            share = late / gain if gain > 0 else float("nan")
+            curve = " ".join(f"{done}:{acc:.2f}" for done, acc in found["curve"])
+            print(f"{label:<15} seed {seed}: {curve} | gain {gain:+.3f}, last half {late:+.3f} ({share:.0%}) "
+                  f"{'qualifies' if gain > 0 and share >= 1 / 3 else 'levels off'}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
