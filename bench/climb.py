@@ -1,6 +1,6 @@
 """Is training alone still climbing when a run ends? Alone's curve for candidate bench shapes.
 
-    python bench/climb.py                          # every candidate, 100 rounds, seed 0
+    python bench/climb.py                          # every candidate, 100 rounds, seeds 0-2
     python bench/climb.py --only default ops3 --rounds 200 --seeds 2
 
 A swarm that buys a member more rounds in the same modelled time can pay at the end of a run
@@ -8,13 +8,16 @@ only where alone has not levelled off by then. A shape qualifies when alone's la
 least a third of its gain over the run (and the gain is more than its noise). Each candidate is
 a tiny preset (a shipped one, or one built here from a spec, cached) and settings; each runs
 alone in a child process on the pinned kernels (swarmnode/lab/kernels.py), one at a time, and
-prints its curve (greedy pass@1 on --eval-size held-out problems at ten points).
+prints its curve, the mean over seeds (greedy pass@1 on --eval-size held-out problems at ten
+points): one seed's curve wanders by several points (tiny: 7 % or 42 % of its gain in the last
+half, by its prompts).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -45,7 +48,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", nargs="+", choices=sorted(CANDIDATES), default=list(CANDIDATES))
     parser.add_argument("--rounds", type=int, default=100)
-    parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--seeds", type=int, default=3, help="the verdict reads the mean curve over these seeds")
     parser.add_argument("--eval-size", type=int, default=200)
     parser.add_argument("--one", nargs=2, metavar=("LABEL", "SEED"), help=argparse.SUPPRESS)  # a child's job
     return parser.parse_args()
@@ -80,6 +83,7 @@ def main() -> None:
     print(f"alone, {args.rounds} rounds of 16 prompts x 8, greedy pass@1 on {args.eval_size} held-out problems; "
           "qualifies: the last half adds at least a third of the gain")
     for label in args.only:
+        found = []
         for seed in range(args.seeds):
             child = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--one", label, str(seed),
                                     "--rounds", str(args.rounds), "--eval-size", str(args.eval_size)],
@@ -87,12 +91,21 @@ def main() -> None:
             if child.returncode != 0:
                 print(f"{label} seed {seed}: failed\n{child.stderr[-1500:]}", flush=True)
                 continue
-            found = json.loads(child.stdout.strip().splitlines()[-1])
-            gain, late = found["after"] - found["before"], found["after"] - found["half"]
-            share = late / gain if gain > 0 else float("nan")
-            curve = " ".join(f"{done}:{acc:.2f}" for done, acc in found["curve"])
-            print(f"{label:<15} seed {seed}: {curve} | gain {gain:+.3f}, last half {late:+.3f} ({share:.0%}) "
-                  f"{'qualifies' if gain > 0 and share >= 1 / 3 else 'levels off'}", flush=True)
+            found.append(json.loads(child.stdout.strip().splitlines()[-1]))
+        if found:
+            print_curve(label, found)
+
+
+def print_curve(label: str, found: list[dict]) -> None:
+    """The mean curve over seeds and its verdict: one seed's curve wanders by several points."""
+    points = [done for done, _ in found[0]["curve"]]
+    mean = [statistics.mean(dict(run["curve"])[done] for run in found) for done in points]
+    before, after = statistics.mean(run["before"] for run in found), statistics.mean(run["after"] for run in found)
+    gain, late = after - before, after - statistics.mean(run["half"] for run in found)
+    share = late / gain if gain > 0 else float("nan")
+    curve = " ".join(f"{done}:{acc:.2f}" for done, acc in zip(points, mean))
+    print(f"{label:<15} {len(found)} seed(s): {curve} | gain {gain:+.3f}, last half {late:+.3f} ({share:.0%}) "
+          f"{'qualifies' if gain > 0 and share >= 1 / 3 else 'levels off'}", flush=True)
 
 
 if __name__ == "__main__":
