@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import IO
 
 import torch
 
@@ -74,7 +75,7 @@ def run_jobs(jobs: list[RunJob], directory: Path, parallel: int,
     pending = [job for job in jobs if not (directory / f"{job.stem()}.json").exists()]
     if len(pending) < len(jobs):
         progress(f"resuming: {len(jobs) - len(pending)} of {len(jobs)} runs already in {directory}")
-    running: list[tuple[RunJob, subprocess.Popen, float]] = []
+    running: list[tuple[RunJob, subprocess.Popen, float, IO[str]]] = []
     failed: list[str] = []
     done = len(jobs) - len(pending)
     while pending or running:
@@ -85,13 +86,14 @@ def run_jobs(jobs: list[RunJob], directory: Path, parallel: int,
             log = (directory / f"{job.stem()}.log").open("w")
             child = subprocess.Popen([sys.executable, "-m", "swarmnode.lab.parallel", str(spec)], stdout=log,
                                      stderr=subprocess.STDOUT, env=pinned_env())
-            running.append((job, child, time.perf_counter()))
+            running.append((job, child, time.perf_counter(), log))
         time.sleep(0.5)
         for entry in list(running):
-            job, child, started = entry
+            job, child, started, log = entry
             if child.poll() is None:
                 continue
             running.remove(entry)
+            log.close()
             done += 1
             what = f"{job.setting.name}, seed {job.seed}, {job.condition}"
             if child.returncode != 0:
