@@ -49,6 +49,7 @@ against rounds, tokens generated and modelled time (ablation.png) and every roun
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -79,10 +80,11 @@ from swarmnode.lab.ablation import (  # noqa: E402
     control_judged,
     control_warnings,
     diagnostics,
-    member_from_json,
     paired_gains,
     parse_condition,
     pooled_gain,
+    run_from_json,
+    setting_from_json,
 )
 from swarmnode.lab.kernels import pinned_env  # noqa: E402
 from swarmnode.lab.parallel import RunJob, run_jobs  # noqa: E402
@@ -305,14 +307,12 @@ def load_saved(paths: list[Path]) -> tuple[Setting, argparse.Namespace, list[Con
     for other, path in zip(files[1:], paths[1:]):
         if (other["setting"], other["accounting"], other["shape"]) != (saved["setting"], saved["accounting"], saved["shape"]):
             raise SystemExit(f"{path} is another setting, accounting or shape than {paths[0]}")
-    setting = Setting(saved["setting"]["name"], saved["setting"]["about"],
-                      tuple(Member(m["label"], tuple(m["overrides"])) for m in saved["setting"]["members"]))
+    setting = setting_from_json(saved["setting"])
     seeds = [r["seed"] for f in files for r in f["runs"] if r["condition"] == ALONE]
     if len(seeds) != len(set(seeds)):
         raise SystemExit("the files repeat a seed: give each seed once (--first-seed when running)")
     shape = saved["shape"]
-    runs = [ConditionRun(r["condition"], r["accounting"], r["seed"], [member_from_json(m) for m in r["members"]])
-            for f in files for r in f["runs"]]
+    runs = [run_from_json(r) for f in files for r in f["runs"]]
     args = argparse.Namespace(accounting=saved["accounting"], rounds=shape["rounds"], prompts=shape["prompts_per_round"],
                               group=shape["group_size"], eval_size=shape["eval_size"],
                               match=shape.get("match", Shape.match), gen_share=shape.get("gen_share", GEN_SHARE),
@@ -363,6 +363,7 @@ def save(path: Path, setting: Setting, accounting: str, shape: Shape, runs: list
                                 "runs": [asdict(r) for r in runs]}, indent=1))
 
 
+@functools.cache
 def kernels_of() -> str:
     """The code path the runs computed on, as a child of this process prints it."""
     child = subprocess.run([sys.executable, "-c", "from swarmnode.lab.kernels import kernel_path; print(kernel_path())"],

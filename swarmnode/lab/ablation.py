@@ -330,6 +330,16 @@ def member_from_json(data: dict) -> MemberRun:
                      [RoundRecord.from_json(line) for line in data["rounds"]], data.get("time_matched_at"))
 
 
+def run_from_json(data: dict) -> ConditionRun:
+    """A condition's run as `dataclasses.asdict` wrote it."""
+    return ConditionRun(data["condition"], data["accounting"], data["seed"], [member_from_json(m) for m in data["members"]])
+
+
+def setting_from_json(data: dict) -> Setting:
+    """A setting as `dataclasses.asdict` wrote it."""
+    return Setting(data["name"], data["about"], tuple(Member(m["label"], tuple(m["overrides"])) for m in data["members"]))
+
+
 def by_member(runs: list[ConditionRun]) -> dict[tuple[str, str], list[tuple[int, MemberRun]]]:
     """(condition, member label) -> that member's (seed, run) under the condition, in the
     order conditions and members first appear."""

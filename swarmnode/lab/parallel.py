@@ -25,7 +25,14 @@ from typing import IO
 
 import torch
 
-from swarmnode.lab.ablation import ConditionRun, Member, Setting, Shape, member_from_json, run_condition
+from swarmnode.lab.ablation import (
+    ConditionRun,
+    Setting,
+    Shape,
+    run_condition,
+    run_from_json,
+    setting_from_json,
+)
 from swarmnode.lab.kernels import pinned_env
 
 
@@ -49,9 +56,8 @@ class RunJob:
 
 
 def job_from_json(data: dict) -> RunJob:
-    setting = data["setting"]
     return RunJob(
-        Setting(setting["name"], setting["about"], tuple(Member(m["label"], tuple(m["overrides"])) for m in setting["members"])),
+        setting_from_json(data["setting"]),
         data["condition"], data["accounting"], data["seed"],
         Shape(**{**data["shape"], "overrides": tuple(data["shape"]["overrides"])}),
         tuple(tuple(pair) for pair in data["presets"]),
@@ -60,10 +66,6 @@ def job_from_json(data: dict) -> RunJob:
 
 def run_to_json(run: ConditionRun) -> dict:
     return asdict(run)
-
-
-def run_from_json(data: dict) -> ConditionRun:
-    return ConditionRun(data["condition"], data["accounting"], data["seed"], [member_from_json(m) for m in data["members"]])
 
 
 def run_jobs(jobs: list[RunJob], directory: Path, parallel: int,

@@ -360,7 +360,7 @@ class Policy:
         total = len(samples)
         parts: list[ObjectiveTerms] = []
         loss_value = 0.0
-        segments = by_source(samples) if measure else [("", samples)]
+        segments = by_source(samples) if measure else [(OWN, samples)]
         probe = GradientProbe(probe_parameters(list(self.model.parameters()))) if measure else None
         gradients: list[tuple[str, torch.Tensor]] = []
         for source, segment in segments:
@@ -370,8 +370,8 @@ class Policy:
                 parts.append(terms)
             if probe is not None:
                 gradients.append((source, probe.take()))
-        agreement = None
-        if probe is not None and len(gradients) >= 2 and gradients[0][0] == gradients[1][0] == OWN:
+        agreement = None  # by_source puts our two halves first
+        if probe is not None:
             agreement = StepAgreement.of(gradients[0][1], gradients[1][1], dict(gradients[2:]))
         params = [p for p in self.model.parameters() if p.requires_grad]
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.train_settings.max_grad_norm))
