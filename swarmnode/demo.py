@@ -309,6 +309,7 @@ class Demo:
         for node in self.nodes:
             colour = f"C{node.index % 10}"
             curves = [(node, "-", "")] + ([(solos[node.index], "--", " alone")] if node.index in solos else [])
+            alone_rounds = solos[node.index].records()[0] if node.index in solos else []
             for run, style, suffix in curves:
                 rounds, evals = run.records()
                 label = f"{node.index}: {node.label}{suffix}"
@@ -317,8 +318,8 @@ class Demo:
                 points = [(e.round + 1, e.eval_acc) for e in evals]
                 if points:
                     ax_eval.plot(*zip(*points), style, marker="o", color=colour, label=label)
-                if node.index in solos:
-                    timed = accuracy_by_time(rounds, evals, solos[node.index].records()[0])
+                if alone_rounds:
+                    timed = accuracy_by_time(rounds, evals, alone_rounds)
                     if timed:
                         ax_time.plot(*zip(*timed), style, marker="o", color=colour, label=label)
         ax_reward.set(title="training reward (10-round mean)", xlabel="round", ylabel="reward")
@@ -338,16 +339,7 @@ def modelled_times(rounds: list[RoundRecord], alone: list[RoundRecord], cost: Co
     """The modelled GPU time (swarmnode.sizing.cost) after each of `rounds`, in rounds of the same
     config alone (`alone`: its tokens generated and samples trained a round, on average). On a
     CPU generation is cheap, so the clock would say nothing of what a GPU volunteer pays."""
-    cost = cost or CostModel()
-    if not alone:
-        return []
-    generated = sum(r.wire_tokens for r in alone) / len(alone)
-    trained = sum(r.own_samples + r.peer_samples for r in alone) / len(alone)
-    spent, times = 0.0, []
-    for line in rounds:
-        spent += cost.round_cost(line.wire_tokens, line.own_samples + line.peer_samples, generated, trained)
-        times.append(spent)
-    return times
+    return (cost or CostModel()).elapsed([r.priced for r in rounds], [r.priced for r in alone])
 
 
 def accuracy_by_time(rounds: list[RoundRecord], evals: list[EvalRecord], alone: list[RoundRecord]) -> list[tuple[float, float]]:

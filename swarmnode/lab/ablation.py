@@ -137,10 +137,8 @@ class MemberRun:
         """The modelled time of its first `rounds` rounds (all by default), in rounds of `alone`."""
         if not alone.rounds:
             return math.nan
-        gen = statistics.mean(r.wire_tokens for r in alone.rounds)
-        trained = statistics.mean(r.own_samples + r.peer_samples for r in alone.rounds)
-        return sum(cost.round_cost(r.wire_tokens, r.own_samples + r.peer_samples, gen, trained)
-                   for r in self.rounds[:rounds])
+        times = cost.elapsed([r.priced for r in self.rounds[:rounds]], [r.priced for r in alone.rounds])
+        return times[-1] if times else 0.0
 
 
 @dataclass

@@ -62,6 +62,11 @@ class RoundRecord:
 
     kind: Literal["round"] = "round"
 
+    @property
+    def priced(self) -> tuple[int, int]:
+        """(tokens generated, samples trained): what the cost model prices a round by (sizing.cost)."""
+        return self.wire_tokens, self.own_samples + self.peer_samples
+
     def to_json(self) -> dict[str, Any]:
         """The flat line: timings become top-level keys (generate_s, round_s ...)."""
         line = asdict(self)

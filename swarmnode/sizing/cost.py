@@ -11,6 +11,8 @@ than by their clock.
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 GEN_SHARE = 0.93  # generation's share of a round alone: qwen2.5-1.5b.yaml on an H200 (docs/gpu.md, bench/gpu_round.py)
@@ -24,3 +26,17 @@ class CostModel:
 
     def round_cost(self, generated: float, trained: float, alone_generated: float, alone_trained: float) -> float:
         return self.gen_share * generated / max(alone_generated, 1e-9) + (1 - self.gen_share) * trained / max(alone_trained, 1e-9)
+
+    def elapsed(self, rounds: Sequence[tuple[float, float]], alone: Sequence[tuple[float, float]]) -> list[float]:
+        """The modelled time after each of `rounds`, each (tokens generated, samples trained), in
+        rounds of a run alone whose rounds are `alone` (their means price a round alone); [] when
+        there is no run alone to price against."""
+        if not alone:
+            return []
+        generated = statistics.mean(tokens for tokens, _ in alone)
+        trained = statistics.mean(samples for _, samples in alone)
+        spent, times = 0.0, []
+        for tokens, samples in rounds:
+            spent += self.round_cost(tokens, samples, generated, trained)
+            times.append(spent)
+        return times
