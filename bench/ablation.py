@@ -102,6 +102,13 @@ def condition(text: str) -> str:
     return text
 
 
+def positive(text: str) -> int:
+    """argparse type: a whole number of at least 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--setting", choices=sorted(SETTINGS), default="size")
@@ -125,7 +132,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--eval-size", type=int, default=Shape.eval_size)
     parser.add_argument("--eval-points", type=int, default=Shape.eval_points, help="evaluations during training")
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="a setting for every node")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+    parser.add_argument("--jobs", type=positive, default=os.cpu_count() or 1,
                         help="runs at once, each a process on one thread (default: the cores); a run's result "
                         "does not depend on it")
     parser.add_argument("--out", type=Path, default=Path("ablation-out"))

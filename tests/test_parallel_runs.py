@@ -55,3 +55,9 @@ def test_a_failed_run_is_named_with_its_log_and_the_others_still_finish(tmp_path
         run_jobs([broken, _job(0)], tmp_path, 2, progress=lines.append)
     assert any("FAILED" in line for line in lines)
     assert (tmp_path / f"{_job(0).stem()}.json").exists(), "the good run was kept for the restart"
+
+
+def test_no_runs_at_once_is_refused_before_anything_starts(tmp_path):
+    with pytest.raises(ValueError, match="at least 1"):
+        run_jobs([_job(0)], tmp_path / "runs", 0)
+    assert not (tmp_path / "runs").exists()

@@ -73,6 +73,8 @@ def run_jobs(jobs: list[RunJob], directory: Path, parallel: int,
     """Every job's run, in the order given: read where its file exists, else trained in a child
     process, `parallel` at a time. A failed child is reported with its log's last lines and
     its run left out after the others finish (RuntimeError then names them)."""
+    if parallel < 1:
+        raise ValueError(f"runs at once must be at least 1, not {parallel}")
     directory.mkdir(parents=True, exist_ok=True)
     pending = [job for job in jobs if not (directory / f"{job.stem()}.json").exists()]
     if len(pending) < len(jobs):
