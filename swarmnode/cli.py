@@ -59,18 +59,28 @@ def _setup_logging(verbose: bool) -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
+Command = TypeVar("Command", bound=Callable[..., Any])
+
+
+def command(function: Command) -> Command:
+    """`app.command()` with the docstring as prose: typer keeps a docstring's line breaks in
+    the list of commands, which cut sentences in the middle of the column at 80 characters;
+    joined within each paragraph, rich wraps them where the terminal does."""
+    paragraphs = (inspect.getdoc(function) or "").split("\n\n")
+    return app.command(help="\n\n".join(" ".join(p.split()) for p in paragraphs))(function)
+
+
 def _fail(message: str, code: int = 2) -> typer.Exit:
     console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)  # a message's [brackets] stay text
     return typer.Exit(code)
 
 
-@app.command()
+@command
 def version() -> None:
     """Print the version."""
     typer.echo(__version__)
 
 
-Command = TypeVar("Command", bound=Callable[..., Any])
 _VALUE_TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "path": Path}
 
 
@@ -108,7 +118,7 @@ def _settings_given(flags: dict[str, Flag], given: dict[str, Any]) -> dict[str, 
     return {flag.setting: _flag_value(given[name]) for name, flag in flags.items()}
 
 
-@app.command()
+@command
 @_setting_options(JOIN_FLAGS, after="config_path")
 def join(
     config_path: Annotated[
@@ -180,7 +190,7 @@ def _flag_value(value: object) -> object:
     return value or None if isinstance(value, list) else value
 
 
-@app.command()
+@command
 def plan(
     model: Annotated[
         str | None,
@@ -220,7 +230,7 @@ def plan(
         raise typer.Exit(1)
 
 
-@app.command()
+@command
 @_setting_options(DOCTOR_FLAGS, after="config_path")
 def doctor(
     config_path: Annotated[
@@ -249,7 +259,7 @@ def doctor(
         raise typer.Exit(1)
 
 
-@app.command()
+@command
 def health(
     port: Annotated[int, typer.Option(help="the node's node.health_port")] = DOCKER_PORT,
     host: Annotated[str, typer.Option(help="where the node serves /health")] = LOCAL_HOST,
@@ -261,7 +271,7 @@ def health(
     raise typer.Exit(0 if healthy else 1)
 
 
-@app.command()
+@command
 def status(
     initial_peers: Annotated[
         list[str] | None,
@@ -283,12 +293,24 @@ def status(
         float | None, typer.Option(help="seconds without a heartbeat before 'stale' (default swarm.stale_after_s)")
     ] = None,
     timeout: Annotated[float, typer.Option(help="seconds to reach the swarm")] = 30.0,
+    serve: Annotated[
+        str | None,
+        typer.Option(
+            "--serve", metavar="[HOST:]PORT",
+            help="serve the swarm in a browser instead (peers, each node's curves, who trains on whose, totals); "
+            "PORT alone listens on 127.0.0.1, 0 picks a free port",
+        ),
+    ] = None,
 ) -> None:
     """List the swarm's peers from their heartbeats (joins as a DHT client, stores nothing).
-    Run in a node's run dir (or with --run-dir) it needs no address."""
+    Run in a node's run dir (or with --run-dir) it needs no address; with --serve the page
+    draws that node's own curves too."""
     from rich.live import Live
 
+    from swarmnode.ops.node_curves import NodeCurves
     from swarmnode.ops.status import render_table, to_json
+    from swarmnode.ops.status_page import AddressError as PageAddressError
+    from swarmnode.ops.status_page import parse_address, run_page
     from swarmnode.settings.config import SwarmSettings
     from swarmnode.swarm.hivemind import (
         AddressError,
@@ -301,6 +323,10 @@ def status(
 
     logging.basicConfig(level=logging.WARNING, handlers=[RichHandler(console=console, show_path=False)])
     stale_after = SwarmSettings().stale_after_s if stale_after is None else stale_after
+    try:
+        page_address = parse_address(serve) if serve is not None else None
+    except PageAddressError as err:
+        raise _fail(str(err)) from None
     initial_peers = list(initial_peers or [])
     local = local_swarm_file(run_dir)
     me = swarm_file_peer_id(local) if local else None  # beside a node: what its peers say of it
@@ -321,7 +347,11 @@ def status(
     except SwarmError as err:
         raise _fail(str(err), 1) from None
     try:
-        if as_json:
+        if page_address is not None:
+            curves = NodeCurves(local.parent, me) if local else None
+            run_page(lambda: peer_rows(runtime, stale_after), page_address, curves,
+                     lambda said: console.print(said, highlight=False, soft_wrap=True))
+        elif as_json:
             while True:
                 typer.echo(to_json(peer_rows(runtime, stale_after)))
                 if not watch:
@@ -339,6 +369,8 @@ def status(
         pass
     except TimeoutError:
         raise _fail("the swarm stopped answering", 1) from None
+    except PageAddressError as err:
+        raise _fail(str(err), 1) from None
     finally:
         runtime.shutdown()
 
@@ -352,7 +384,7 @@ def _status_console(wide: bool, terminal: Console | None = None) -> Console:
     return Console(file=terminal.file, width=max(terminal.width, WIDE_STATUS_COLUMNS)) if wide else terminal
 
 
-@app.command()
+@command
 def demo(
     nodes: Annotated[int, typer.Option(help="how many node processes (kinds cycle: tiny, tiny LoRA, tiny-llama)", min=2)] = 3,
     rounds: Annotated[int, typer.Option(help="rounds every node runs", min=1)] = 80,

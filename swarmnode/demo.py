@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -31,6 +32,7 @@ from swarmnode.model.tiny import TINY_PRESETS, ensure_tiny
 from swarmnode.ops.lines import EvalRecord, RoundRecord
 from swarmnode.ops.metrics import read_records
 from swarmnode.ops.rundir import LOG_FILE
+from swarmnode.settings.network import LOCAL_HOST
 from swarmnode.settings.presets import merged, tiny_cpu
 from swarmnode.sizing.cost import CostModel
 
@@ -138,6 +140,8 @@ class Demo:
         ]
         # each node's config alone, trained after the swarm (the curves' baseline)
         self.solos = [DemoNode(n.index, n.label, n.directory / "solo") for n in self.nodes] if solo else []
+        # the swarm page (`swarmnode status --serve`) beside node 0's run dir, while the swarm runs
+        self.page = DemoNode(-1, "page", directory / "page")
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -146,7 +150,7 @@ class Demo:
         try:
             self._start_all()
             self._watch(self.nodes, "together")
-            self._stop(self.nodes)
+            self._stop([*self.nodes, self.page])
             if self.solos:
                 for node in self.solos:
                     self._start(node, [])
@@ -207,6 +211,22 @@ class Demo:
         self.console.print(
             f"{len(self.nodes)} nodes started; logs and configs in {self.directory}/node-*/", highlight=False
         )
+        self.console.print(f"watch the swarm in a browser: {self._start_page(bootstrap)}", highlight=False,
+                           soft_wrap=True)
+
+    def _start_page(self, beside: DemoNode) -> str:
+        """`swarmnode status --serve` beside `beside`'s run dir, on a free local port; its URL."""
+        with socket.socket() as probe:  # a free port now; the page takes it a moment later
+            probe.bind((LOCAL_HOST, 0))
+            port = probe.getsockname()[1]
+        self.page.directory.mkdir(parents=True, exist_ok=True)
+        self.page.log_file = (self.page.directory / CONSOLE_FILE).open("w")
+        self.page.process = subprocess.Popen(
+            [sys.executable, "-m", "swarmnode", "status", "--serve", f"{LOCAL_HOST}:{port}",
+             "--run-dir", str(beside.directory / "run")],
+            stdout=self.page.log_file, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        return f"http://{LOCAL_HOST}:{port}/"
 
     def _watch(self, nodes: list[DemoNode], phase: str) -> None:
         """Show the phase's progress until its processes end; DemoError if one failed."""
@@ -224,9 +244,9 @@ class Demo:
                 time.sleep(1.0)
 
     def stop(self) -> None:
-        """Stop every process started (nodes and their p2p daemons) and close the logs."""
-        self._stop(self.nodes + self.solos)
-        for node in self.nodes + self.solos:
+        """Stop every process started (nodes and their p2p daemons, the page) and close the logs."""
+        self._stop([*self.nodes, *self.solos, self.page])
+        for node in [*self.nodes, *self.solos, self.page]:
             if node.log_file is not None:
                 node.log_file.close()
 
