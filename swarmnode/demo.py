@@ -346,9 +346,12 @@ class Demo:
         ax_eval.set(title="held-out accuracy (greedy)", xlabel="round", ylabel="accuracy")
         ax_time.set(title="held-out accuracy against modelled GPU time", xlabel="rounds of the node alone",
                     ylabel="accuracy")
+        if not self.solos:
+            ax_time.text(0.5, 0.5, "no runs alone (--no-solo)", ha="center", va="center", transform=ax_time.transAxes)
         for ax in (ax_reward, ax_eval, ax_time):
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(path, dpi=110)
         plt.close(fig)
