@@ -349,7 +349,7 @@ def status(
     try:
         if page_address is not None:
             curves = NodeCurves(local.parent, me) if local else None
-            run_page(lambda: peer_rows(runtime, stale_after), page_address, curves,
+            run_page(lambda first: peer_rows(runtime, stale_after, first), page_address, curves,
                      lambda said: console.print(said, highlight=False, soft_wrap=True))
         elif as_json:
             while True:

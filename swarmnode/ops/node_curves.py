@@ -2,20 +2,25 @@
 
 These are the node's own records (not a peer's claims): its reward, held-out accuracy, the
 peers' share of what it trained on, the importance weights, what F-TIS filtered and how long
-a round took, and whose samples it trained on (checked, for this node only). The file is
-read again only when it changed, and only its last MAX_ROUNDS rounds are drawn.
+a round took, and whose samples it trained on (checked, for this node only; its MAX_SOURCES
+largest sources). The file is read again only when it changed, and then only its last
+TAIL_BYTES (a day's run is tens of megabytes), of which the last MAX_ROUNDS rounds are drawn.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from swarmnode.ops.metrics import eval_lines, read_metrics, round_lines
+from swarmnode.ops.metrics import eval_lines, round_lines
 
 MAX_ROUNDS = 5000  # rounds drawn: a day of 17-second rounds
+TAIL_BYTES = 8 * 1024 * 1024  # what is read of the file: more than MAX_ROUNDS lines of about 1 KB
+MAX_SOURCES = 64  # peers whose samples the node trained on, shown: the largest sources
 METRICS_FILE = "metrics.jsonl"
 
 
@@ -36,8 +41,27 @@ class NodeCurves:
             return None
         stamp = (stat.st_mtime, stat.st_size)
         if stamp != self._stamp:
-            self._stamp, self._curves = stamp, curves(read_metrics(self.path), self.peer_id)
+            self._stamp, self._curves = stamp, curves(tail_lines(self.path), self.peer_id)
         return self._curves
+
+
+def tail_lines(path: os.PathLike[str], tail_bytes: int = TAIL_BYTES) -> list[dict[str, Any]]:
+    """The JSON objects of the file's last `tail_bytes` (the first, cut line dropped); a line
+    torn by a kill mid-write or not an object is left out."""
+    with open(path, "rb") as file:
+        size = file.seek(0, os.SEEK_END)
+        file.seek(max(0, size - tail_bytes))
+        text = file.read().decode(errors="replace")
+    lines = text.splitlines()[1:] if size > tail_bytes else text.splitlines()
+    parsed = []
+    for line in lines:
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            parsed.append(value)
+    return parsed
 
 
 def curves(lines: list[dict[str, Any]], peer_id: str | None = None) -> dict[str, Any]:
@@ -49,12 +73,12 @@ def curves(lines: list[dict[str, Any]], peer_id: str | None = None) -> dict[str,
     for line in rounds:
         by_peer = line.get("samples_by_peer")
         if isinstance(by_peer, dict):
-            used.update({str(peer): n for peer, n in by_peer.items() if isinstance(n, int) and n > 0})
+            used.update({str(peer): n for peer, n in by_peer.items() if type(n) is int and n > 0})
     trained = [(_number(line.get("own_samples")) or 0) + (_number(line.get("peer_samples")) or 0) for line in rounds]
     return {
         "peer": peer_id,
         "t": [line["time"] for line in rounds],
-        "round": [line.get("round") for line in rounds],
+        "round": [_number(line.get("round")) for line in rounds],
         "reward": [_number(line.get("reward_mean")) for line in rounds],
         "peer_share": [(_number(line.get("peer_samples")) or 0) / n if n else None for line, n in zip(rounds, trained)],
         "weight_mean": [_number(line.get("weight_mean")) for line in rounds],
@@ -62,7 +86,8 @@ def curves(lines: list[dict[str, Any]], peer_id: str | None = None) -> dict[str,
         "round_s": [_number(line.get("round_s")) for line in rounds],
         "eval_t": [line["time"] for line in evals],
         "eval_acc": [_number(line.get("eval_acc")) for line in evals],
-        "edges": [{"from": peer, "to": peer_id, "count": n, "checked": True} for peer, n in used.most_common()]
+        "edges": [{"from": peer, "to": peer_id, "count": n, "checked": True}
+                  for peer, n in used.most_common(MAX_SOURCES)]
         if peer_id else [],
     }
 

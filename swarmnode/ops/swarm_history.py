@@ -11,6 +11,7 @@ the rows say was checked (`PeerRow.answered_ms`): the page labels claims as clai
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,9 @@ MAX_PEERS = 512  # peers remembered (a STATUS_SHARDS read covers about 500)
 POINTS_PER_PEER = 240  # a peer's points kept: 20 minutes of 5-second heartbeats
 TOTAL_POINTS = 720  # the swarm's totals: an hour of reads every 5 seconds
 DRAWN_PEERS = 24  # peers whose series the page is sent and draws: those that answered first
+MAX_ROUNDS_PER_S = 10.0  # a peer's rounds counted between two reads at most (none runs faster)
+GONE = "gone"  # the state of a peer remembered but missing from the last read (its record expired)
+LEFT_OUT = ("used", "evals")  # heartbeat fields the page does not draw: not sent to it
 
 
 @dataclass(frozen=True)
@@ -71,10 +75,19 @@ class SwarmHistory:
         return len(self._peers)
 
     def observe(self, rows: list[PeerRow], now: float) -> None:
-        """One read of the swarm: new heartbeats become points, then the totals get a point."""
+        """One read of the swarm: new heartbeats become points, peers missing from it are
+        `gone` (what was checked of them is no longer true), then the totals get a point."""
+        read = {row.heartbeat.peer for row in rows}
+        for peer, known in self._peers.items():
+            if peer not in read and known.row.state != GONE:
+                known.row = dataclasses.replace(known.row, state=GONE, asked=False, answered_ms=None, reached=None)
         for row in rows:
             self._remember(row, now)
         self._total(rows, now)
+
+    def answered(self) -> set[str]:
+        """The peers that answered the last read: a status read asks them first."""
+        return {peer for peer, known in self._peers.items() if known.row.answered_ms is not None}
 
     def _remember(self, row: PeerRow, now: float) -> None:
         beat = row.heartbeat
@@ -92,19 +105,25 @@ class SwarmHistory:
         known.points.append(PeerPoint(now, beat.round, beat.reward, beat.eval_acc))
 
     def _forget_one(self) -> None:
-        """Room for a newcomer: the least recently heard-from peer that never answered, else
-        the least recently heard-from of all."""
-        silent = next((peer for peer, known in self._peers.items() if known.row.answered_ms is None), None)
-        gone = silent if silent is not None else next(iter(self._peers))
+        """Room for a newcomer: the least recently heard-from peer that is gone, else that
+        did not answer the last read, else the least recently heard-from of all."""
+        gone = next((peer for peer, known in self._peers.items() if known.row.state == GONE), None)
+        if gone is None:
+            gone = next((peer for peer, known in self._peers.items() if known.row.answered_ms is None), None)
+        if gone is None:
+            gone = next(iter(self._peers))
         del self._peers[gone]
         self._last_rounds.pop(gone, None)
 
     def _total(self, rows: list[PeerRow], now: float) -> None:
         training = [row for row in rows if row.heartbeat.state == "training" and row.state != "stale"]
-        rounds = {row.heartbeat.peer: row.heartbeat.round for row in training}
+        # rounds a minute: claimed, so only of peers that answered, each at most MAX_ROUNDS_PER_S
+        rounds = {row.heartbeat.peer: row.heartbeat.round for row in training if row.answered_ms is not None}
         per_min = None
         if self._last_read is not None and now > self._last_read:
-            advanced = sum(max(0, r - self._last_rounds[p]) for p, r in rounds.items() if p in self._last_rounds)
+            most = MAX_ROUNDS_PER_S * (now - self._last_read)
+            advanced = sum(min(most, max(0, r - self._last_rounds[p])) for p, r in rounds.items()
+                           if p in self._last_rounds)
             per_min = advanced * 60.0 / (now - self._last_read)
         self._last_rounds = {p: r for p, r in rounds.items() if p in self._peers}
         self._last_read = now
@@ -131,23 +150,24 @@ class SwarmHistory:
     def drawn(self, count: int = DRAWN_PEERS) -> list[str]:
         """The peers whose curves are drawn: those that answered this reader, then the rest,
         each most recently heard-from first (a crowd of silent identities cannot push out
-        the live nodes' curves)."""
+        the live nodes' curves); in the order of their ids, so colours stay put."""
         rows = self.rows()
         ordered = [r for r in rows if r.answered_ms is not None] + [r for r in rows if r.answered_ms is None]
-        return [row.heartbeat.peer for row in ordered[:count]]
+        return sorted(row.heartbeat.peer for row in ordered[:count])
 
     def to_json(self) -> dict[str, Any]:
-        """What the page fetches: rows, the drawn peers' series, totals and claimed edges."""
-        drawn = self.drawn()
+        """What the page fetches: rows, the drawn peers' series, totals and the claimed edges
+        between drawn peers (what the page draws; the rest is not sent)."""
+        drawn = set(order := self.drawn())
         return {
-            "peers": [row.to_json() for row in self.rows()],
-            "drawn": drawn,
+            "peers": [{k: v for k, v in row.to_json().items() if k not in LEFT_OUT} for row in self.rows()],
+            "drawn": order,
             "series": {
                 peer: {
                     "t": [p.time for p in points], "round": [p.round for p in points],
                     "reward": [p.reward for p in points], "eval_acc": [p.eval_acc for p in points],
                 }
-                for peer in drawn for points in [self._peers[peer].points]
+                for peer in order for points in [self._peers[peer].points]
             },
             "totals": {
                 "t": [p.time for p in self.totals], "answered": [p.answered for p in self.totals],
@@ -155,6 +175,7 @@ class SwarmHistory:
                 "rounds_per_min": [p.rounds_per_min for p in self.totals],
                 "samples": [p.samples for p in self.totals],
             },
-            "edges": [{"from": s, "to": t, "count": n, "checked": False} for s, t, n in self.edges()],
+            "edges": [{"from": s, "to": t, "count": n, "checked": False} for s, t, n in self.edges()
+                      if s in drawn and t in drawn],
         }
 

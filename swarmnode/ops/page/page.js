@@ -6,7 +6,7 @@
 const READ_EVERY_MS = 2000;  // the server reads the swarm as often (status_page.READ_EVERY_S)
 const PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
                  "#7f7f7f", "#bcbd22"];
-const STATE_ORDER = ["training", "stale", "unchecked", "silent", "left"];  // how "state" sorts
+const STATE_ORDER = ["training", "stale", "unchecked", "silent", "left", "gone"];  // how "state" sorts
 const COLUMNS = [  // [heading, value of a row, shown as, numeric]
   ["peer", (r) => short(r.peer), null, false],
   ["run", (r) => r.run, null, false],
@@ -99,7 +99,7 @@ function pointsIn(data) {
 // `right`, the last series has a scale of its own, on an axis on the right.
 function chart(id, title, labels, data, scales, right) {
   const box = document.getElementById(id);
-  const key = labels.join("\u0000");
+  const key = JSON.stringify([labels, Boolean(right)]);
   let made = charts[id];
   if (!made || made.key !== key) {
     if (made) made.plot.destroy();
@@ -153,11 +153,12 @@ function drawEdges(state) {
   const head = element("tr");
   head.append(element("th", "trained \u2193 / on \u2192"));
   for (const name of names) head.append(element("th", short(name)));
+  const byPair = new Map(edges.map((e) => [JSON.stringify([e.to, e.from]), e]));
   const rows = names.map((trainer) => {
     const tr = element("tr", null, trainer === state.me ? "mine" : "");
     tr.append(element("th", short(trainer)));
     for (const source of names) {
-      const edge = edges.find((e) => e.to === trainer && e.from === source);
+      const edge = byPair.get(JSON.stringify([trainer, source]));
       const cell = element("td", edge ? edge.count : "", "cell");
       if (edge) {
         cell.style.backgroundColor = `rgba(31, 119, 180, ${(0.15 + 0.85 * edge.count / most).toFixed(2)})`;

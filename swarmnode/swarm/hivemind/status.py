@@ -19,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import random
+from collections.abc import Collection
 
 from hivemind.utils.timed_storage import get_dht_time
 
@@ -33,7 +35,7 @@ from swarmnode.swarm.hivemind.shards import HEARTBEAT_FAMILY, ShardedFamily, Sha
 
 LOOPBACK = ["/ip4/127.0.0.1/tcp/0"]
 STATUS_SHARDS = 64  # heartbeat shards one status read covers at most
-PROBED_ROWS = 64  # peers asked directly by one status read, the first rows (training ones first)
+PROBED_ROWS = 64  # peers asked directly by one status read (see probe: whom first)
 PROBES_AT_ONCE = 32
 
 
@@ -72,16 +74,20 @@ async def _read_shards(runtime: SwarmRuntime) -> ShardReads:
     return await family.read_level(runtime.read_owned_many, family.estimate.level, STATUS_SHARDS)
 
 
-def probe(runtime: SwarmRuntime, rows: list[PeerRow]) -> list[PeerRow]:
-    """`rows` with what this reader checked itself: whether each peer (the first PROBED_ROWS
-    not marked left) answered a direct request within ANSWER_TIMEOUT_S, and by which path."""
+def probe(runtime: SwarmRuntime, rows: list[PeerRow], first: Collection[str] = ()) -> list[PeerRow]:
+    """`rows` with what this reader checked itself: whether each peer (PROBED_ROWS of those
+    not marked left: the peers in `first`, then those claiming to train, in random order
+    within each, so no run's name or crowd takes every question) answered a direct request
+    within ANSWER_TIMEOUT_S, and by which path."""
     budget = ANSWER_TIMEOUT_S * (PROBED_ROWS // PROBES_AT_ONCE + 1) + 10
-    return runtime.call(_probe_rows(runtime, rows), timeout=budget)
+    return runtime.call(_probe_rows(runtime, rows, frozenset(first)), timeout=budget)
 
 
-async def _probe_rows(runtime: SwarmRuntime, rows: list[PeerRow]) -> list[PeerRow]:
+async def _probe_rows(runtime: SwarmRuntime, rows: list[PeerRow], first: frozenset[str]) -> list[PeerRow]:
     slots = asyncio.Semaphore(PROBES_AT_ONCE)
-    asked = sorted((row for row in rows if row.state != "left"), key=lambda row: row.state != "training")[:PROBED_ROWS]
+    candidates = [row for row in rows if row.state != "left"]
+    random.shuffle(candidates)
+    asked = sorted(candidates, key=lambda row: (row.heartbeat.peer not in first, row.state != "training"))[:PROBED_ROWS]
 
     async def ask(row: PeerRow) -> float | None:
         async with slots:
@@ -116,6 +122,7 @@ def _path(addresses: list[str]) -> str:
     return "direct" if reach == "private" else reach  # a private address we reached: a direct path here
 
 
-def peer_rows(runtime: SwarmRuntime, stale_after_s: float) -> list[PeerRow]:
-    """What `swarmnode status` shows: every heartbeat's row, with what was checked of it."""
-    return probe(runtime, read_heartbeats(runtime, stale_after_s))
+def peer_rows(runtime: SwarmRuntime, stale_after_s: float, first: Collection[str] = ()) -> list[PeerRow]:
+    """What `swarmnode status` shows: every heartbeat's row, with what was checked of it
+    (asking the peers in `first` before the rest: the page's peers that answered before)."""
+    return probe(runtime, read_heartbeats(runtime, stale_after_s), first)
