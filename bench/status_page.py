@@ -7,8 +7,8 @@
 the status client's question (as a node does); `swarmnode status --serve` reads them; headless
 Chromium opens the page. Prints the seconds from opening the page until every peer's row is
 shown (median of 5 opens), then, for --beats heartbeats, the seconds from one peer starting to
-store a new heartbeat until the page shows its round (median and largest). Needs Debian's
-chromium and chromium-driver.
+store a new heartbeat until the page shows its round (median and largest), and the page
+process's memory. Needs Debian's chromium and chromium-driver.
 
 `crowd`: the page process's memory while --identities junk identities heartbeat, every string
 field at its longest: a status read returns at most STATUS_SHARDS shards' heartbeats (about 500
@@ -127,6 +127,9 @@ def bench_open(peers: int, beats: int) -> None:
             time.sleep(1.0)
         print(f"a heartbeat on the page after it was stored: median {statistics.median(latencies):.2f} s, "
               f"largest {max(latencies):.2f} s over {beats}")
+        memory = psutil.Process(page.pid).memory_full_info()
+        print(f"the page process (status client and page): RSS {memory.rss / 2**20:.0f} MiB, "
+              f"USS {memory.uss / 2**20:.0f} MiB (its p2p daemon apart)")
     finally:
         browser.quit()
         page.terminate()
