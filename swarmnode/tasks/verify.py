@@ -7,6 +7,8 @@ import logging
 import re
 import threading
 
+from swarmnode.tasks.grader_process import shared_grader
+
 MAX_VERIFY_CHARS = 256  # longer answers are not graded: parsing cost grows with them
 TIMEOUT_S = 5  # per parse and per comparison, where math-verify can set its alarm (the main thread); its own
 # default. 1 s cut MATH-500 references that verify in 0.9 s idle off under load; peers' answers never get
@@ -80,11 +82,20 @@ def _timeout_s() -> int | None:
 
 
 def answers_equal(predicted: str, reference: str, latex: bool = False) -> bool:
-    """True when math-verify finds `predicted` mathematically equal to `reference`.
+    """True when math-verify finds `predicted` mathematically equal to `reference`, graded in
+    the node's grading worker (swarmnode.tasks.grader_process: killed at a hard time and
+    memory limit, so no answer can hold the node however it was written).
 
     `latex`: both are LaTeX without delimiters (MATH-500's answers), so they are parsed inside
     $...$; otherwise as written (plain text, expressions, or LaTeX with its own delimiters).
     Anything math-verify cannot parse, or that takes too long, is not equal."""
+    if not predicted or len(predicted) > MAX_VERIFY_CHARS:
+        return False
+    return shared_grader().equal(predicted, reference, latex)
+
+
+def answers_equal_here(predicted: str, reference: str, latex: bool = False) -> bool:
+    """`answers_equal` in this process (the grading worker's side)."""
     from math_verify import parse, verify  # sympy-heavy: loaded only by tasks that grade with it
     from math_verify.errors import TimeoutException
 
