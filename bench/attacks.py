@@ -15,6 +15,7 @@
     python bench/attacks.py useful-crowd [--identities 3 16 64] [--rounds 80] [--arrive 20]
     python bench/attacks.py first-crowd [--identities 6] [--payload 1] [--rounds 150] [--beat 1.0]
     python bench/attacks.py grader [--timeout 10]
+    python bench/attacks.py math-grader [--timeout 15]
 
 Liveness: lying identities (see swarmnode/lab/adversary.py) start a swarm, and two honest
 `swarmnode join` processes (the tiny default, on 127.0.0.1) join it through the first identity
@@ -171,7 +172,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import yaml
-from grader_worker import HOSTILE_ANSWERS, RESULT_PREFIX
+from grader_worker import HOSTILE_ANSWERS, HOSTILE_MATH, RESULT_PREFIX
 from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.dht.protocol import DHTProtocol
 from hivemind.dht.storage import DictionaryDHTValue
@@ -226,6 +227,7 @@ from swarmnode.swarm.hivemind.status import open_status_client, probe, read_hear
 from swarmnode.swarm.local import InMemoryHub
 from swarmnode.tasks import make_task
 from swarmnode.tasks.answers import graded_reward
+from swarmnode.tasks.grader_process import HARD_TIMEOUT_S, MEMORY_LIMIT_BYTES, GradingProcess
 from swarmnode.tasks.gym import gym_datasets
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -1463,6 +1465,23 @@ def grader(args: argparse.Namespace) -> None:
               f"{row['raised']:>7} {row['rewarded']:>9} {row['not made']:>9} {slowest[is_offered]:>10.3f}")
 
 
+def math_grader(args: argparse.Namespace) -> None:
+    """Answers that keep sympy busy, sent past cheap_to_grade straight to the grading worker:
+    each must score 0 within the worker's hard limit, and an honest answer after it still 1."""
+    grading = GradingProcess(hard_timeout_s=args.timeout)
+    grading.equal("18", "18")  # the worker started before the clock
+    print(f"math-grader: {len(HOSTILE_MATH)} hostile answers, straight to the grading worker "
+          f"(hard limit {args.timeout:.0f} s an answer, {MEMORY_LIMIT_BYTES >> 30} GiB)")
+    for answer in HOSTILE_MATH:
+        killed, started = grading.killed, time.perf_counter()
+        equal = grading.equal(answer, "18", False)
+        took = time.perf_counter() - started
+        honest = grading.equal("18", "18")
+        print(f"  {took:6.2f} s  {'equal' if equal else 'not equal'}  {'killed' if grading.killed > killed else 'answered'}"
+              f"  then an honest answer: {'1' if honest else '0 (!)'}  {answer[:60]}")
+    grading.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="kind", required=True)
@@ -1557,8 +1576,10 @@ def main() -> None:
     first.add_argument("--keep", type=Path, default=None, help="keep the nodes' run dirs here (default: a temp dir)")
     grd = sub.add_parser("grader", help="hostile answers through every reasoning-gym dataset's scorer")
     grd.add_argument("--timeout", type=float, default=10.0, help="seconds a dataset's process may take")
+    mgr = sub.add_parser("math-grader", help="answers that keep math-verify busy, through the grading worker")
+    mgr.add_argument("--timeout", type=float, default=HARD_TIMEOUT_S, help="the worker's hard limit an answer")
     args = parser.parse_args()
-    kinds = {"grader": grader, "liveness": liveness, "eclipse": eclipse, "ghost": ghost, "slow": slow_peer, "sybil": sybil, "flood": flood, "content": content, "honest": honest,
+    kinds = {"grader": grader, "math-grader": math_grader, "liveness": liveness, "eclipse": eclipse, "ghost": ghost, "slow": slow_peer, "sybil": sybil, "flood": flood, "content": content, "honest": honest,
              "first-crowd": first_crowd, "drift": lambda a: crowd_scenario(a, a.payload), "useful-crowd": lambda a: crowd_scenario(a, [0])}
     kinds[args.kind](args)
 

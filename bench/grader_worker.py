@@ -15,6 +15,13 @@ from pathlib import Path
 from swarmnode.tasks.gym import ReasoningGymTask, gym_datasets
 
 RESULT_PREFIX = "grader-result "  # a dataset may print lines of its own
+# Answers that keep math-verify (sympy) busy for seconds or without end, found by red-team passes;
+# `bench/attacks.py math-grader` sends them past cheap_to_grade, straight to the grading worker.
+HOSTILE_MATH = (
+    "$2^{2^{40}}$", "$9^{9^{9^{9}}}$", "$(a+b+c+d)^{99}$", "$\\sqrt{(999999999999999989\\cdot 999999999999999967)^{99}+1}$",
+    "$(a+b)(c+d)(f+g)(h+k)(m+n)(p+q)(r+s)(t+u)(v+w)(x+y)(z+A)(B+C)$", "$10^{10^{9}}$",
+    "1/(" * 17 + "3" + ")" * 17, "2^(2^(2^(2^(2^20))))",
+)
 
 # Answers a peer can write: code that leaves a mark (MARK is replaced by a file's path), work
 # without end for an evaluator, and text that trips parsers.
