@@ -6,7 +6,7 @@ stops sympy; nor does any off the main thread. So grading runs in a worker proce
 (swarmnode.tasks.grading_worker) that gets at most MEMORY_LIMIT_BYTES of address space and
 HARD_TIMEOUT_S an answer: past either it is killed, the answer scores 0 (as anything
 math-verify cannot read does), and the next answer starts a new worker. The messages are JSON
-lines: nothing crosses the boundary as pickle.
+lines, so nothing between the two processes is unpickled.
 """
 
 from __future__ import annotations
