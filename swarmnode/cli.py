@@ -310,7 +310,8 @@ def status(
     from swarmnode.ops.node_curves import NodeCurves
     from swarmnode.ops.status import render_table, to_json
     from swarmnode.ops.status_page import AddressError as PageAddressError
-    from swarmnode.ops.status_page import parse_address, run_page
+    from swarmnode.ops.status_page import SwarmPage, parse_address, run_page
+    from swarmnode.ops.status_page import serve as listen
     from swarmnode.settings.config import SwarmSettings
     from swarmnode.swarm.hivemind import (
         AddressError,
@@ -342,14 +343,22 @@ def status(
             check_multiaddr(maddr, "--initial-peers", needs_peer_id=True)
     except AddressError as err:
         raise _fail(str(err)) from None
+    page = server = None
+    if page_address is not None:  # listening before joining: a port in use fails at once
+        page = SwarmPage(NodeCurves(local.parent, me) if local else None)
+        try:
+            server = listen(page, page_address)
+        except PageAddressError as err:
+            raise _fail(str(err), 1) from None
     try:
         runtime = open_status_client(initial_peers, timeout)
     except SwarmError as err:
+        if server is not None:
+            server.server_close()
         raise _fail(str(err), 1) from None
     try:
-        if page_address is not None:
-            curves = NodeCurves(local.parent, me) if local else None
-            run_page(lambda first: peer_rows(runtime, stale_after, first), page_address, curves,
+        if page is not None and server is not None:
+            run_page(page, server, page_address, lambda first: peer_rows(runtime, stale_after, first),
                      lambda said: console.print(said, highlight=False, soft_wrap=True))
         elif as_json:
             while True:
@@ -369,8 +378,6 @@ def status(
         pass
     except TimeoutError:
         raise _fail("the swarm stopped answering", 1) from None
-    except PageAddressError as err:
-        raise _fail(str(err), 1) from None
     finally:
         runtime.shutdown()
 

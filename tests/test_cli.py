@@ -1,6 +1,7 @@
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -242,3 +243,25 @@ def test_status_without_any_address_says_what_to_give(tmp_path, monkeypatch):
     assert result.exit_code == 2 and "--initial-peers" in " ".join(result.output.split())
     missing = runner.invoke(app, ["status", "--run-dir", str(tmp_path / "nowhere")])
     assert missing.exit_code == 2 and "is a node running" in " ".join(missing.output.split())
+
+
+UNREACHABLE_PEER = "/ip4/127.0.0.1/tcp/9/p2p/QmUZb37HNUQ8PpaQBmGUU3BRKiRaGLCscvutEhCH4gAxeN"
+
+
+def test_status_serve_refuses_a_bad_address_clearly():
+    done = CliRunner().invoke(app, ["status", "--serve", "127.0.0.1:http", "--initial-peers", UNREACHABLE_PEER])
+    assert done.exit_code == 2 and "PORT, HOST:PORT or HOST" in done.output
+
+
+def test_status_serve_on_a_port_in_use_fails_before_joining_the_swarm():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "swarmnode", "status", "--serve", f"127.0.0.1:{taken.getsockname()[1]}",
+             "--initial-peers", UNREACHABLE_PEER, "--timeout", "60"],
+            capture_output=True, text=True, timeout=120,
+        )
+    assert done.returncode == 1 and "cannot listen on" in done.stderr, done.stderr
+    assert time.monotonic() - started < 30, "it did not wait to join the swarm first"

@@ -232,12 +232,11 @@ def serve(page: SwarmPage, address: PageAddress) -> ThreadingHTTPServer:
         raise AddressError(f"cannot listen on {address.host}:{address.port}: {err.strerror or err}") from None
 
 
-def run_page(read_rows: RowReader, address: PageAddress, curves: NodeCurves | None,
+def run_page(page: SwarmPage, server: ThreadingHTTPServer, address: PageAddress, read_rows: RowReader,
              announce: Callable[[str], None], every_s: float = READ_EVERY_S) -> None:
-    """Serve the page until Ctrl-C: the reader thread fills it, `announce` is told the URL
-    (and warned when the page is reachable from other machines)."""
-    page = SwarmPage(curves)
-    server = serve(page, address)
+    """Serve the page on `server` (made by `serve` before the swarm was joined, so a port in use
+    fails at once) until Ctrl-C: the reader thread fills it, `announce` is told the URL (and
+    warned when the page is reachable from other machines). The server is closed on the way out."""
     stop = threading.Event()
     reader = threading.Thread(target=read_forever, args=(page, read_rows, every_s, stop), name="swarm-reader",
                               daemon=True)
