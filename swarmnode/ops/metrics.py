@@ -115,8 +115,13 @@ def _last_byte(path: Path) -> bytes:
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """The lines of a metrics.jsonl; a line torn by a kill mid-write is left out."""
+    return parse_lines(path.read_text(errors="replace").splitlines())
+
+
+def parse_lines(texts: list[str]) -> list[dict[str, Any]]:
+    """The JSON objects among metrics lines; a torn line, or one that is no object, is left out."""
     lines = []
-    for text in path.read_text(errors="replace").splitlines():
+    for text in texts:
         with contextlib.suppress(ValueError):
             line = json.loads(text)
             if isinstance(line, dict):

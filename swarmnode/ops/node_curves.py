@@ -9,14 +9,13 @@ TAIL_BYTES (a day's run is tens of megabytes), of which the last MAX_ROUNDS roun
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from swarmnode.ops.metrics import eval_lines, round_lines
+from swarmnode.ops.metrics import eval_lines, parse_lines, round_lines
 
 MAX_ROUNDS = 5000  # rounds drawn: a day of 17-second rounds
 TAIL_BYTES = 8 * 1024 * 1024  # what is read of the file: more than MAX_ROUNDS lines of about 1 KB
@@ -52,16 +51,7 @@ def tail_lines(path: os.PathLike[str], tail_bytes: int = TAIL_BYTES) -> list[dic
         size = file.seek(0, os.SEEK_END)
         file.seek(max(0, size - tail_bytes))
         text = file.read().decode(errors="replace")
-    lines = text.splitlines()[1:] if size > tail_bytes else text.splitlines()
-    parsed = []
-    for line in lines:
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            parsed.append(value)
-    return parsed
+    return parse_lines(text.splitlines()[1:] if size > tail_bytes else text.splitlines())
 
 
 def curves(lines: list[dict[str, Any]], peer_id: str | None = None) -> dict[str, Any]:
