@@ -1,5 +1,6 @@
-"""The adaptive share (node.adapt_share_nats): a node generates more of its batch when peers'
-samples are less likely under its model than its own, measured by itself."""
+"""The adaptive share (node.adapt_share_nats): a far peer's groups take no room and a node
+generates their part of the batch itself; far by how much less likely that peer's samples are
+under the node's model than its own, measured by the node."""
 
 from __future__ import annotations
 
@@ -24,35 +25,42 @@ def _own(logprob: float, samples: int = 4, tokens: int = 3) -> list[SimpleNamesp
     return [SimpleNamespace(logprobs=np.full(tokens, logprob)) for _ in range(samples)]
 
 
-def test_the_share_rises_from_own_share_to_all_of_it_with_the_gap():
-    share = _share(0.5, 2.0)
-    assert share.current() == 0.5, "no evidence yet: the configured share"
-    share.observe([np.full(4, -1.0)], [np.full(4, -2.0)])  # peers' tokens 1 nat less likely: halfway
-    assert share.gap == pytest.approx(1.0) and share.current() == pytest.approx(0.75)
-    share.gap = 5.0
-    assert share.current() == 1.0, "capped at the whole batch"
-    share.gap = -3.0
-    assert share.current() == 0.5, "peers more likely than our own samples: never below own_share"
+def test_a_far_peer_s_part_of_the_offer_goes_to_our_own_generation():
+    share = _share(0.25, 1.0)
+    assert share.current() == 0.25, "no evidence yet: the configured share"
+    share.observe([np.full(4, -1.0)], {"near": [np.full(4, -1.5)], "far": [np.full(4, -2.0)]})
+    assert share.gaps == {"near": pytest.approx(0.5), "far": pytest.approx(1.0)}
+    assert share.is_far("far") and not share.is_far("near") and not share.is_far("unmeasured")
+    assert share.gap == pytest.approx(1.0), "the record carries the farthest peer's gap"
+    share.offered(["near", "far", "far", "near"])  # far peers made up half of what was offered
+    assert share.current() == pytest.approx(0.25 + 0.75 * 0.5)
+    share.offered([])
+    assert share.current() == pytest.approx(0.625), "no offer: the share stays"
+    share.offered(["far"] * 3)
+    assert share.current() == 1.0, "only far peers: the whole batch is ours, as alone"
+    share.offered(["near"])
+    assert share.current() == 0.25, "near peers only: never below own_share, back to it at once"
 
 
-def test_the_gap_is_token_weighted_smoothed_and_ignores_empty_or_broken_rounds():
+def test_each_peer_s_gap_is_token_weighted_smoothed_and_ignores_empty_or_broken_rounds():
     share = _share(0.5, 1.0)
-    share.observe([np.full(1, -1.0), np.full(3, -3.0)], [np.full(2, -3.0)])  # own mean -2.5 a token
-    assert share.gap == pytest.approx(0.5)
-    share.observe([np.full(2, -1.0)], [np.full(2, -2.0)])  # gap 1 this round
-    assert share.gap == pytest.approx(0.8 * 0.5 + 0.2 * 1.0)
-    before = share.gap
-    share.observe([], [np.full(2, -9.0)])
-    share.observe([np.full(2, -1.0)], [])
-    share.observe([np.full(2, -1.0)], [np.array([np.nan, -1.0])])
-    assert share.gap == before, "a round without own samples, peers' or a finite mean changes nothing"
+    share.observe([np.full(1, -1.0), np.full(3, -3.0)], {"p": [np.full(2, -3.0)]})  # own mean -2.5 a token
+    assert share.gaps["p"] == pytest.approx(0.5)
+    share.observe([np.full(2, -1.0)], {"p": [np.full(2, -2.0)], "q": [np.full(1, -1.0)]})  # p's gap 1 this round
+    assert share.gaps["p"] == pytest.approx(0.8 * 0.5 + 0.2 * 1.0) and share.gaps["q"] == pytest.approx(0.0)
+    before = dict(share.gaps)
+    share.observe([], {"p": [np.full(2, -9.0)]})
+    share.observe([np.full(2, -1.0)], {"p": []})
+    share.observe([np.full(2, -1.0)], {"p": [np.array([np.nan, -1.0])]})
+    assert share.gaps == before, "a round without own samples, the peer's or a finite mean changes nothing"
 
 
 def test_off_and_on_top_never_adapt():
     assert not _share(0.5, 0.0).enabled and not _share(1.0, 2.0).enabled
-    on_top = _share(1.0, 2.0)
-    on_top.gap = 10.0
-    assert on_top.current() == 1.0
+    for share in (_share(0.5, 0.0), _share(1.0, 2.0)):
+        share.observe([np.full(2, -1.0)], {"p": [np.full(2, -9.0)]})
+        share.offered(["p"])
+        assert not share.is_far("p") and share.current() == share.floor
 
 
 def test_the_split_follows_the_share_and_a_share_of_one_leaves_peers_no_room():
@@ -64,29 +72,68 @@ def test_the_split_follows_the_share_and_a_share_of_one_leaves_peers_no_room():
     assert batch_split(on_top, 1.0) == (16, 16)
 
 
-@pytest.mark.parametrize("peer_logprob,budget_after", [(-1.0, 1), (-3.0, 0)])
-def test_take_measures_the_gap_on_the_peers_samples_it_screened(tmp_path, peer_logprob, budget_after):
-    """Peers' tokens as likely as our own leave the share alone; 2 nats less likely (the
-    setting's full gap is 1) give the next round's batch wholly to our own groups."""
-    intake = _scored_intake(tmp_path, {0: [0.0, 1.0, 0.0, 1.0]}, "node.adapt_share_nats=1.0")
-    screened = []
-    intake._theta = lambda samples: screened.extend(samples) or [np.full(3, peer_logprob) for _ in samples]
-    taken = intake.take(0, _groups("p", 0, 1), own=_own(-1.0), timings={})
-    assert len(taken.kept) == 4 and len(screened) == 4, "the peer's group was taken and its samples measured"
-    assert intake.share.gap == pytest.approx(-1.0 - peer_logprob)
-    assert batch_split(intake.config, intake.share.current())[1] == budget_after
+def _measuring_intake(tmp_path, peer_logprob: dict[str, float]):
+    """An intake (one group of room) whose model gives each peer's tokens `peer_logprob[peer]`;
+    what it measured, by sender, goes to `.measured`."""
+    intake = _scored_intake(tmp_path, {i: [0.0, 1.0, 0.0, 1.0] for i in range(3)}, "node.adapt_share_nats=1.0")
+    intake.measured = []
+    def theta(samples):
+        intake.measured += [s.source for s in samples]
+        return [np.full(3, peer_logprob[s.source]) for s in samples]
+    intake._theta = theta
+    return intake
 
 
-def test_a_node_generates_as_its_share_says_and_keeps_the_gap_across_a_restart(tmp_path):
+def test_a_far_peer_takes_no_room_yet_one_group_of_it_is_measured_and_a_near_one_fills_the_share(tmp_path):
+    """Peer f's tokens are 2 nats less likely than our own (far at 1), n's as likely: once f's gap
+    is known its groups are left out, one of them measured and used up, n's group is taken, and the
+    next round generates the far part of the offer itself."""
+    intake = _measuring_intake(tmp_path, {"f": -3.0, "n": -1.0})
+    taken = intake.take(0, _groups("f", 0, 1), own=_own(-1.0), timings={})
+    assert len(taken.kept) == 4 and intake.share.gaps["f"] == pytest.approx(2.0), "unmeasured: screened like anyone"
+    intake.measured.clear()
+    offered = _groups("f", 1, 2) + _groups("n", 1, 2)
+    intake.pool.add("f", 1, offered[:2], 1)
+    taken = intake.take(1, offered, own=_own(-1.0), timings={})
+    assert {s.source for s in taken.kept} == {"n"} and len(taken.kept) == 4, "the near peer fills the room"
+    assert intake.measured.count("f") == 4, "one group of the far peer measured (4 samples), not trained on"
+    assert [g.prompt_id for g in intake.pool.offers(1)["f"]] == [1], "the measured group was used up"
+    assert intake.share.current() == pytest.approx(0.5 + 0.5 * 0.5), "far groups were half the offer"
+
+
+def test_a_far_peer_that_comes_near_is_taken_again(tmp_path):
+    logprob = {"f": -4.0}
+    intake = _measuring_intake(tmp_path, logprob)
+    intake.take(0, _groups("f", 0, 1), own=_own(-1.0), timings={})
+    assert intake.share.is_far("f")
+    logprob["f"] = -1.0  # its samples now as likely as ours: the running gap falls each round it is measured
+    for round_ in range(1, 30):
+        taken = intake.take(round_, _groups("f", round_, 1), own=_own(-1.0), timings={})
+        if taken.kept:
+            break
+    assert taken.kept and not intake.share.is_far("f"), f"taken again after {round_} rounds"
+    assert intake.share.gaps["f"] < 1.0
+
+
+def test_a_node_generates_as_its_share_says_and_keeps_the_gaps_across_a_restart(tmp_path):
     sets = ["rollout.prompts_per_round=4", "node.own_share=0.5", "node.adapt_share_nats=1.0", "rollout.group_size=2"]
     with contextlib.ExitStack() as stack:
         node = stack.enter_context(assemble(_config(tmp_path, "a", *sets)))
         assert len(node.produce(0).own_groups) == 2
-        node.intake.share.gap = 3.0
+        node.intake.share.gaps = {"far": 3.0}
+        node.intake.share.offered(["far"])
         state = node.produce(1)
-        assert len(state.own_groups) == 4, "peers far off: the whole batch is ours"
+        assert len(state.own_groups) == 4, "only a far peer offered: the whole batch is ours"
         record = node.consume(1, state)
         assert record.own_samples == 4 * 2 and record.likelihood_gap == 3.0, "4 groups of 2"
         node.save(1)
     with assemble(_config(tmp_path, "a", *sets)) as resumed:
-        assert resumed.intake.share.gap == 3.0
+        assert resumed.intake.share.gaps == {"far": 3.0} and resumed.intake.share.current() == 1.0
+
+
+def test_a_checkpoint_with_the_old_pooled_gap_is_measured_afresh():
+    share = _share(0.5, 1.0)
+    share.restore({"likelihood_gap": 3.0})
+    assert share.gaps == {} and share.current() == 0.5
+    share.restore({"likelihood_gaps": {"p": "x", "q": float("nan"), "r": 2.0}, "far_part": 7})
+    assert share.gaps == {"r": 2.0} and share.far_part == 0.0, "what is not a finite gap or a part in [0, 1] is dropped"

@@ -124,10 +124,12 @@ class Intake:
         self.pool.expire(time.monotonic(), node.max_age_s, node.staleness)
         live = set(self.membership.live_peers())
         _, budget = batch_split(self.config, self.share.current())
-        # Useless peers' groups only fill what the others leave (pool.fair_queue), so they do
-        # not make the share full: a round still waits its bounded time for a proven peer
+        # Useless peers' groups only fill what the others leave (pool.fair_queue), and far ones'
+        # take no room (loop.share), so neither makes the share full: a round still waits its
+        # bounded time for a proven peer
         offered = self.pool.offers(round_)
-        short = sum(len(groups) for peer, groups in offered.items() if not is_useless(self.ledger.standing(peer))) < budget
+        short = sum(len(groups) for peer, groups in offered.items()
+                    if not is_useless(self.ledger.standing(peer)) and not self.share.is_far(peer)) < budget
         wait = self.waits.plan(
             short=short, live=live, earned=self.ledger.expected(live), pooled=self.pool.peers,
             ever_delivered=self.ledger.ever_delivered(), held=self.pool.holding(round_), generate_s=generate_s,
@@ -241,9 +243,12 @@ class Intake:
         # so the pool's hold keeps its next batches away), but on probation, where its evidence
         # may fall again
         queue = [g for i, g in enumerate(offered) if (on_probation and i == 0) or not self.screener.picking(g.peer_id)]
+        self.share.offered(g.peer_id for g in queue)
+        far = [g for g in queue if self.share.is_far(g.peer_id)]  # take no room (loop.share)
+        queue = [g for g in queue if not self.share.is_far(g.peer_id)]
         timings["score_s"] = timings["screen_s"] = 0.0
         screening = self.screener.open_round(own, peers_coming=bool(queue) and budget > 0)
-        screened_logprobs: list[np.ndarray] = []  # peers' samples under our model (node.adapt_share_nats)
+        measured: dict[str, list[np.ndarray]] = {}  # peers' samples under our model (node.adapt_share_nats)
         for _ in range(SCREEN_PASSES):
             missing = wanted - len(taken.kept)
             if missing <= 0 or not queue:
@@ -261,13 +266,27 @@ class Intake:
             t = time.perf_counter()
             done = screening.screen(groups)
             if self.share.enabled:
-                screened_logprobs += done.theta if done.theta is not None else self._theta(samples_of(groups))
+                self._measure(samples_of(groups), done.theta, measured)
             timings["screen_s"] += time.perf_counter() - t
             self._record(round_, done)
             taken.passes.append(done)
         if self.share.enabled:
-            self.share.observe([s.logprobs for s in own], screened_logprobs)
+            self._measure_far(far, measured)
+            self.share.observe([s.logprobs for s in own], measured)
         return taken
+
+    def _measure(self, samples: list[Sample], theta: list[np.ndarray] | None, into: dict[str, list[np.ndarray]]) -> None:
+        """Each sample's per-token log-probs under our model (screening's when it computed them), by sender."""
+        for sample, logprobs in zip(samples, theta if theta is not None else self._theta(samples), strict=True):
+            into.setdefault(sample.source, []).append(logprobs)
+
+    def _measure_far(self, far: list[OfferedGroup], into: dict[str, list[np.ndarray]]) -> None:
+        """One group of each far peer, used up and measured under our model but not trained on,
+        so that a peer that comes near is seen to."""
+        firsts = list({group.peer_id: group for group in reversed(far)}.values())
+        if firsts:
+            self.pool.take(firsts)
+            self._measure(samples_of([self._score(group) for group in firsts]), None, into)
 
     def _record(self, round_: int, done: Pass) -> None:
         """Screening's strikes and each peer's useful samples, into the ledger."""

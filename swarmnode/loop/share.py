@@ -1,68 +1,95 @@
-"""How much of its own batch a node generates: more when peers' samples are far from its model.
+"""How much of its own batch a node generates: more in place of far peers' groups.
 
 With `node.own_share` below 1 a node generates that share of its batch and peers' groups fill
-the rest. That pays while peers' samples are close to what this node would have sampled; far
-off-policy ones taught a member less than its own (docs/figures.md, "Does it pay?"). With
-`node.adapt_share_nats` set, the share rises from `own_share` to 1 as peers' samples become
-less likely under this node's model than its own samples are.
+the rest. That pays while peers' samples teach the node what its own would have; a far peer's
+taught a member nothing step for step, while the member's own batch was halved to make room for
+them (docs/figures.md, "What a peer's samples are worth"). With `node.adapt_share_nats` set, the
+node measures each peer's *gap*: how many nats a token less likely that peer's samples are under
+this node's model than its own samples are (a running mean a peer). A peer whose gap reaches
+the setting is far: its groups take no room in the step, and the node generates in their place
+the part of the peers' share that far peers' groups made up among the groups offered in the last
+round, from `own_share` up to the whole batch (alone).
 
-The measure is the node's own: the mean log-likelihood a token of its own samples has under its
-model (at generation) minus that of the peers' samples it screened (under its model, computed
-here). Nothing a peer claims enters it, and it only moves the share between `own_share` and 1,
-so the worst a peer can do with it is make this node generate its whole batch, as alone.
+One group of each far peer a round is still measured under our model (not trained on), so a
+peer that comes near is taken again. The measure is the node's own: nothing a peer claims enters
+it, and it only moves the share between `own_share` and 1, so the worst a crowd of far
+identities can do with it is make this node generate its whole batch, as alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from swarmnode.settings.config import Config
 
-SMOOTHING = 0.2  # weight of the newest round in the running gap: a few rounds, not one batch
+SMOOTHING = 0.2  # weight of the newest round in a peer's running gap: a few rounds, not one batch
 
 
 class AdaptiveShare:
-    """The share of the batch this node generates, from the running likelihood gap."""
+    """The share of the batch this node generates, from each peer's running likelihood gap."""
 
     def __init__(self, config: Config) -> None:
         self.floor = config.node.own_share
-        self.full_gap = config.node.adapt_share_nats  # 0: off
-        self.gap: float | None = None  # nats a token, smoothed over rounds
+        self.far_gap = config.node.adapt_share_nats  # 0: off
+        self.gaps: dict[str, float] = {}  # peer -> nats a token, smoothed over rounds
+        self.far_part = 0.0  # of the peers' groups offered in the last round, the part from far peers
 
     @property
     def enabled(self) -> bool:
-        return self.full_gap > 0 and self.floor < 1.0
+        return self.far_gap > 0 and self.floor < 1.0
+
+    @property
+    def gap(self) -> float | None:
+        """The largest running gap among peers measured (the farthest peer), for the round's record."""
+        return max(self.gaps.values()) if self.gaps else None
+
+    def is_far(self, peer_id: str) -> bool:
+        """Whether the peer's groups take no room: its running gap reached the setting. A peer
+        not measured yet is near (its first groups are screened like anyone's)."""
+        return self.enabled and self.gaps.get(peer_id, 0.0) >= self.far_gap
 
     def current(self) -> float:
-        """own_share while peers' samples are as likely as our own, 1 once they are full_gap
-        nats a token less likely, linear between."""
-        if not self.enabled or self.gap is None:
+        """own_share, raised by the part of the peers' share that far peers' groups filled."""
+        if not self.enabled:
             return self.floor
-        rise = min(1.0, max(0.0, self.gap / self.full_gap))
-        return self.floor + (1.0 - self.floor) * rise
+        return self.floor + (1.0 - self.floor) * self.far_part
 
-    def observe(self, own_logprobs: Sequence[np.ndarray], peer_logprobs: Sequence[np.ndarray]) -> None:
+    def offered(self, senders: Iterable[str]) -> None:
+        """The sender of each peer group offered this round: the next round generates in place
+        of the far ones' part. No offer leaves the share where it was."""
+        senders = list(senders)
+        if self.enabled and senders:
+            self.far_part = sum(self.is_far(peer) for peer in senders) / len(senders)
+
+    def observe(self, own_logprobs: Sequence[np.ndarray], peers: Mapping[str, Sequence[np.ndarray]]) -> None:
         """One round's evidence: per-token log-probs under our model of our own samples (as
-        generated) and of the peers' samples screened. A round without either changes nothing."""
-        own, peers = _token_mean(own_logprobs), _token_mean(peer_logprobs)
-        if own is None or peers is None:
+        generated) and of each peer's samples measured this round. A round without our own
+        samples, or a peer without finite ones, changes nothing for it."""
+        own = _token_mean(own_logprobs)
+        if own is None:
             return
-        gap = own - peers
-        self.gap = gap if self.gap is None else (1 - SMOOTHING) * self.gap + SMOOTHING * gap
+        for peer, logprobs in peers.items():
+            theirs = _token_mean(logprobs)
+            if theirs is None:
+                continue
+            found, before = own - theirs, self.gaps.get(peer)
+            self.gaps[peer] = found if before is None else (1 - SMOOTHING) * before + SMOOTHING * found
 
     def checkpoint_state(self) -> dict[str, Any]:
-        """What a resumed node keeps (swarmnode.loop.checkpoints): the running gap."""
-        return {"likelihood_gap": self.gap}
+        """What a resumed node keeps (swarmnode.loop.checkpoints): each peer's running gap and
+        the far part of the last offer."""
+        return {"likelihood_gaps": dict(self.gaps), "far_part": self.far_part}
 
     def restore(self, state: dict[str, Any]) -> None:
-        self.resume(state.get("likelihood_gap"))
-
-    def resume(self, gap: float | None) -> None:
-        """The running gap of a checkpoint (None: none measured yet)."""
-        self.gap = None if gap is None or not np.isfinite(gap) else float(gap)
+        """A checkpoint's gaps; one written before gaps were kept a peer (a single pooled
+        `likelihood_gap`) is measured afresh."""
+        gaps = state.get("likelihood_gaps") or {}
+        self.gaps = {str(p): float(g) for p, g in gaps.items() if isinstance(g, int | float) and np.isfinite(g)}
+        part = state.get("far_part", 0.0)
+        self.far_part = float(part) if isinstance(part, int | float) and 0.0 <= part <= 1.0 else 0.0
 
 
 def _token_mean(logprobs: Sequence[np.ndarray]) -> float | None:

@@ -298,9 +298,9 @@ class NodeSettings(_Section):
     )
     adapt_share_nats: float = Field(
         0.0, ge=0,
-        description="with own_share below 1: generate more of the batch when peers' samples are unlikely under our "
-        "model, from own_share up to all of it once their tokens are this many nats less likely than our own "
-        "samples' (a running mean); 0 = off",
+        description="with own_share below 1: a peer whose samples' tokens are this many nats less likely under our "
+        "model than our own samples' (a running mean a peer) is far: its groups take no room, and this node "
+        "generates the part of the batch they filled, up to all of it (swarmnode.loop.share); 0 = off",
     )
     peer_quota: int = Field(64, ge=0, description="max peer groups from one peer per round")
     skip_uninformative: bool = Field(
