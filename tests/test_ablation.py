@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from swarmnode.lab.ablation import (
     ALONE,
     SETTINGS,
+    BudgetClock,
     ConditionRun,
     CostModel,
     Gain,
@@ -29,6 +31,7 @@ from swarmnode.lab.ablation import (
     paired_gains,
     parse_condition,
     pooled_gain,
+    round_at_budget,
     run_condition,
 )
 from swarmnode.ops.lines import RoundRecord
@@ -245,6 +248,45 @@ def test_the_budget_gain_is_each_seed_s_mean_over_alone_s_points_judged_over_see
     assert (area.label, area.condition, area.budgets) == ("a", "f-tis", 2)
     assert area.verdict.mean == pytest.approx(0.03) and area.verdict.se == pytest.approx(0.02)
     assert area.verdict.seeds == 2
+
+
+def _round(own: int, peers: int) -> RoundRecord:
+    return dataclasses.replace(_member("a", 0.5).rounds[0], own_samples=own, peer_samples=peers)
+
+
+def test_a_member_whose_cost_varies_is_priced_as_it_runs_and_meets_alone_where_it_spent_its_budgets():
+    """Generation 90 % of a round alone (16 samples generated and trained): a round that generates
+    half and trains on the whole batch costs 0.55 of one alone, a round alone's whole batch 1.
+    Budgets of 1 and 2 rounds alone: two half rounds spend 1.1 (nearer 1 than the next, 1.65),
+    then whole rounds reach 2.1 at the third."""
+    clock = BudgetClock([1, 2], CostModel(0.9), full=16)
+    assert [clock.tick(_round(8, 8), 1), clock.tick(_round(8, 8), 2)] == [False, True]
+    assert clock.crossed == {1: 2} and not clock.done
+    assert clock.tick(_round(16, 0), 3) and clock.crossed == {1: 2, 2: 3} and clock.done
+    member = MemberRun("a", 0.4, 0.6, curve=[(0, 0, 0.4), (2, 0, 0.5), (3, 0, 0.6)], time_matched_at=3,
+                       budget_rounds=clock.crossed)
+    assert [round_at_budget(member, b, 2) for b in (1, 2)] == [2, 3], "priced as it ran"
+    fixed = MemberRun("a", 0.4, 0.6, time_matched_at=4)
+    assert [round_at_budget(fixed, b, 2) for b in (1, 2)] == [2, 4], "a constant cost: its counterpart rounds"
+
+
+def test_a_time_matched_member_that_goes_alone_stops_where_it_spent_alone_s_time():
+    """tiny and the addition specialist with an adaptive share: each finds the other's samples
+    over half a nat a token less likely than its own, so from its third round on it generates its
+    whole batch; it spends alone's 3 rounds' time in 4 rounds (0.535 + 0.535 + 1 + 1), not in
+    the 6 that a fixed half share takes, is evaluated there and judged there."""
+    shape = Shape(rounds=3, prompts_per_round=4, group_size=4, max_new_tokens=6, eval_size=8, eval_points=1,
+                  overrides=("trust.likelihood_gate=false", "node.adapt_share_nats=0.5"), match="time")
+    expertise = SETTINGS["expertise"]
+    run = run_condition(expertise, "f-tis", "shared", seed=0, shape=shape)
+    alone = run_condition(expertise, ALONE, "shared", seed=0, shape=shape)
+    assert matched_rounds("f-tis", "shared", 2, shape) == 6
+    gains = {g.label: g for g in paired_gains([alone, run], match="time")}
+    for member in run.members:
+        assert [r.own_samples for r in member.rounds] == [8, 8, 16, 16], "half the batch, measured far, then all of it"
+        assert member.budget_rounds == {2: 3, 3: 4} and member.time_matched_at == 4
+        assert {3, 4} <= {done for done, _, _ in member.curve}
+        assert 0.9 < gains[member.label].time_share < 1.2, "judged after alone's modelled time, not the 6 rounds planned"
 
 
 def test_the_control_s_pooled_gain_averages_its_members_per_seed():

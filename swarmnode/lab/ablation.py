@@ -13,7 +13,10 @@ Two ways to match a condition to alone: `step`, the same number of rounds (today
 comparison), and `time`, the same modelled volunteer time (`CostModel`): on a GPU generation
 is most of a round, so a member that generates 1/N of its batch runs more rounds in the time
 alone needs for its own. A time-matched run trains the rounds its accounting fits in that
-budget (`matched_rounds`) and is evaluated at the step-matched round on the way.
+budget (`matched_rounds`) and is evaluated at the step-matched round on the way. A member
+whose share of the batch adapts (node.adapt_share_nats) costs what its share makes of each
+round, so it is priced as it runs (`BudgetClock`), evaluated where it has spent each of alone's
+budgets, and trains until it has spent alone's whole run.
 
 A condition may carry settings of its own after its objective, `f-tis:loss.filter_g=5`
 (several joined by `:`), so variants of one objective are compared against the same alone.
@@ -57,6 +60,7 @@ CONTROL = "same"
 CONTROL_CONFIDENCE = 0.95  # a control gain outside this two-sided interval around 0 voids the rest
 ACCOUNTINGS = ("shared", "on-top")
 MATCHES = ("step", "time")
+MAX_ROUNDS_FACTOR = 2  # a time-matched run whose cost varies stops at this many times its planned rounds
 DIAGNOSTICS = ("weight_mean", "weight_max", "truncated_frac", "filtered_frac", "divergence_mean")
 
 
@@ -120,6 +124,7 @@ class MemberRun:
     curve: list[tuple[int, int, float]] = field(default_factory=list)  # (rounds done, tokens generated, accuracy)
     rounds: list[RoundRecord] = field(default_factory=list)  # per-round records, as in metrics.jsonl
     time_matched_at: int | None = None  # the round its modelled time equals alone's (--match time)
+    budget_rounds: dict[int, int] = field(default_factory=dict)  # alone's rounds -> the round it spent their time, priced as it ran
 
     @property
     def tokens_generated(self) -> int:
@@ -241,6 +246,41 @@ def counterpart_round(alone_rounds: int, matched: int, rounds: int) -> int:
     return max(1, round(alone_rounds * matched / rounds))
 
 
+def round_at_budget(member: MemberRun, alone_rounds: int, rounds: int) -> int:
+    """The round at which a time-matched `member` had spent the modelled time of `alone_rounds`
+    rounds alone: as priced while it ran where its rounds' cost varied (`budget_rounds`), else
+    from its constant cost (`counterpart_round`, its run the time of `rounds` rounds alone)."""
+    found = member.budget_rounds.get(alone_rounds)
+    return found if found is not None else counterpart_round(alone_rounds, member.time_matched_at or 0, rounds)
+
+
+@dataclass
+class BudgetClock:
+    """A member's modelled time as it runs, for one whose rounds' cost varies (an adaptive share):
+    each round priced by the samples it generated and trained on against a round alone's
+    (`full` each), and the round nearest each of alone's `budgets` (in rounds alone) kept."""
+
+    budgets: list[int]
+    cost: CostModel
+    full: int
+    spent: float = 0.0
+    crossed: dict[int, int] = field(default_factory=dict)
+
+    def tick(self, record: RoundRecord, done: int) -> bool:
+        """Price the round just trained (`done` rounds so far): True where it is the round
+        nearest a budget (the next, were it to cost the same, would end further past it)."""
+        price = self.cost.round_cost(record.own_samples, record.own_samples + record.peer_samples, self.full, self.full)
+        self.spent += price
+        due = [b for b in self.budgets if b not in self.crossed and self.spent + price / 2 >= b]
+        for budget in due:
+            self.crossed[budget] = done
+        return bool(due)
+
+    @property
+    def done(self) -> bool:
+        return len(self.crossed) == len(self.budgets)
+
+
 def run_condition(
     setting: Setting,
     condition: str,
@@ -276,27 +316,48 @@ def _train_together(
     members: list[Member], nodes: list[Node], shape: Shape, matched: int | None, progress: Callable[[str], None]
 ) -> dict[str, MemberRun]:
     """Step the nodes together for `shape.rounds` rounds, or `matched` (the time-matched
-    count) when that is more, evaluating at both."""
+    count) when that is more, evaluating at both. Time-matched, a member whose share adapts
+    is priced as it runs (`BudgetClock`) and evaluated where it spent each of alone's budgets;
+    every node steps until each such member has spent alone's whole run (the others go on as
+    its peers, their records ending at their own count)."""
     runs = {}
     for member, node in zip(members, nodes):
         before = node.evaluate()
         runs[member.label] = MemberRun(member.label, before, before, curve=[(0, 0, before)], time_matched_at=matched)
     checkpoints = set(eval_rounds(shape, matched))
     rounds = max(checkpoints)
+    full = shape.prompts_per_round * shape.group_size
+    clocks = {m.label: BudgetClock(eval_rounds(shape), CostModel(shape.gen_share), full)
+              for m, node in zip(members, nodes) if matched and node.intake.share.enabled}
     started = time.perf_counter()
-    for round_ in range(rounds):
+    round_ = 0
+    while round_ < rounds or not all(clock.done for clock in clocks.values()):
+        if round_ >= MAX_ROUNDS_FACTOR * rounds:
+            break  # a member that never spends alone's time: its missing budgets stay unmeasured
         states = [node.produce(round_) for node in nodes]
+        due = []
         for member, node, state in zip(members, nodes, states):
-            runs[member.label].rounds.append(node.consume(round_, state))
-        if round_ + 1 in checkpoints:
-            for member, node in zip(members, nodes):
-                run = runs[member.label]
-                run.after = node.evaluate()
-                run.curve.append((round_ + 1, run.tokens_generated, run.after))
-            progress(
-                f"    round {round_ + 1}/{rounds} ({time.perf_counter() - started:.0f} s): "
-                + ", ".join(f"{m.label} {runs[m.label].after:.3f}" for m in members)
-            )
+            record = node.consume(round_, state)
+            clock = clocks.get(member.label)
+            if clock is None and round_ < rounds:
+                runs[member.label].rounds.append(record)
+                if round_ + 1 in checkpoints:
+                    due.append((member, node))
+            elif clock is not None and not clock.done:
+                runs[member.label].rounds.append(record)
+                if clock.tick(record, round_ + 1) or round_ + 1 in checkpoints:
+                    due.append((member, node))
+        for member, node in due:
+            run = runs[member.label]
+            run.after = node.evaluate()
+            run.curve.append((round_ + 1, run.tokens_generated, run.after))
+        if due:
+            progress(f"    round {round_ + 1}/{rounds} ({time.perf_counter() - started:.0f} s): "
+                     + ", ".join(f"{m.label} {runs[m.label].after:.3f}" for m, _ in due))
+        round_ += 1
+    for label, clock in clocks.items():
+        runs[label].budget_rounds = dict(clock.crossed)
+        runs[label].time_matched_at = clock.crossed.get(shape.rounds)
     return runs
 
 
@@ -325,7 +386,8 @@ class Gain:
 def member_from_json(data: dict) -> MemberRun:
     """A member's run as `dataclasses.asdict` wrote it."""
     return MemberRun(data["label"], data["before"], data["after"], [tuple(p) for p in data["curve"]],
-                     [RoundRecord.from_json(line) for line in data["rounds"]], data.get("time_matched_at"))
+                     [RoundRecord.from_json(line) for line in data["rounds"]], data.get("time_matched_at"),
+                     {int(k): int(v) for k, v in data.get("budget_rounds", {}).items()})
 
 
 def run_from_json(data: dict) -> ConditionRun:
@@ -422,7 +484,7 @@ def budget_gains(runs: list[ConditionRun]) -> list[BudgetGain]:
         for budget in budgets:
             diffs, spent = [], []
             for member, alone in pairs:
-                at = counterpart_round(budget, member.time_matched_at or 0, len(alone.rounds))
+                at = round_at_budget(member, budget, len(alone.rounds))
                 ours, theirs = member.accuracy_at(at), alone.accuracy_at(budget)
                 if not (math.isnan(ours) or math.isnan(theirs)):
                     diffs.append(ours - theirs)
@@ -475,8 +537,8 @@ def area_gains(runs: list[ConditionRun]) -> list[AreaGain]:
             if condition == ALONE or not member.time_matched_at or alone is None:
                 continue
             points = [done for done, _, _ in alone.curve if done > 0]
-            diffs = [member.accuracy_at(counterpart_round(done, member.time_matched_at, len(alone.rounds)))
-                     - alone.accuracy_at(done) for done in points]
+            diffs = [member.accuracy_at(round_at_budget(member, done, len(alone.rounds))) - alone.accuracy_at(done)
+                     for done in points]
             diffs = [d for d in diffs if not math.isnan(d)]
             if diffs:
                 per_seed.append(statistics.mean(diffs))
