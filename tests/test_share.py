@@ -112,7 +112,7 @@ def test_a_far_peer_that_comes_near_is_taken_again(tmp_path):
         if taken.kept:
             break
     assert taken.kept and not intake.share.is_far("f"), f"taken again after {round_} rounds"
-    assert intake.share.gaps["f"] < 1.0
+    assert intake.share.gaps["f"] < 0.5 and round_ >= 9, "not at 1 (5 rounds) but under the band (9 or more)"
 
 
 def test_a_node_generates_as_its_share_says_and_keeps_the_gaps_across_a_restart(tmp_path):
@@ -120,7 +120,7 @@ def test_a_node_generates_as_its_share_says_and_keeps_the_gaps_across_a_restart(
     with contextlib.ExitStack() as stack:
         node = stack.enter_context(assemble(_config(tmp_path, "a", *sets)))
         assert len(node.produce(0).own_groups) == 2
-        node.intake.share.gaps = {"far": 3.0}
+        node.intake.share.observe([np.full(2, -1.0)], {"far": [np.full(2, -4.0)]})
         node.intake.share.offered(["far"])
         state = node.produce(1)
         assert len(state.own_groups) == 4, "only a far peer offered: the whole batch is ours"
@@ -129,6 +129,29 @@ def test_a_node_generates_as_its_share_says_and_keeps_the_gaps_across_a_restart(
         node.save(1)
     with assemble(_config(tmp_path, "a", *sets)) as resumed:
         assert resumed.intake.share.gaps == {"far": 3.0} and resumed.intake.share.current() == 1.0
+        assert resumed.intake.share.is_far("far")
+
+
+def test_a_far_peer_stays_far_until_its_gap_falls_below_half_the_setting():
+    """A single threshold let one noisy probe group bring a far peer back for a round; inside the
+    band (half the setting up to the setting) a peer keeps the side it was on, also across a restart."""
+    share = _share(0.5, 1.0)
+    def gap_of(peer: str, gap: float) -> None:
+        share.gaps.pop(peer, None)  # first measure: the running gap is the round's
+        share.observe([np.full(2, -1.0)], {peer: [np.full(2, -1.0 - gap)]})
+    gap_of("p", 1.2)
+    gap_of("q", 0.7)
+    assert share.is_far("p") and not share.is_far("q"), "first measures: far only at the setting"
+    gap_of("p", 0.7)
+    gap_of("q", 0.9)
+    assert share.is_far("p") and not share.is_far("q"), "inside the band each keeps its side"
+    resumed = _share(0.5, 1.0)
+    resumed.restore(share.checkpoint_state())
+    assert resumed.is_far("p") and not resumed.is_far("q"), "the side inside the band survives a restart"
+    gap_of("p", 0.49)
+    assert not share.is_far("p"), "below half the setting: near again"
+    gap_of("p", 0.99)
+    assert not share.is_far("p")
 
 
 def test_a_checkpoint_with_the_old_pooled_gap_is_measured_afresh():
@@ -137,3 +160,4 @@ def test_a_checkpoint_with_the_old_pooled_gap_is_measured_afresh():
     assert share.gaps == {} and share.current() == 0.5
     share.restore({"likelihood_gaps": {"p": "x", "q": float("nan"), "r": 2.0}, "far_part": 7})
     assert share.gaps == {"r": 2.0} and share.far_part == 0.0, "what is not a finite gap or a part in [0, 1] is dropped"
+    assert share.is_far("r"), "a checkpoint from before the band is classed by its gaps"

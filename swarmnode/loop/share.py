@@ -11,7 +11,9 @@ the part of the peers' share that far peers' groups made up among the groups off
 round, from `own_share` up to the whole batch (alone).
 
 One group of each far peer a round is still measured under our model (not trained on), so a
-peer that comes near is taken again. The measure is the node's own: nothing a peer claims enters
+peer that comes near is taken again: once its gap falls below half the setting. One group is a
+noisy measure, and with a single threshold a far peer's gap dipped under it in a tenth to a fifth
+of rounds, each costing a round with half a batch of far samples (the band damps that). The measure is the node's own: nothing a peer claims enters
 it, and it only moves the share between `own_share` and 1, so the worst a crowd of far
 identities can do with it is make this node generate its whole batch, as alone.
 """
@@ -26,6 +28,7 @@ import numpy as np
 from swarmnode.settings.config import Config
 
 SMOOTHING = 0.2  # weight of the newest round in a peer's running gap: a few rounds, not one batch
+RETURN_FRACTION = 0.5  # a far peer is near again once its gap falls below this part of the setting
 
 
 class AdaptiveShare:
@@ -35,6 +38,7 @@ class AdaptiveShare:
         self.floor = config.node.own_share
         self.far_gap = config.node.adapt_share_nats  # 0: off
         self.gaps: dict[str, float] = {}  # peer -> nats a token, smoothed over rounds
+        self.far: set[str] = set()  # peers whose gap reached the setting and has not fallen back
         self.far_part = 0.0  # of the peers' groups offered in the last round, the part from far peers
 
     @property
@@ -47,9 +51,10 @@ class AdaptiveShare:
         return max(self.gaps.values()) if self.gaps else None
 
     def is_far(self, peer_id: str) -> bool:
-        """Whether the peer's groups take no room: its running gap reached the setting. A peer
-        not measured yet is near (its first groups are screened like anyone's)."""
-        return self.enabled and self.gaps.get(peer_id, 0.0) >= self.far_gap
+        """Whether the peer's groups take no room: its running gap reached the setting and has
+        not fallen below the band since. A peer not measured yet is near (its first groups are
+        screened like anyone's)."""
+        return self.enabled and peer_id in self.far
 
     def current(self) -> float:
         """own_share, raised by the part of the peers' share that far peers' groups filled."""
@@ -76,18 +81,34 @@ class AdaptiveShare:
             if theirs is None:
                 continue
             found, before = own - theirs, self.gaps.get(peer)
-            self.gaps[peer] = found if before is None else (1 - SMOOTHING) * before + SMOOTHING * found
+            gap = found if before is None else (1 - SMOOTHING) * before + SMOOTHING * found
+            self.gaps[peer] = gap
+            self._classify(peer, gap)
+
+    def _classify(self, peer: str, gap: float) -> None:
+        if gap >= self.far_gap:
+            self.far.add(peer)
+        elif gap < RETURN_FRACTION * self.far_gap:
+            self.far.discard(peer)
 
     def checkpoint_state(self) -> dict[str, Any]:
         """What a resumed node keeps (swarmnode.loop.checkpoints): each peer's running gap and
-        the far part of the last offer."""
-        return {"likelihood_gaps": dict(self.gaps), "far_part": self.far_part}
+        the far part of the last offer. Which peers are far follows from the gaps, except inside
+        the band, so the far ones are kept by name."""
+        return {"likelihood_gaps": dict(self.gaps), "far_peers": sorted(self.far), "far_part": self.far_part}
 
     def restore(self, state: dict[str, Any]) -> None:
         """A checkpoint's gaps; one written before gaps were kept a peer (a single pooled
-        `likelihood_gap`) is measured afresh."""
+        `likelihood_gap`) is measured afresh; one written before the band is classed by its gaps."""
         gaps = state.get("likelihood_gaps") or {}
         self.gaps = {str(p): float(g) for p, g in gaps.items() if isinstance(g, int | float) and np.isfinite(g)}
+        far = state.get("far_peers")
+        if isinstance(far, list):
+            self.far = {str(p) for p in far} & set(self.gaps)
+        else:
+            self.far = set()
+            for peer, gap in self.gaps.items():
+                self._classify(peer, gap)
         part = state.get("far_part", 0.0)
         self.far_part = float(part) if isinstance(part, int | float) and 0.0 <= part <= 1.0 else 0.0
 
