@@ -87,7 +87,7 @@ from swarmnode.lab.ablation import (  # noqa: E402
     setting_from_json,
 )
 from swarmnode.lab.kernels import pinned_env  # noqa: E402
-from swarmnode.lab.parallel import RunJob, run_jobs  # noqa: E402
+from swarmnode.lab.parallel import RunJob, defaults_digest, run_jobs  # noqa: E402
 from swarmnode.lab.verdicts import EQUIVALENCE_LEVEL, EQUIVALENCE_MARGIN, NON_INFERIORITY_MARGIN  # noqa: E402
 from swarmnode.model.tiny import TINY_PRESETS, tiny_path, weights_digest  # noqa: E402
 from swarmnode.sizing.cost import GEN_SHARE, CostModel  # noqa: E402
@@ -350,7 +350,8 @@ def train(setting: Setting, conditions: list[str], args: argparse.Namespace, sha
     own (on the pinned kernels), each kept in --runs so a stopped table resumes; alone is run per
     member, so settings that share a member share its alone runs."""
     presets = preset_digests(setting, shape)
-    print(f"{setting.name}: presets " + ", ".join(f"{name} {digest[:16]}" for name, digest in presets), flush=True)
+    print(f"{setting.name}: presets " + ", ".join(f"{name} {digest[:16]}" for name, digest in presets)
+          + f"; defaults {defaults_digest()[:16]}", flush=True)
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     alone = [RunJob(alone_setting(m), ALONE, args.accounting, seed, shape, preset_digests(alone_setting(m), shape))
              for seed in seeds for m in setting.members] if ALONE in conditions else []
@@ -366,7 +367,8 @@ def train(setting: Setting, conditions: list[str], args: argparse.Namespace, sha
 
 def save(path: Path, setting: Setting, accounting: str, shape: Shape, runs: list[ConditionRun]) -> None:
     path.write_text(json.dumps({"setting": asdict(setting), "accounting": accounting, "shape": asdict(shape),
-                                "presets": dict(preset_digests(setting, shape)), "kernels": kernels_of(),
+                                "presets": dict(preset_digests(setting, shape)), "defaults": defaults_digest(),
+                                "kernels": kernels_of(),
                                 "runs": [asdict(r) for r in runs]}, indent=1))
 
 

@@ -10,6 +10,7 @@ from swarmnode.lab import parallel
 from swarmnode.lab.ablation import SETTINGS, Shape
 from swarmnode.lab.parallel import RunJob, run_jobs
 from swarmnode.model.tiny import TINY_PRESETS, tiny_path, weights_digest
+from swarmnode.settings.config import load_config
 
 FAST = Shape(rounds=2, prompts_per_round=4, group_size=4, max_new_tokens=6, eval_size=8, eval_points=1)
 
@@ -46,6 +47,16 @@ def test_a_job_of_another_shape_or_preset_is_another_file():
     assert job.stem() != RunJob(job.setting, job.condition, job.accounting, 0, Shape(rounds=3), job.presets).stem()
     assert job.stem() != RunJob(job.setting, job.condition, job.accounting, 0, FAST, (("tiny", "0" * 64),)).stem()
     assert job.stem() == parallel.job_from_json(json.loads(json.dumps(parallel.asdict(job)))).stem()
+
+
+def test_a_run_from_before_a_default_changed_is_not_reused(monkeypatch):
+    """`f-tis` names a condition, not what it ran under: with a default changed the same job is
+    another file, so a table never mixes runs of the old defaults with the new."""
+    before = _job(0)
+    assert before.defaults == parallel.defaults_digest()
+    monkeypatch.setattr(parallel, "Config", lambda: load_config(None, ["node.adapt_share_nats=1.0"]))
+    after = _job(0)
+    assert after.defaults != before.defaults and after.stem() != before.stem()
 
 
 def test_a_failed_run_is_named_with_its_log_and_the_others_still_finish(tmp_path):

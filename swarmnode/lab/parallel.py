@@ -5,7 +5,9 @@ member names, presets, one thread), so runs can go in parallel processes and giv
 would one after another; each child is started on the pinned kernel path (lab.kernels), writes
 its run as JSON and nothing else crosses between processes. A run's file is named by a digest of
 everything that shapes it, so a table started again picks up where it stopped and never reuses a
-run of another shape, setting or preset.
+run of another shape, setting, preset or set of defaults (a condition names only what it
+overrides, so a run of `f-tis` from before a default changed is another run). A change to the
+code that keeps the defaults is not seen: clear the runs directory after one.
 
     python -m swarmnode.lab.parallel JOB.json   # one run (what the parent starts)
 """
@@ -19,7 +21,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO
 
@@ -34,6 +36,12 @@ from swarmnode.lab.ablation import (
     setting_from_json,
 )
 from swarmnode.lab.kernels import pinned_env
+from swarmnode.settings.config import Config
+
+
+def defaults_digest() -> str:
+    """A digest of every setting's default, which each member's configuration starts from."""
+    return hashlib.sha256(Config().model_dump_json().encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,7 @@ class RunJob:
     seed: int
     shape: Shape
     presets: tuple[tuple[str, str], ...]  # (preset name, weights' sha256) of the members
+    defaults: str = field(default_factory=defaults_digest)  # the settings' defaults it ran under
 
     def key(self) -> str:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
@@ -60,7 +69,7 @@ def job_from_json(data: dict) -> RunJob:
         setting_from_json(data["setting"]),
         data["condition"], data["accounting"], data["seed"],
         Shape(**{**data["shape"], "overrides": tuple(data["shape"]["overrides"])}),
-        tuple(tuple(pair) for pair in data["presets"]),
+        tuple(tuple(pair) for pair in data["presets"]), data["defaults"],
     )
 
 
