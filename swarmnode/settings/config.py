@@ -299,8 +299,9 @@ class NodeSettings(_Section):
     adapt_share_nats: float = Field(
         0.0, ge=0,
         description="with own_share below 1: a peer whose samples' tokens are this many nats less likely under our "
-        "model than our own samples' (a running mean a peer) is far: its groups take no room, and this node "
-        "generates the part of the batch they filled, up to all of it (swarmnode.loop.share); 0 = off; 1.0 drops "
+        "model than our own samples' (a running mean a peer) is far until its gap falls below half this: its "
+        "groups take no room, and this node generates the part of the batch they filled, up to all of it "
+        "(swarmnode.loop.share); 0 = off; 1.0 drops "
         "only peers far beyond any near one measured (docs/figures.md)",
     )
     peer_quota: int = Field(64, ge=0, description="max peer groups from one peer per round")
