@@ -98,7 +98,10 @@ def test_a_far_peer_takes_no_room_yet_one_group_of_it_is_measured_and_a_near_one
     assert {s.source for s in taken.kept} == {"n"} and len(taken.kept) == 4, "the near peer fills the room"
     assert intake.measured.count("f") == 4, "one group of the far peer measured (4 samples), not trained on"
     assert [g.prompt_id for g in intake.pool.offers(1)["f"]] == [1], "the measured group was used up"
-    assert intake.share.current() == pytest.approx(0.5 + 0.5 * 0.5), "far groups were half the offer"
+    assert intake.share.current() == 1.0, "the one group of room at own_share was the far peer's: alone next round"
+    behind = _groups("n", 2, 1) + _groups("f", 2, 5)  # as pool.fair_queue orders a proven peer before the rest
+    intake.take(2, behind, own=_own(-1.0), timings={})
+    assert intake.share.current() == 0.5, "far groups behind the room count for nothing, however many are offered"
 
 
 def test_a_far_peer_that_comes_near_is_taken_again(tmp_path):
@@ -161,3 +164,32 @@ def test_a_checkpoint_with_the_old_pooled_gap_is_measured_afresh():
     share.restore({"likelihood_gaps": {"p": "x", "q": float("nan"), "r": 2.0}, "far_part": 7})
     assert share.gaps == {"r": 2.0} and share.far_part == 0.0, "what is not a finite gap or a part in [0, 1] is dropped"
     assert share.is_far("r"), "a checkpoint from before the band is classed by its gaps"
+
+
+def test_far_identities_cost_no_more_scoring_than_the_share_and_each_is_measured_in_turn(tmp_path):
+    """Every far peer's probe was scored every round, so a crowd of far identities grew the
+    node's compute without bound: now at most the peers' share at own_share (one group here)."""
+    peers = [f"f{i}" for i in range(5)]
+    intake = _measuring_intake(tmp_path, dict.fromkeys(peers, -4.0))
+    intake.share.observe([np.full(2, -1.0)], {peer: [np.full(2, -4.0)] for peer in peers})
+    probed = []
+    for round_ in range(5):
+        intake.measured.clear()
+        offered = [g for peer in peers for g in _groups(peer, round_, 1)]
+        assert not intake.take(round_, offered, own=_own(-1.0), timings={}).kept
+        assert len(intake.measured) == 4, "one group (4 samples) measured a round, not five"
+        probed.append(intake.measured[0])
+    assert sorted(probed) == peers, "each far peer measured in turn"
+
+
+def test_the_gaps_kept_are_bounded_and_a_broken_checkpoint_restores_to_nothing_worse(monkeypatch):
+    monkeypatch.setattr("swarmnode.loop.share.MAX_PEERS_MEASURED", 3)
+    share = _share(0.5, 1.0)
+    for peer in ("a", "b", "c", "d"):
+        share.observe([np.full(2, -1.0)], {peer: [np.full(2, -3.0)]})
+    assert list(share.gaps) == ["b", "c", "d"] and share.far == {"b", "c", "d"}, "the least recently measured forgotten"
+    for broken in ({"likelihood_gaps": ["p"]}, {"likelihood_gaps": {"p": True}, "far_part": True}):
+        share.restore(broken)
+        assert share.gaps == {} and share.far_part == 0.0
+    share.restore({"likelihood_gaps": {"p": 0.2, "q": 0.7}, "far_peers": ["p", "q", "x"]})
+    assert share.far == {"q"}, "listed far only while its gap is inside the band"

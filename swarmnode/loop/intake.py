@@ -131,7 +131,7 @@ class Intake:
         short = sum(len(groups) for peer, groups in offered.items()
                     if not is_useless(self.ledger.standing(peer)) and not self.share.is_far(peer)) < budget
         wait = self.waits.plan(
-            short=short, live=live, earned=self.ledger.expected(live), pooled=self.pool.peers,
+            short=short, live=live, earned=self.ledger.expected(live) - self.share.far_peers(), pooled=self.pool.peers,
             ever_delivered=self.ledger.ever_delivered(), held=self.pool.holding(round_), generate_s=generate_s,
         )
         received = self.exchange.gather(wait)
@@ -235,7 +235,7 @@ class Intake:
         first = offered[0].peer_id if offered else None
         on_probation = (
             budget > 0 and first is not None and is_useless(self.ledger.standing(first))
-            and not self.ledger.is_banned(first)
+            and not self.ledger.is_banned(first) and not self.share.is_far(first)
         )
         wanted = (budget + on_probation) * group_size
         taken = Taken()
@@ -243,7 +243,8 @@ class Intake:
         # so the pool's hold keeps its next batches away), but on probation, where its evidence
         # may fall again
         queue = [g for i, g in enumerate(offered) if (on_probation and i == 0) or not self.screener.picking(g.peer_id)]
-        self.share.offered(g.peer_id for g in queue)
+        _, room = batch_split(self.config, self.share.floor)  # the peers' share without the rule
+        self.share.offered(g.peer_id for g in queue[:room])
         far = [g for g in queue if self.share.is_far(g.peer_id)]  # take no room (loop.share)
         queue = [g for g in queue if not self.share.is_far(g.peer_id)]
         timings["score_s"] = timings["screen_s"] = 0.0
@@ -271,7 +272,7 @@ class Intake:
             self._record(round_, done)
             taken.passes.append(done)
         if self.share.enabled:
-            self._measure_far(far, measured)
+            self._measure_far(far, measured, round_, room)
             self.share.observe([s.logprobs for s in own], measured)
         return taken
 
@@ -280,11 +281,16 @@ class Intake:
         for sample, logprobs in zip(samples, theta if theta is not None else self._theta(samples), strict=True):
             into.setdefault(sample.source, []).append(logprobs)
 
-    def _measure_far(self, far: list[OfferedGroup], into: dict[str, list[np.ndarray]]) -> None:
+    def _measure_far(self, far: list[OfferedGroup], into: dict[str, list[np.ndarray]], round_: int,
+                     most: int) -> None:
         """One group of each far peer, used up and measured under our model but not trained on,
-        so that a peer that comes near is seen to."""
-        firsts = list({group.peer_id: group for group in reversed(far)}.values())
+        so that a peer that comes near is seen to; at most `most` groups a round (the peers'
+        share at own_share), taken in turn among far peers, so a crowd of far identities costs no
+        more scoring than the share would."""
+        firsts = list({group.peer_id: group for group in reversed(far)}.values())[::-1]
         if firsts:
+            turn = round_ % len(firsts)
+            firsts = (firsts[turn:] + firsts[:turn])[:max(1, most)]
             self.pool.take(firsts)
             self._measure(samples_of([self._score(group) for group in firsts]), None, into)
 

@@ -29,6 +29,7 @@ from swarmnode.settings.config import Config
 
 SMOOTHING = 0.2  # weight of the newest round in a peer's running gap: a few rounds, not one batch
 RETURN_FRACTION = 0.5  # a far peer is near again once its gap falls below this part of the setting
+MAX_PEERS_MEASURED = 1024  # gaps kept, least recently measured forgotten first: identities are free
 
 
 class AdaptiveShare:
@@ -56,6 +57,10 @@ class AdaptiveShare:
         screened like anyone's)."""
         return self.enabled and peer_id in self.far
 
+    def far_peers(self) -> set[str]:
+        """The peers whose groups take no room now (none when the rule is off)."""
+        return set(self.far) if self.enabled else set()
+
     def current(self) -> float:
         """own_share, raised by the part of the peers' share that far peers' groups filled."""
         if not self.enabled:
@@ -63,8 +68,10 @@ class AdaptiveShare:
         return self.floor + (1.0 - self.floor) * self.far_part
 
     def offered(self, senders: Iterable[str]) -> None:
-        """The sender of each peer group offered this round: the next round generates in place
-        of the far ones' part. No offer leaves the share where it was."""
+        """The sender of each peer group that would fill the peers' share at `own_share`, in the
+        order the share takes them: the next round generates in place of the far ones' part.
+        Only that room counts, so a peer that offers more groups, or a useless one whose groups
+        come last, does not move the share by offering. No offer leaves the share where it was."""
         senders = list(senders)
         if self.enabled and senders:
             self.far_part = sum(self.is_far(peer) for peer in senders) / len(senders)
@@ -82,8 +89,13 @@ class AdaptiveShare:
                 continue
             found, before = own - theirs, self.gaps.get(peer)
             gap = found if before is None else (1 - SMOOTHING) * before + SMOOTHING * found
+            self.gaps.pop(peer, None)  # to the end: most recently measured
             self.gaps[peer] = gap
             self._classify(peer, gap)
+        while len(self.gaps) > MAX_PEERS_MEASURED:
+            forgotten = next(iter(self.gaps))
+            del self.gaps[forgotten]
+            self.far.discard(forgotten)  # measured afresh if it offers again
 
     def _classify(self, peer: str, gap: float) -> None:
         if gap >= self.far_gap:
@@ -100,17 +112,25 @@ class AdaptiveShare:
     def restore(self, state: dict[str, Any]) -> None:
         """A checkpoint's gaps; one written before gaps were kept a peer (a single pooled
         `likelihood_gap`) is measured afresh; one written before the band is classed by its gaps."""
-        gaps = state.get("likelihood_gaps") or {}
-        self.gaps = {str(p): float(g) for p, g in gaps.items() if isinstance(g, int | float) and np.isfinite(g)}
+        gaps = state.get("likelihood_gaps")
+        gaps = gaps if isinstance(gaps, dict) else {}
+        self.gaps = {str(p): float(g) for p, g in gaps.items() if _is_number(g) and np.isfinite(g)}
+        while len(self.gaps) > MAX_PEERS_MEASURED:
+            del self.gaps[next(iter(self.gaps))]
         far = state.get("far_peers")
-        if isinstance(far, list):
-            self.far = {str(p) for p in far} & set(self.gaps)
-        else:
-            self.far = set()
-            for peer, gap in self.gaps.items():
+        self.far = set()
+        for peer, gap in self.gaps.items():
+            if isinstance(far, list) and peer in far:  # inside the band it stays far
+                if gap >= RETURN_FRACTION * self.far_gap:
+                    self.far.add(peer)
+            else:
                 self._classify(peer, gap)
         part = state.get("far_part", 0.0)
-        self.far_part = float(part) if isinstance(part, int | float) and 0.0 <= part <= 1.0 else 0.0
+        self.far_part = float(part) if _is_number(part) and 0.0 <= part <= 1.0 else 0.0
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _token_mean(logprobs: Sequence[np.ndarray]) -> float | None:
