@@ -265,6 +265,23 @@ def test_useless_groups_in_the_pool_do_not_stop_the_wait_for_a_proven_peer(tmp_p
     assert exchange.waits[-1][0] == 0.0, "the proven peer's groups fill the share: no wait"
 
 
+def test_a_far_peer_is_not_waited_for(tmp_path):
+    """A far peer's groups take no room (node.adapt_share_nats), so waiting for its next batch
+    buys nothing: a short round waits for the near proven peer only."""
+    config = _config(tmp_path, "a", "rollout.prompts_per_round=8", "node.own_share=0.5", "node.adapt_share_nats=1.0")
+    ledger = PeerLedger()
+    for peer in ("near", "far"):
+        ledger.delivered(peer)
+        ledger.screened(peer, 8, 8, 0)
+    exchange = _RecordingExchange()
+    intake = Intake(config, None, None, "run", exchange, _Live(["near", "far"]), ledger)
+    intake.collect(1, generate_s=1.2, timings={})
+    assert exchange.waits[-1] == (0.25 * 1.2, {"near", "far"}), "neither measured yet: both waited for"
+    intake.share.observe([np.full(2, -1.0)], {"far": [np.full(2, -3.0)], "near": [np.full(2, -1.0)]})
+    intake.collect(2, generate_s=1.2, timings={})
+    assert exchange.waits[-1] == (0.25 * 1.2, {"near"})
+
+
 def _scored_intake(tmp_path, rewards: dict[int, list[float]], *sets: str) -> Intake:
     """An Intake whose peers' groups score `rewards[prompt_id]` and pass screening (gate and
     budget off): what `take` keeps is down to the room each sample takes."""
