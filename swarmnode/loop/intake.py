@@ -287,7 +287,10 @@ class Intake:
         so that a peer that comes near is seen to; at most `most` groups a round (the peers'
         share at own_share), taken in turn among far peers, so a crowd of far identities costs no
         more scoring than the share would."""
-        firsts = list({group.peer_id: group for group in reversed(far)}.values())[::-1]
+        first_of: dict[str, OfferedGroup] = {}
+        for group in far:
+            first_of.setdefault(group.peer_id, group)
+        firsts = list(first_of.values())
         if firsts:
             turn = round_ % len(firsts)
             firsts = (firsts[turn:] + firsts[:turn])[:max(1, most)]

@@ -13,9 +13,11 @@ round, from `own_share` up to the whole batch (alone).
 One group of each far peer a round is still measured under our model (not trained on), so a
 peer that comes near is taken again: once its gap falls below half the setting. One group is a
 noisy measure, and with a single threshold a far peer's gap dipped under it in a tenth to a fifth
-of rounds, each costing a round with half a batch of far samples (the band damps that). The measure is the node's own: nothing a peer claims enters
-it, and it only moves the share between `own_share` and 1, so the worst a crowd of far
-identities can do with it is make this node generate its whole batch, as alone.
+of rounds, each costing a round with half a batch of far samples (the band damps that).
+
+The measure is the node's own: nothing a peer claims enters it, and it only moves the share
+between `own_share` and 1, so the worst a crowd of far identities can do with it is make this
+node generate its whole batch, as alone.
 """
 
 from __future__ import annotations
@@ -92,10 +94,14 @@ class AdaptiveShare:
             self.gaps.pop(peer, None)  # to the end: most recently measured
             self.gaps[peer] = gap
             self._classify(peer, gap)
+        self._forget_beyond_bound()
+
+    def _forget_beyond_bound(self) -> None:
+        """The least recently measured peers beyond MAX_PEERS_MEASURED: measured afresh if they offer again."""
         while len(self.gaps) > MAX_PEERS_MEASURED:
             forgotten = next(iter(self.gaps))
             del self.gaps[forgotten]
-            self.far.discard(forgotten)  # measured afresh if it offers again
+            self.far.discard(forgotten)
 
     def _classify(self, peer: str, gap: float) -> None:
         if gap >= self.far_gap:
@@ -115,16 +121,16 @@ class AdaptiveShare:
         gaps = state.get("likelihood_gaps")
         gaps = gaps if isinstance(gaps, dict) else {}
         self.gaps = {str(p): float(g) for p, g in gaps.items() if _is_number(g) and np.isfinite(g)}
-        while len(self.gaps) > MAX_PEERS_MEASURED:
-            del self.gaps[next(iter(self.gaps))]
         far = state.get("far_peers")
+        listed = {p for p in far if isinstance(p, str)} if isinstance(far, list) else set()
         self.far = set()
         for peer, gap in self.gaps.items():
-            if isinstance(far, list) and peer in far:  # inside the band it stays far
+            if peer in listed:  # inside the band it stays far
                 if gap >= RETURN_FRACTION * self.far_gap:
                     self.far.add(peer)
             else:
                 self._classify(peer, gap)
+        self._forget_beyond_bound()
         part = state.get("far_part", 0.0)
         self.far_part = float(part) if _is_number(part) and 0.0 <= part <= 1.0 else 0.0
 
