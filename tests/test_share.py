@@ -31,7 +31,7 @@ def test_a_far_peer_s_part_of_the_offer_goes_to_our_own_generation():
     share.observe([np.full(4, -1.0)], {"near": [np.full(4, -1.5)], "far": [np.full(4, -2.0)]})
     assert share.gaps == {"near": pytest.approx(0.5), "far": pytest.approx(1.0)}
     assert share.is_far("far") and not share.is_far("near") and not share.is_far("unmeasured")
-    assert share.gap == pytest.approx(1.0), "the record carries the farthest peer's gap"
+    assert share.gap == pytest.approx(1.0), "the record carries the farthest peer's gap measured"
     share.offered(["near", "far", "far", "near"])  # far peers made up half of what was offered
     assert share.current() == pytest.approx(0.25 + 0.75 * 0.5)
     share.offered([])
@@ -40,6 +40,17 @@ def test_a_far_peer_s_part_of_the_offer_goes_to_our_own_generation():
     assert share.current() == 1.0, "only far peers: the whole batch is ours, as alone"
     share.offered(["near"])
     assert share.current() == 0.25, "near peers only: never below own_share, back to it at once"
+
+
+def test_the_record_carries_the_farthest_gap_among_the_peers_measured_that_round():
+    """A peer measured once long ago, far, does not stand in every later round's record."""
+    share = _share(0.5, 1.0)
+    share.observe([np.full(2, -1.0)], {"gone": [np.full(2, -4.0)], "near": [np.full(2, -1.5)]})
+    assert share.gap == pytest.approx(3.0)
+    share.observe([np.full(2, -1.0)], {"near": [np.full(2, -1.5)]})
+    assert share.gap == pytest.approx(0.5), "only the peer measured this round"
+    share.observe([np.full(2, -1.0)], {})
+    assert share.gap is None and share.gaps["gone"] == pytest.approx(3.0), "none measured; the gaps are kept"
 
 
 def test_each_peer_s_gap_is_token_weighted_smoothed_and_ignores_empty_or_broken_rounds():
@@ -72,10 +83,10 @@ def test_the_split_follows_the_share_and_a_share_of_one_leaves_peers_no_room():
     assert batch_split(on_top, 1.0) == (16, 16)
 
 
-def _measuring_intake(tmp_path, peer_logprob: dict[str, float]):
+def _measuring_intake(tmp_path, peer_logprob: dict[str, float], *sets: str):
     """An intake (one group of room) whose model gives each peer's tokens `peer_logprob[peer]`;
     what it measured, by sender, goes to `.measured`."""
-    intake = _scored_intake(tmp_path, {i: [0.0, 1.0, 0.0, 1.0] for i in range(3)}, "node.adapt_share_nats=1.0")
+    intake = _scored_intake(tmp_path, {i: [0.0, 1.0, 0.0, 1.0] for i in range(3)}, "node.adapt_share_nats=1.0", *sets)
     intake.measured = []
     def theta(samples):
         intake.measured += [s.source for s in samples]
@@ -104,6 +115,18 @@ def test_a_far_peer_takes_no_room_yet_one_group_of_it_is_measured_and_a_near_one
     assert intake.share.current() == 0.5, "far groups behind the room count for nothing, however many are offered"
 
 
+def test_with_truncated_sampling_our_own_samples_are_measured_again_untruncated(tmp_path):
+    """Under top-p the generator's log-probs are renormalised over the nucleus, higher than the
+    model's: a copy whose samples are as likely as ours would look far by that much. Untruncated,
+    our own samples are measured as peers' are; without truncation the generator's are used."""
+    for sets, measured_again in ((("rollout.top_p=0.9",), True), (("rollout.top_k=5",), True), ((), False)):
+        intake = _measuring_intake(tmp_path, {"copy": -2.0, "self": -2.0}, *sets)
+        own = [SimpleNamespace(logprobs=np.full(3, -0.5), source="self") for _ in range(4)]  # as renormalised
+        intake.take(0, _groups("copy", 0, 1), own=own, timings={})
+        assert ("self" in intake.measured) == measured_again, sets
+        assert intake.share.gaps["copy"] == pytest.approx(0.0 if measured_again else 1.5), sets
+
+
 def test_a_far_peer_that_comes_near_is_taken_again(tmp_path):
     logprob = {"f": -4.0}
     intake = _measuring_intake(tmp_path, logprob)
@@ -128,7 +151,8 @@ def test_a_node_generates_as_its_share_says_and_keeps_the_gaps_across_a_restart(
         state = node.produce(1)
         assert len(state.own_groups) == 4, "only a far peer offered: the whole batch is ours"
         record = node.consume(1, state)
-        assert record.own_samples == 4 * 2 and record.likelihood_gap == 3.0, "4 groups of 2"
+        assert record.own_samples == 4 * 2, "4 groups of 2"
+        assert record.likelihood_gap is None, "no peer measured this round: the gap kept is not this round's"
         node.save(1)
     with assemble(_config(tmp_path, "a", *sets)) as resumed:
         assert resumed.intake.share.gaps == {"far": 3.0} and resumed.intake.share.current() == 1.0

@@ -273,7 +273,7 @@ class Intake:
             taken.passes.append(done)
         if self.share.enabled:
             self._measure_far(far, measured, round_, room)
-            self.share.observe([s.logprobs for s in own], measured)
+            self.share.observe(self._own_logprobs(own), measured)
         return taken
 
     def _measure(self, samples: list[Sample], theta: list[np.ndarray] | None, into: dict[str, list[np.ndarray]]) -> None:
@@ -303,6 +303,16 @@ class Intake:
             self.reject(peer, reason)
         for peer, (screened, useful) in done.standing.items():
             self.ledger.screened(peer, screened, useful, round_, picking=peer in done.picking)
+
+    def _own_logprobs(self, own: list[Sample]) -> list[np.ndarray]:
+        """Our samples' per-token log-probs under our model as peers' are measured: the
+        generator's, unless top-k or top-p truncated its distribution; then they are renormalised
+        over the kept tokens, higher than the model's, and would make every peer look farther by
+        that much, so they are measured again (one forward over our own samples a round)."""
+        rollout = self.config.rollout
+        if rollout.top_k == 0 and rollout.top_p == 1.0:
+            return [s.logprobs for s in own]
+        return self._theta(own) if own else []
 
     def _theta(self, samples: list[Sample]) -> list[np.ndarray]:
         """Per-token log-probs of `samples` under our model now."""

@@ -43,6 +43,7 @@ class AdaptiveShare:
         self.gaps: dict[str, float] = {}  # peer -> nats a token, smoothed over rounds
         self.far: set[str] = set()  # peers whose gap reached the setting and has not fallen back
         self.far_part = 0.0  # of the peers' groups offered in the last round, the part from far peers
+        self.measured_last: list[str] = []  # peers measured in the last round, for its record
 
     @property
     def enabled(self) -> bool:
@@ -50,8 +51,10 @@ class AdaptiveShare:
 
     @property
     def gap(self) -> float | None:
-        """The largest running gap among peers measured (the farthest peer), for the round's record."""
-        return max(self.gaps.values()) if self.gaps else None
+        """The largest running gap among the peers measured in the last round (the farthest peer
+        seen now, not the farthest ever), for the round's record; None when none was measured."""
+        gaps = [self.gaps[peer] for peer in self.measured_last if peer in self.gaps]
+        return max(gaps) if gaps else None
 
     def is_far(self, peer_id: str) -> bool:
         """Whether the peer's groups take no room: its running gap reached the setting and has
@@ -79,10 +82,11 @@ class AdaptiveShare:
             self.far_part = sum(self.is_far(peer) for peer in senders) / len(senders)
 
     def observe(self, own_logprobs: Sequence[np.ndarray], peers: Mapping[str, Sequence[np.ndarray]]) -> None:
-        """One round's evidence: per-token log-probs under our model of our own samples (as
-        generated) and of each peer's samples measured this round. A round without our own
+        """One round's evidence: per-token log-probs under our model, untruncated, of our own
+        samples and of each peer's samples measured this round. A round without our own
         samples, or a peer without finite ones, changes nothing for it."""
         own = _token_mean(own_logprobs)
+        self.measured_last = []
         if own is None:
             return
         for peer, logprobs in peers.items():
@@ -93,6 +97,7 @@ class AdaptiveShare:
             gap = found if before is None else (1 - SMOOTHING) * before + SMOOTHING * found
             self.gaps.pop(peer, None)  # to the end: most recently measured
             self.gaps[peer] = gap
+            self.measured_last.append(peer)
             self._classify(peer, gap)
         self._forget_beyond_bound()
 

@@ -53,7 +53,7 @@ class RoundRecord:
     tokens_per_s: float = metric("generation tokens a second in the last round", gauge=True)
     uninformative: int = 0  # peers' samples left out for advantage 0 (node.skip_uninformative); 0 in older lines
     picked: int = 0  # peers' samples left out as picked, not sampled (trust.repeat_odds); 0 in older lines
-    likelihood_gap: float | None = None  # the farthest peer's running gap in nats a token (adapt_share_nats)
+    likelihood_gap: float | None = None  # running gap (nats a token) of the farthest peer measured this round (adapt_share_nats)
     peer_usefulness: float | None = None  # mean factor of the peers' samples trained on (node.weight_by_usefulness or
     # node.weight_by_agreement; None when both are off)
     gradient_cosines: dict[str, float] | None = None  # node.weight_by_agreement: our halves' ("own") and each peer's
