@@ -270,6 +270,16 @@ def test_a_member_whose_cost_varies_is_priced_as_it_runs_and_meets_alone_where_i
     assert [round_at_budget(fixed, b, 2) for b in (1, 2)] == [2, 4], "a constant cost: its counterpart rounds"
 
 
+def test_the_round_kept_for_a_budget_is_the_one_nearest_it_not_the_first_past_it():
+    """A round that generates 15 of 16 and trains on 16 costs 0.944 of one alone: 0.06 short of a
+    budget of 1 round, where the next such round would end 0.89 past it, so the first is kept."""
+    clock = BudgetClock([1, 2], CostModel(0.9), full=16)
+    assert clock.tick(_round(15, 1), 1) and clock.crossed == {1: 1}, "short of the budget, yet nearest it"
+    assert clock.tick(_round(15, 1), 2) and clock.crossed == {1: 1, 2: 2}
+    late = BudgetClock([1], CostModel(0.9), full=16)
+    assert not late.tick(_round(8, 0), 1), "0.5 spent: the next such round ends at 1, nearer"
+
+
 def test_a_time_matched_member_that_goes_alone_stops_where_it_spent_alone_s_time():
     """tiny and the addition specialist with an adaptive share: each finds the other's samples
     over half a nat a token less likely than its own, so from its third round on it generates its
