@@ -62,8 +62,10 @@ def test_help_lists_the_settings():
         (["--set", "hub.private=perhaps"], "hub.private"),
     ],
 )
-def test_bad_settings_get_a_clear_error(args, message):
-    result = runner.invoke(app, ["join", *args])
+def test_bad_settings_get_a_clear_error(args, message, tmp_path):
+    # a run dir of its own: a setting found bad only once the node starts (report.to=[wandb])
+    # must not write into the checkout's default runs/tiny
+    result = runner.invoke(app, ["join", *args, "--run-dir", str(tmp_path / "run")])
     assert result.exit_code == 2
     assert message in re.sub(r"\s+", " ", result.output)
 
