@@ -75,5 +75,6 @@ def main() -> None:
               f"our own samples again under top-k/top-p {rest * share['half a batch']:.2%} (half a batch) to "
               f"{rest * share['a batch']:.2%} (all of it)")
 
+
 if __name__ == "__main__":
     main()
