@@ -115,6 +115,20 @@ def test_a_far_peer_takes_no_room_yet_one_group_of_it_is_measured_and_a_near_one
     assert intake.share.current() == 0.5, "far groups behind the room count for nothing, however many are offered"
 
 
+def test_with_far_room_near_a_far_peer_s_room_goes_to_near_peers_or_stays_empty(tmp_path):
+    """node.far_room=near: no generation in a far peer's place. Near groups fill the room as far
+    as they go and the step is smaller by the rest; the share never leaves own_share."""
+    intake = _measuring_intake(tmp_path, {"f": -3.0, "n": -1.0}, "node.far_room=near")
+    intake.take(0, _groups("f", 0, 1), own=_own(-1.0), timings={})
+    assert intake.share.is_far("f") and intake.share.current() == 0.5, "far, and still our half of the batch"
+    offered = _groups("f", 1, 2) + _groups("n", 1, 2)
+    taken = intake.take(1, offered, own=_own(-1.0), timings={})
+    assert {s.source for s in taken.kept} == {"n"} and len(taken.kept) == 4, "the near peer's group takes the room"
+    assert intake.share.current() == 0.5 and batch_split(intake.config, intake.share.current()) == (1, 1)
+    taken = intake.take(2, _groups("f", 2, 3), own=_own(-1.0), timings={})
+    assert taken.kept == [] and intake.share.current() == 0.5, "only far groups: the room stays empty"
+
+
 def test_with_truncated_sampling_our_own_samples_are_measured_again_untruncated(tmp_path):
     """Under top-p the generator's log-probs are renormalised over the nucleus, higher than the
     model's: a copy whose samples are as likely as ours would look far by that much. Untruncated,

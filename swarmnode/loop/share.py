@@ -8,7 +8,9 @@ node measures each peer's *gap*: how many nats a token less likely that peer's s
 this node's model than its own samples are (a running mean a peer). A peer whose gap reaches
 the setting is far: its groups take no room in the step, and the node generates in their place
 the part of the peers' share that far peers' groups made up among the groups offered in the last
-round, from `own_share` up to the whole batch (alone).
+round, from `own_share` up to the whole batch (alone). With `node.far_room` near it generates
+nothing more: near peers' groups fill what they can of that room and the rest stays empty, a
+smaller step whose price is only its training.
 
 One group of each far peer a round is still measured under our model (not trained on), so a
 peer that comes near is taken again: once its gap falls below half the setting. One group is a
@@ -40,6 +42,7 @@ class AdaptiveShare:
     def __init__(self, config: Config) -> None:
         self.floor = config.node.own_share
         self.far_gap = config.node.adapt_share_nats  # 0: off
+        self.generate_far_room = config.node.far_room == "own"  # else near peers' groups only, or nothing
         self.gaps: dict[str, float] = {}  # peer -> nats a token, smoothed over rounds
         self.far: set[str] = set()  # peers whose gap reached the setting and has not fallen back
         self.far_part = 0.0  # of the peers' groups offered in the last round, the part from far peers
@@ -67,8 +70,9 @@ class AdaptiveShare:
         return set(self.far) if self.enabled else set()
 
     def current(self) -> float:
-        """own_share, raised by the part of the peers' share that far peers' groups filled."""
-        if not self.enabled:
+        """own_share, raised by the part of the peers' share that far peers' groups filled
+        (`node.far_room` own; with near, own_share: that part is left to near peers' groups)."""
+        if not self.enabled or not self.generate_far_room:
             return self.floor
         return self.floor + (1.0 - self.floor) * self.far_part
 

@@ -301,8 +301,14 @@ class NodeSettings(_Section):
         description="with own_share below 1: a peer whose samples' tokens are this many nats less likely under our "
         "model than our own samples' (a running mean a peer) is far until its gap falls below half this: its "
         "groups take no room, and this node generates the part of the batch they filled, up to all of it "
-        "(swarmnode.loop.share); 0 = off; 1.0 drops "
+        "(far_room; swarmnode.loop.share); 0 = off; 1.0 drops "
         "only peers far beyond any near one measured (docs/figures.md)",
+    )
+    far_room: Literal["own", "near"] = Field(
+        "own",
+        description="with adapt_share_nats: what takes a far peer's room in the batch. own = this node generates "
+        "it (a generation cost); near = only near peers' groups, and what they leave stays empty (a smaller step, "
+        "no generation added)",
     )
     peer_quota: int = Field(64, ge=0, description="max peer groups from one peer per round")
     skip_uninformative: bool = Field(
