@@ -306,8 +306,8 @@ class NodeSettings(_Section):
     )
     far_room: Literal["own", "near"] = Field(
         "own",
-        description="with adapt_share_nats: what takes a far peer's room in the batch. own = this node generates "
-        "it (a generation cost); near = only near peers' groups, and what they leave stays empty (a smaller step, "
+        description="own | near: with adapt_share_nats, what takes a far peer's room in the batch: this node's own "
+        "generation (a generation cost), or near peers' groups only, what they leave staying empty (a smaller step, "
         "no generation added)",
     )
     peer_quota: int = Field(64, ge=0, description="max peer groups from one peer per round")
