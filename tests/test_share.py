@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from swarmnode.assemble import assemble
+from swarmnode.loop.pool import OfferedGroup
 from swarmnode.loop.share import AdaptiveShare
 from swarmnode.protocol.batches import batch_split
 from swarmnode.settings.config import load_config
@@ -21,8 +22,8 @@ def _share(own_share: float, nats: float) -> AdaptiveShare:
     return AdaptiveShare(load_config(None, [f"node.own_share={own_share}", f"node.adapt_share_nats={nats}"]))
 
 
-def _own(logprob: float, samples: int = 4, tokens: int = 3) -> list[SimpleNamespace]:
-    return [SimpleNamespace(logprobs=np.full(tokens, logprob)) for _ in range(samples)]
+def _own(logprob: float, samples: int = 4, tokens: int = 3, reward: float = 0.5) -> list[SimpleNamespace]:
+    return [SimpleNamespace(logprobs=np.full(tokens, logprob), reward=reward) for _ in range(samples)]
 
 
 def test_a_far_peer_s_part_of_the_offer_goes_to_our_own_generation():
@@ -135,7 +136,7 @@ def test_with_truncated_sampling_our_own_samples_are_measured_again_untruncated(
     our own samples are measured as peers' are; without truncation the generator's are used."""
     for sets, measured_again in ((("rollout.top_p=0.9",), True), (("rollout.top_k=5",), True), ((), False)):
         intake = _measuring_intake(tmp_path, {"copy": -2.0, "self": -2.0}, *sets)
-        own = [SimpleNamespace(logprobs=np.full(3, -0.5), source="self") for _ in range(4)]  # as renormalised
+        own = [SimpleNamespace(logprobs=np.full(3, -0.5), source="self", reward=0.5) for _ in range(4)]  # as renormalised
         intake.take(0, _groups("copy", 0, 1), own=own, timings={})
         assert ("self" in intake.measured) == measured_again, sets
         assert intake.share.gaps["copy"] == pytest.approx(0.0 if measured_again else 1.5), sets
@@ -231,3 +232,72 @@ def test_the_gaps_kept_are_bounded_and_a_broken_checkpoint_restores_to_nothing_w
         assert share.gaps == {} and share.far_part == 0.0
     share.restore({"likelihood_gaps": {"p": 0.2, "q": 0.7}, "far_peers": ["p", "q", "x"]})
     assert share.far == {"q"}, "listed far only while its gap is inside the band"
+
+
+def _lead_share(lead: float = 0.1, nats: float = 0.0) -> AdaptiveShare:
+    return AdaptiveShare(load_config(None, ["node.own_share=0.5", f"node.adapt_share_nats={nats}",
+                                            f"node.far_reward_lead={lead}"]))
+
+
+def test_a_peer_whose_samples_score_above_ours_is_far_from_a_prior_of_no_lead_and_comes_back_below_half():
+    share = _lead_share(0.1)
+    assert share.enabled and not share.measures_gap, "the reward lead alone needs no forward under our model"
+    share.observe([], {}, [0.0, 0.0], {"strong": [0.3, 0.3], "copy": [0.0, 0.0]})
+    assert share.leads == {"strong": pytest.approx(0.06), "copy": 0.0}, "one round moves the lead a fifth of the way"
+    assert not share.is_far("strong"), "one round's lead of 0.3 is not enough: a copy's first round is noisy"
+    share.observe([], {}, [0.0], {"strong": [0.3]})
+    assert share.leads["strong"] == pytest.approx(0.108) and share.is_far("strong") and share.lead == pytest.approx(0.108)
+    share.offered(["strong", "copy"])
+    assert share.current() == pytest.approx(0.75), "its part of the offer is generated, as for a far gap"
+    for _ in range(3):
+        share.observe([], {}, [0.5], {"strong": [0.5]})
+    assert share.leads["strong"] == pytest.approx(0.108 * 0.8 ** 3) and share.is_far("strong"), "inside the band"
+    share.observe([], {}, [0.5], {"strong": [0.5]})
+    assert share.leads["strong"] < 0.05 and not share.is_far("strong"), "below half the setting: near again"
+    share.observe([], {}, [], {"strong": [1.0]})
+    share.observe([], {}, [0.0], {"strong": [float("nan")]})
+    assert share.leads["strong"] < 0.05, "no own samples, or no finite mean, changes nothing"
+
+
+def test_either_measure_makes_a_peer_far_and_both_must_fall_for_it_to_come_back():
+    share = _lead_share(0.1, nats=1.0)
+    assert share.measures_gap
+    share.observe([np.full(2, -1.0)], {"p": [np.full(2, -3.0)]}, [0.5], {"p": [0.5]})
+    assert share.is_far("p") and share.leads["p"] == 0.0, "far by its gap alone"
+    share.gaps["p"] = 0.1
+    share.leads["p"] = 0.2
+    share.observe([np.full(2, -1.0)], {"p": [np.full(2, -1.0)]}, [0.5], {"p": [0.5]})
+    assert share.is_far("p"), "its gap fell, its lead (0.16) did not"
+    share.leads["p"] = 0.0
+    share.observe([np.full(2, -1.0)], {"p": [np.full(2, -1.0)]}, [0.5], {"p": [0.5]})
+    assert not share.is_far("p")
+    off = _share(0.5, 1.0)
+    off.observe([np.full(2, -1.0)], {"p": [np.full(2, -1.0)]}, [0.0], {"p": [1.0]})
+    assert not off.is_far("p") and off.leads["p"] == pytest.approx(0.2), "the lead is kept, but off it decides nothing"
+
+
+def test_the_leads_survive_a_restart_and_a_broken_one_is_dropped():
+    share = _lead_share(0.1)
+    share.leads = {"p": 0.07, "q": 0.3, "r": 0.01}
+    share.far = {"p"}
+    resumed = _lead_share(0.1)
+    resumed.restore(share.checkpoint_state())
+    assert resumed.leads == share.leads and resumed.far == {"p", "q"}, "p inside the band stays far, q reaches it"
+    resumed.restore({"reward_leads": {"p": "x", "q": float("inf"), "r": 0.2}})
+    assert resumed.leads == {"r": 0.2} and resumed.far == {"r"}
+
+
+def test_a_peer_scoring_above_us_takes_no_room_and_its_samples_are_never_measured_under_our_model(tmp_path):
+    """Reward lead only: our grading of its groups makes it far, and no forward is spent. Peer s's
+    groups score 0.75 as we grade them, n's 0.5, our own 0.5."""
+    intake = _scored_intake(tmp_path, {0: [0.0, 1.0, 0.0, 1.0], 1: [1.0, 1.0, 1.0, 0.0]},
+                            "node.adapt_share_nats=0", "node.far_reward_lead=0.1")
+    intake._theta = lambda samples: pytest.fail("measured under our model with the likelihood gap off")
+    taken_from = []
+    for round_ in range(5):  # s's lead 0.05, 0.09, 0.122: far after the third round
+        offered = [OfferedGroup("s", round_, 1, [], 0.0), OfferedGroup("n", round_, 0, [], 0.0)]
+        taken = intake.take(round_, offered, own=_own(-1.0, reward=0.5), timings={})
+        taken_from.append({s.source for s in taken.kept})
+    assert taken_from == [{"s"}] * 3 + [{"n"}, set()], "far: n's group takes the room, then its part is ours"
+    assert intake.share.current() == 1.0, "s was the room at own_share: the next round generates it"
+    assert intake.share.is_far("s") and intake.share.leads["n"] == 0.0

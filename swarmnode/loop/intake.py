@@ -21,7 +21,7 @@ from swarmnode.learn.sample import Group, Sample, samples_of
 from swarmnode.loop.ledger import PeerLedger
 from swarmnode.loop.pool import PROBATION_EVERY, OfferedGroup, PeerPool, fair_queue
 from swarmnode.loop.scoring import score_group
-from swarmnode.loop.share import AdaptiveShare
+from swarmnode.loop.share import AdaptiveShare, Measured
 from swarmnode.loop.waiting import WaitRule
 from swarmnode.model.families import Families, Family, UnknownFamily
 from swarmnode.model.hub_tokenizers import HubTokenizers
@@ -249,7 +249,7 @@ class Intake:
         queue = [g for g in queue if not self.share.is_far(g.peer_id)]
         timings["score_s"] = timings["screen_s"] = 0.0
         screening = self.screener.open_round(own, peers_coming=bool(queue) and budget > 0)
-        measured: dict[str, list[np.ndarray]] = {}  # peers' samples under our model (node.adapt_share_nats)
+        measured = Measured()  # peers' samples under our model and as we graded them (loop.share)
         for _ in range(SCREEN_PASSES):
             missing = wanted - len(taken.kept)
             if missing <= 0 or not queue:
@@ -273,15 +273,21 @@ class Intake:
             taken.passes.append(done)
         if self.share.enabled:
             self._measure_far(far, measured, round_, room)
-            self.share.observe(self._own_logprobs(own), measured)
+            own_logprobs = self._own_logprobs(own) if self.share.measures_gap else []
+            self.share.observe(own_logprobs, measured.logprobs, [s.reward for s in own], measured.rewards)
         return taken
 
-    def _measure(self, samples: list[Sample], theta: list[np.ndarray] | None, into: dict[str, list[np.ndarray]]) -> None:
-        """Each sample's per-token log-probs under our model (screening's when it computed them), by sender."""
+    def _measure(self, samples: list[Sample], theta: list[np.ndarray] | None, into: Measured) -> None:
+        """Each sample's reward as we graded it and, with the likelihood gap on, its per-token
+        log-probs under our model (screening's when it computed them), by sender."""
+        for sample in samples:
+            into.rewards.setdefault(sample.source, []).append(sample.reward)
+        if not self.share.measures_gap:
+            return
         for sample, logprobs in zip(samples, theta if theta is not None else self._theta(samples), strict=True):
-            into.setdefault(sample.source, []).append(logprobs)
+            into.logprobs.setdefault(sample.source, []).append(logprobs)
 
-    def _measure_far(self, far: list[OfferedGroup], into: dict[str, list[np.ndarray]], round_: int,
+    def _measure_far(self, far: list[OfferedGroup], into: Measured, round_: int,
                      most: int) -> None:
         """One group of each far peer, used up and measured under our model but not trained on,
         so that a peer that comes near is seen to; at most `most` groups a round (the peers'

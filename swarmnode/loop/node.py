@@ -186,6 +186,7 @@ class Node:
             tokens_per_s=state.payload_tokens / max(state.timings["generate_s"], 1e-9),
             uninformative=taken.uninformative,
             likelihood_gap=self.intake.share.gap,
+            reward_lead=self.intake.share.lead,
             peer_usefulness=float(np.mean(taken.usefulness)) if taken.usefulness else None,
             gradient_cosines=_cosines(result.agreement),
             samples_by_peer=dict(Counter(sample.source for sample in taken.kept)),

@@ -12,12 +12,18 @@ round, from `own_share` up to the whole batch (alone). With `node.far_room` near
 nothing more: near peers' groups fill what they can of that room and the rest stays empty, a
 smaller step whose price is only its training.
 
+A peer can also be far by what its samples score: with `node.far_reward_lead` set, a peer whose
+samples' mean reward under our own grading leads our own samples' by that much (a running mean a
+peer, from a prior of no lead) is far as well. On the bench a peer's samples taught a member
+nothing wherever they scored above the member's own, and were worth 0.01-0.07 wherever they
+scored at or below them, whatever the peer's distance (docs/figures.md).
+
 One group of each far peer a round is still measured under our model (not trained on), so a
 peer that comes near is taken again: once its gap falls below half the setting. One group is a
 noisy measure, and with a single threshold a far peer's gap dipped under it in a tenth to a fifth
 of rounds, each costing a round with half a batch of far samples (the band damps that).
 
-The measure is the node's own: nothing a peer claims enters it, and it only moves the share
+Both measures are the node's own (its model's log-probs, its own grading): nothing a peer claims enters them, and it only moves the share
 between `own_share` and 1, so the worst a crowd of far identities can do with it is make this
 node generate its whole batch, as alone.
 """
@@ -25,6 +31,7 @@ node generate its whole batch, as alone.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -36,6 +43,15 @@ RETURN_FRACTION = 0.5  # a far peer is near again once its gap falls below this 
 MAX_PEERS_MEASURED = 1024  # gaps kept, least recently measured forgotten first: identities are free
 
 
+@dataclass
+class Measured:
+    """One round's evidence on peers' samples, by sender: per-token log-probs under our model
+    (with the likelihood gap on) and rewards as we graded them."""
+
+    logprobs: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    rewards: dict[str, list[float]] = field(default_factory=dict)
+
+
 class AdaptiveShare:
     """The share of the batch this node generates, from each peer's running likelihood gap."""
 
@@ -43,14 +59,16 @@ class AdaptiveShare:
         self.floor = config.node.own_share
         self.far_gap = config.node.adapt_share_nats  # 0: off
         self.generate_far_room = config.node.far_room == "own"  # else near peers' groups only, or nothing
+        self.lead_bar = config.node.far_reward_lead  # 0: off
         self.gaps: dict[str, float] = {}  # peer -> nats a token, smoothed over rounds
+        self.leads: dict[str, float] = {}  # peer -> its samples' mean reward over our own's, smoothed from 0
         self.far: set[str] = set()  # peers whose gap reached the setting and has not fallen back
         self.far_part = 0.0  # of the peers' groups offered in the last round, the part from far peers
         self.measured_last: list[str] = []  # peers measured in the last round, for its record
 
     @property
     def enabled(self) -> bool:
-        return self.far_gap > 0 and self.floor < 1.0
+        return (self.far_gap > 0 or self.lead_bar > 0) and self.floor < 1.0
 
     @property
     def gap(self) -> float | None:
@@ -58,6 +76,17 @@ class AdaptiveShare:
         seen now, not the farthest ever), for the round's record; None when none was measured."""
         gaps = [self.gaps[peer] for peer in self.measured_last if peer in self.gaps]
         return max(gaps) if gaps else None
+
+    @property
+    def lead(self) -> float | None:
+        """The largest running reward lead among the peers measured in the last round, for its record."""
+        leads = [self.leads[peer] for peer in self.measured_last if peer in self.leads]
+        return max(leads) if leads else None
+
+    @property
+    def measures_gap(self) -> bool:
+        """Whether peers' samples must be measured under our model (the likelihood gap is on)."""
+        return self.enabled and self.far_gap > 0
 
     def is_far(self, peer_id: str) -> bool:
         """Whether the peer's groups take no room: its running gap reached the setting and has
@@ -85,63 +114,93 @@ class AdaptiveShare:
         if self.enabled and senders:
             self.far_part = sum(self.is_far(peer) for peer in senders) / len(senders)
 
-    def observe(self, own_logprobs: Sequence[np.ndarray], peers: Mapping[str, Sequence[np.ndarray]]) -> None:
+    def observe(self, own_logprobs: Sequence[np.ndarray], peers: Mapping[str, Sequence[np.ndarray]],
+                own_rewards: Sequence[float] = (), peer_rewards: Mapping[str, Sequence[float]] | None = None) -> None:
         """One round's evidence: per-token log-probs under our model, untruncated, of our own
-        samples and of each peer's samples measured this round. A round without our own
-        samples, or a peer without finite ones, changes nothing for it."""
+        samples and of each peer's samples measured this round, and their rewards as we graded
+        them. A round without our own samples, or a peer without finite ones, changes nothing
+        for that measure."""
         own = _token_mean(own_logprobs)
+        own_reward = _mean(own_rewards)
+        peer_rewards = peer_rewards or {}
         self.measured_last = []
-        if own is None:
-            return
-        for peer, logprobs in peers.items():
-            theirs = _token_mean(logprobs)
-            if theirs is None:
-                continue
-            found, before = own - theirs, self.gaps.get(peer)
-            gap = found if before is None else (1 - SMOOTHING) * before + SMOOTHING * found
-            self.gaps.pop(peer, None)  # to the end: most recently measured
-            self.gaps[peer] = gap
-            self.measured_last.append(peer)
-            self._classify(peer, gap)
+        for peer in dict.fromkeys([*peers, *peer_rewards]):
+            theirs = _token_mean(peers.get(peer, ()))
+            their_reward = _mean(peer_rewards.get(peer, ()))
+            moved = False
+            if own is not None and theirs is not None:
+                found, before = own - theirs, self.gaps.pop(peer, None)  # popped: to the end, most recent
+                self.gaps[peer] = found if before is None else (1 - SMOOTHING) * before + SMOOTHING * found
+                moved = True
+            if own_reward is not None and their_reward is not None:
+                # from a prior of no lead: one round's mean reward is a few dozen samples, noisy by
+                # about 0.1, and a copy's first round must not make it far
+                before = self.leads.pop(peer, 0.0)
+                self.leads[peer] = (1 - SMOOTHING) * before + SMOOTHING * (their_reward - own_reward)
+                moved = True
+            if moved:
+                self.measured_last.append(peer)
+                self._classify(peer)
         self._forget_beyond_bound()
 
     def _forget_beyond_bound(self) -> None:
         """The least recently measured peers beyond MAX_PEERS_MEASURED: measured afresh if they offer again."""
-        while len(self.gaps) > MAX_PEERS_MEASURED:
-            forgotten = next(iter(self.gaps))
-            del self.gaps[forgotten]
-            self.far.discard(forgotten)
+        for measures in (self.gaps, self.leads):
+            while len(measures) > MAX_PEERS_MEASURED:
+                forgotten = next(iter(measures))
+                self.gaps.pop(forgotten, None)
+                self.leads.pop(forgotten, None)
+                self.far.discard(forgotten)
 
-    def _classify(self, peer: str, gap: float) -> None:
-        if gap >= self.far_gap:
+    def _beyond(self, peer: str, fraction: float) -> tuple[bool, bool]:
+        """Whether the peer's gap, and its lead, reach `fraction` of their settings (a measure
+        that is off or not measured yet reaches nothing)."""
+        gap, lead = self.gaps.get(peer), self.leads.get(peer)
+        return (self.far_gap > 0 and gap is not None and gap >= fraction * self.far_gap,
+                self.lead_bar > 0 and lead is not None and lead >= fraction * self.lead_bar)
+
+    def _classify(self, peer: str) -> None:
+        """Far once either measure reaches its setting; near again once both are below the band."""
+        if any(self._beyond(peer, 1.0)):
             self.far.add(peer)
-        elif gap < RETURN_FRACTION * self.far_gap:
+        elif not any(self._beyond(peer, RETURN_FRACTION)):
             self.far.discard(peer)
 
     def checkpoint_state(self) -> dict[str, Any]:
         """What a resumed node keeps (swarmnode.loop.checkpoints): each peer's running gap and
         the far part of the last offer. Which peers are far follows from the gaps, except inside
         the band, so the far ones are kept by name."""
-        return {"likelihood_gaps": dict(self.gaps), "far_peers": sorted(self.far), "far_part": self.far_part}
+        return {"likelihood_gaps": dict(self.gaps), "reward_leads": dict(self.leads), "far_peers": sorted(self.far),
+                "far_part": self.far_part}
 
     def restore(self, state: dict[str, Any]) -> None:
         """A checkpoint's gaps; one written before gaps were kept a peer (a single pooled
         `likelihood_gap`) is measured afresh; one written before the band is classed by its gaps."""
-        gaps = state.get("likelihood_gaps")
-        gaps = gaps if isinstance(gaps, dict) else {}
-        self.gaps = {str(p): float(g) for p, g in gaps.items() if _is_number(g) and np.isfinite(g)}
+        self.gaps = _finite_by_peer(state.get("likelihood_gaps"))
+        self.leads = _finite_by_peer(state.get("reward_leads"))
         far = state.get("far_peers")
         listed = {p for p in far if isinstance(p, str)} if isinstance(far, list) else set()
         self.far = set()
-        for peer, gap in self.gaps.items():
+        for peer in dict.fromkeys([*self.gaps, *self.leads]):
             if peer in listed:  # inside the band it stays far
-                if gap >= RETURN_FRACTION * self.far_gap:
+                if any(self._beyond(peer, RETURN_FRACTION)):
                     self.far.add(peer)
             else:
-                self._classify(peer, gap)
+                self._classify(peer)
         self._forget_beyond_bound()
         part = state.get("far_part", 0.0)
         self.far_part = float(part) if _is_number(part) and 0.0 <= part <= 1.0 else 0.0
+
+
+def _finite_by_peer(value: object) -> dict[str, float]:
+    """A checkpoint's {peer: number}, without what is not one (or not finite)."""
+    items = value.items() if isinstance(value, dict) else ()
+    return {str(p): float(v) for p, v in items if _is_number(v) and np.isfinite(v)}
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    mean = float(np.mean(values)) if len(values) else None
+    return mean if mean is not None and np.isfinite(mean) else None
 
 
 def _is_number(value: object) -> bool:

@@ -54,6 +54,7 @@ class RoundRecord:
     uninformative: int = 0  # peers' samples left out for advantage 0 (node.skip_uninformative); 0 in older lines
     picked: int = 0  # peers' samples left out as picked, not sampled (trust.repeat_odds); 0 in older lines
     likelihood_gap: float | None = None  # running gap (nats a token) of the farthest peer measured this round (adapt_share_nats)
+    reward_lead: float | None = None  # running reward lead of the most leading peer measured this round (far_reward_lead)
     peer_usefulness: float | None = None  # mean factor of the peers' samples trained on (node.weight_by_usefulness or
     # node.weight_by_agreement; None when both are off)
     gradient_cosines: dict[str, float] | None = None  # node.weight_by_agreement: our halves' ("own") and each peer's

@@ -304,9 +304,15 @@ class NodeSettings(_Section):
         "(far_room; swarmnode.loop.share); 0 = off; 1.0 drops "
         "only peers far beyond any near one measured (docs/figures.md)",
     )
+    far_reward_lead: float = Field(
+        0.0, ge=0,
+        description="with own_share below 1: a peer whose samples' mean reward, as this node grades them, leads its "
+        "own samples' by this much (a running mean a peer, from a prior of no lead) is far as well, until its lead "
+        "falls below half this; 0 = off (swarmnode.loop.share; docs/figures.md)",
+    )
     far_room: Literal["own", "near"] = Field(
         "own",
-        description="own | near: with adapt_share_nats, what takes a far peer's room in the batch: this node's own "
+        description="own | near: with adapt_share_nats or far_reward_lead, what takes a far peer's room in the batch: this node's own "
         "generation (a generation cost), or near peers' groups only, what they leave staying empty (a smaller step, "
         "no generation added)",
     )
