@@ -2,9 +2,10 @@
 
 import math
 
+import numpy as np
 import pytest
 
-from swarmnode.lab.verdicts import Verdict, verdict
+from swarmnode.lab.verdicts import Verdict, non_inferior_power, verdict
 
 
 def test_the_bounds_use_student_s_t_with_one_degree_of_freedom_fewer_than_seeds():
@@ -39,3 +40,17 @@ def test_a_verdict_on_gains_is_the_mean_and_standard_error_over_seeds():
     judged = verdict([0.01, 0.03, 0.02, 0.02])
     assert judged.mean == pytest.approx(0.02) and judged.seeds == 4
     assert judged.se == pytest.approx(0.0040825, abs=1e-6)
+
+
+def test_the_power_of_non_inferiority_matches_the_verdict_on_simulated_seeds():
+    """A member exactly as good as alone, its gains spread 0.05 a seed: how often the bench's own
+    verdict calls it non-inferior, over many simulated tables, is what the formula says."""
+    rng = np.random.default_rng(0)
+    for seeds in (10, 20):
+        tables = rng.normal(0.0, 0.05, size=(4000, seeds))
+        shown = np.mean([verdict(list(gains)).non_inferior for gains in tables])
+        assert shown == pytest.approx(non_inferior_power(0.0, 0.05, seeds), abs=0.025), seeds
+    assert non_inferior_power(0.0, 0.05, 10) < 0.6 < non_inferior_power(0.0, 0.05, 20), "ten seeds are too few"
+    assert non_inferior_power(-0.05, 0.05, 30) < 0.05, "a real loss beyond the margin is rarely passed"
+    with pytest.raises(ValueError):
+        non_inferior_power(0.0, 0.05, 1)

@@ -16,6 +16,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from scipy.stats import nct
 from scipy.stats import t as student_t
 
 NON_INFERIORITY_MARGIN = 0.03  # accuracy a member may lose and still be called no worse off
@@ -72,3 +73,13 @@ def verdict(gains: list[float]) -> Verdict:
     se = statistics.stdev(gains) / math.sqrt(len(gains)) if len(gains) > 1 else math.nan
     return Verdict(statistics.mean(gains), se, len(gains))
 
+
+
+def non_inferior_power(true_gain: float, sd: float, seeds: int) -> float:
+    """The chance that a member whose mean gain is truly `true_gain`, spread `sd` a seed, is
+    shown non-inferior at `seeds` seeds: the lower bound clears the margin where (mean + margin)
+    over its SE, a noncentral t, passes the bound's quantile."""
+    if seeds < 2 or sd <= 0:
+        raise ValueError("power needs two seeds or more and a positive spread")
+    centre = (true_gain + NON_INFERIORITY_MARGIN) / (sd / math.sqrt(seeds))
+    return float(nct.sf(student_t.ppf(LOWER_BOUND_LEVEL, seeds - 1), seeds - 1, centre))
