@@ -301,3 +301,12 @@ def test_a_peer_scoring_above_us_takes_no_room_and_its_samples_are_never_measure
     assert taken_from == [{"s"}] * 3 + [{"n"}, set()], "far: n's group takes the room, then its part is ours"
     assert intake.share.current() == 1.0, "s was the room at own_share: the next round generates it"
     assert intake.share.is_far("s") and intake.share.leads["n"] == 0.0
+
+
+@pytest.mark.parametrize("override, named", [
+    ("node.far_room=sideways", "far_room"), ("node.far_reward_lead=-0.1", "far_reward_lead"),
+    ("node.far_reward_lead=much", "far_reward_lead"),
+])
+def test_a_bad_far_setting_is_a_clear_error_naming_it(override, named):
+    with pytest.raises(ValueError, match=named):
+        load_config(None, ["node.own_share=0.5", override])

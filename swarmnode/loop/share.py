@@ -23,9 +23,9 @@ peer that comes near is taken again: once its gap falls below half the setting. 
 noisy measure, and with a single threshold a far peer's gap dipped under it in a tenth to a fifth
 of rounds, each costing a round with half a batch of far samples (the band damps that).
 
-Both measures are the node's own (its model's log-probs, its own grading): nothing a peer claims enters them, and it only moves the share
-between `own_share` and 1, so the worst a crowd of far identities can do with it is make this
-node generate its whole batch, as alone.
+Both measures are the node's own (its model's log-probs, its own grading): nothing a peer claims
+enters them, and they only move the share between `own_share` and 1, so the worst a crowd of far
+identities can do with them is make this node generate its whole batch, as alone.
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ class Measured:
 
 
 class AdaptiveShare:
-    """The share of the batch this node generates, from each peer's running likelihood gap."""
+    """The share of the batch this node generates, from each peer's running likelihood gap and
+    reward lead."""
 
     def __init__(self, config: Config) -> None:
         self.floor = config.node.own_share
