@@ -41,7 +41,7 @@ Printed: per member and condition, greedy pass@1 on --eval-size held-out problem
 after, the gain against the same member alone with its standard error paired over seeds, and
 the tokens it generated and its modelled time against alone (step-matched; with `--match
 time`, a second table at the modelled time of alone); then the per-round diagnostics (importance weights,
-truncation, filter, divergence, gated share, samples trained on). Written to --out: the curves
+truncation, filter, divergence, gated share, samples trained on, the peers' reward lead). Written to --out: the curves
 against rounds, tokens generated and modelled time (ablation.png) and every round's record
 (ablation.json).
 """
@@ -255,13 +255,15 @@ def print_control(runs: list[ConditionRun], args: argparse.Namespace) -> None:
 
 
 def print_diagnostics(runs: list[ConditionRun]) -> None:
-    print("\nper-round diagnostics, mean over rounds and seeds (weight max: the largest seen)")
+    print("\nper-round diagnostics, mean over rounds and seeds (weight max: the largest seen; lead: the median of "
+          "the running reward lead of the peers' samples trained on, as node.far_reward_lead keeps it)")
     print(f"{'member':<12} {'condition':<22} {'weight':>7} {'max':>8} {'trunc':>7} {'filtered':>9} "
-          f"{'diverg.':>8} {'unlikely':>9} {'gated':>7} {'own/round':>10} {'peers/round':>12}")
+          f"{'diverg.':>8} {'unlikely':>9} {'gated':>7} {'own/round':>10} {'peers/round':>12} {'lead':>7}")
     for (condition, label), row in diagnostics(runs).items():
         print(f"{label:<12} {condition:<22} {row['weight_mean']:>7.3f} {row['weight_max']:>8.2f} "
               f"{row['truncated_frac']:>7.1%} {row['filtered_frac']:>9.1%} {row['divergence_mean']:>8.3f} "
-              f"{row['below_bar_frac']:>9.1%} {row['gated_frac']:>7.1%} {row['own_samples']:>10.0f} {row['peer_samples']:>12.0f}")
+              f"{row['below_bar_frac']:>9.1%} {row['gated_frac']:>7.1%} {row['own_samples']:>10.0f} {row['peer_samples']:>12.0f} "
+              f"{row['reward_lead']:>+7.3f}")
 
 
 def plot(runs: list[ConditionRun], path: Path, title: str, cost: CostModel) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 
 import pytest
 
@@ -33,7 +34,9 @@ from swarmnode.lab.ablation import (
     pooled_gain,
     round_at_budget,
     run_condition,
+    running_lead,
 )
+from swarmnode.loop.share import SMOOTHING
 from swarmnode.ops.lines import RoundRecord
 
 FAST = Shape(rounds=3, prompts_per_round=4, group_size=4, max_new_tokens=6, eval_size=8, eval_points=1,
@@ -101,6 +104,19 @@ def test_gains_are_paired_by_seed_with_the_standard_error_over_seeds():
     assert all(math.isnan(g.se) for g in one_seed)
     rows = diagnostics(runs)
     assert rows[("f-tis", "a")]["weight_max"] == 2.0 and rows[("f-tis", "a")]["peer_samples"] == 8
+
+
+def test_the_peers_reward_lead_is_kept_as_the_rule_keeps_it_and_skips_rounds_without_peers():
+    rounds = []
+    for own, theirs in [(0.5, 0.7), (0.5, None), (0.25, 0.75)]:
+        record = _member("a", 0.5).rounds[0]
+        record.reward_mean, record.peer_reward_mean = own, theirs
+        rounds.append(record)
+    first = SMOOTHING * 0.2  # from a prior of no lead
+    assert running_lead(rounds) == pytest.approx([first, (1 - SMOOTHING) * first + SMOOTHING * 0.5])
+    runs = [ConditionRun("f-tis", "shared", seed, [MemberRun("a", 0.5, 0.5, rounds=rounds)]) for seed in (0, 1)]
+    assert diagnostics(runs)[("f-tis", "a")]["reward_lead"] == pytest.approx(statistics.median(running_lead(rounds)))
+    assert math.isnan(diagnostics([ConditionRun(ALONE, "shared", 0, [_member("a", 0.5)])])[(ALONE, "a")]["reward_lead"])
 
 
 def test_a_condition_without_its_alone_run_is_left_out():

@@ -48,6 +48,7 @@ from scipy.stats import t as student_t
 from swarmnode.assemble import assemble
 from swarmnode.lab.verdicts import Verdict, verdict
 from swarmnode.loop.node import Node
+from swarmnode.loop.share import SMOOTHING
 from swarmnode.ops.lines import RoundRecord
 from swarmnode.protocol.batches import batch_split
 from swarmnode.settings.config import Config, load_config
@@ -588,7 +589,8 @@ def control_warnings(gains: list[Gain], confidence: float = CONTROL_CONFIDENCE) 
 
 def diagnostics(runs: list[ConditionRun]) -> dict[tuple[str, str], dict[str, float]]:
     """(condition, member) -> mean over rounds and seeds of each objective diagnostic, plus
-    the share of peers' samples gated and the samples trained on per round (own, peers')."""
+    the share of peers' samples gated, the samples trained on per round (own, peers') and the
+    median of the peers' running reward lead (`running_lead`)."""
     table: dict[tuple[str, str], dict[str, float]] = {}
     for key, seeded in by_member(runs).items():
         rounds = [line for _, member in seeded for line in member.rounds]
@@ -602,8 +604,24 @@ def diagnostics(runs: list[ConditionRun]) -> dict[tuple[str, str], dict[str, flo
         row["below_bar_frac"] = sum(line.below_bar for line in rounds) / max(peers + gated, 1)
         row["own_samples"] = statistics.mean(line.own_samples for line in rounds)
         row["peer_samples"] = statistics.mean(line.peer_samples for line in rounds)
+        leads = [lead for _, member in seeded for lead in running_lead(member.rounds)]
+        row["reward_lead"] = statistics.median(leads) if leads else math.nan
         table[key] = row
     return table
+
+
+def running_lead(rounds: list[RoundRecord]) -> list[float]:
+    """The peers' reward lead at a member, round by round, as `node.far_reward_lead` keeps it
+    (a running mean from a prior of no lead, swarmnode.loop.share), but of the peers' samples it
+    trained on, pooled over peers, so that it can be read off any condition's run: a round
+    without peers' samples leaves it where it was and adds no value."""
+    lead, leads = 0.0, []
+    for line in rounds:
+        if line.peer_reward_mean is None:
+            continue
+        lead = (1 - SMOOTHING) * lead + SMOOTHING * (line.peer_reward_mean - line.reward_mean)
+        leads.append(lead)
+    return leads
 
 
 def expected_samples(condition: str, accounting: str, members: int, shape: Shape) -> tuple[int, int]:
