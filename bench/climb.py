@@ -41,6 +41,9 @@ CANDIDATES: dict[str, tuple[dict | None, tuple[str, ...]]] = {
     "warm-199": ({"warmup_max_operand": 199}, ("task.max_operand=199",)),
     "warm-999": ({"warmup_max_operand": 999}, ("task.max_operand=999",)),
     "large-warm-199": ({**TINY_PRESETS["tiny-large"], "warmup_max_operand": 199}, ("task.max_operand=199",)),
+    # fewer prompts a round: the step size does not limit tiny (lr-quarter), so the samples may
+    "prompts-4": (None, ("rollout.prompts_per_round=4",)),
+    "prompts-8": (None, ("rollout.prompts_per_round=8",)),
 }
 
 
@@ -80,7 +83,8 @@ def main() -> None:
     if args.one:
         print(json.dumps(run_one(args.one[0], int(args.one[1]), args)))
         return
-    print(f"alone, {args.rounds} rounds of 16 prompts x 8, greedy pass@1 on {args.eval_size} held-out problems; "
+    print(f"alone, {args.rounds} rounds of 16 prompts x 8 (unless the candidate sets fewer), greedy pass@1 on "
+          f"{args.eval_size} held-out problems; "
           "qualifies: the last half adds at least a third of the gain")
     for label in args.only:
         found = []
