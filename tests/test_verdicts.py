@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from swarmnode.lab.verdicts import Verdict, non_inferior_power, verdict
+from swarmnode.lab.verdicts import Verdict, non_inferior_power, still_climbing, verdict
 
 
 def test_the_bounds_use_student_s_t_with_one_degree_of_freedom_fewer_than_seeds():
@@ -54,3 +54,14 @@ def test_the_power_of_non_inferiority_matches_the_verdict_on_simulated_seeds():
     assert non_inferior_power(-0.05, 0.05, 30) < 0.05, "a real loss beyond the margin is rarely passed"
     with pytest.raises(ValueError):
         non_inferior_power(0.0, 0.05, 1)
+
+
+def test_still_climbing_is_what_the_last_half_adds_beyond_a_third_of_the_gain_over_seeds():
+    # gains of 0.12 whose last halves add 0.06 and 0.05 (beyond a third: +0.02, +0.01): ahead
+    climbing = still_climbing([0.4, 0.4], [0.46, 0.47], [0.52, 0.52])
+    assert climbing.mean == pytest.approx(0.015) and climbing.seeds == 2
+    assert still_climbing([0.4] * 3, [0.46, 0.47, 0.465], [0.52, 0.52, 0.52]).ahead
+    levelled = still_climbing([0.4] * 3, [0.51, 0.50, 0.52], [0.52, 0.52, 0.53])  # a tenth of the gain late
+    assert levelled.mean < 0 and not levelled.ahead
+    with pytest.raises(ValueError, match="a seed"):
+        still_climbing([0.4], [0.5, 0.5], [0.6])
