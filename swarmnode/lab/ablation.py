@@ -48,7 +48,7 @@ from scipy.stats import t as student_t
 from swarmnode.assemble import assemble
 from swarmnode.lab.verdicts import Verdict, verdict
 from swarmnode.loop.node import Node
-from swarmnode.loop.share import SMOOTHING
+from swarmnode.loop.share import smoothed
 from swarmnode.ops.lines import RoundRecord
 from swarmnode.protocol.batches import batch_split
 from swarmnode.settings.config import Config, load_config
@@ -619,7 +619,7 @@ def running_lead(rounds: list[RoundRecord]) -> list[float]:
     for line in rounds:
         if line.peer_reward_mean is None:
             continue
-        lead = (1 - SMOOTHING) * lead + SMOOTHING * (line.peer_reward_mean - line.reward_mean)
+        lead = smoothed(lead, line.peer_reward_mean - line.reward_mean)
         leads.append(lead)
     return leads
 

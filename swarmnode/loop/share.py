@@ -131,13 +131,13 @@ class AdaptiveShare:
             moved = False
             if own is not None and theirs is not None:
                 found, before = own - theirs, self.gaps.pop(peer, None)  # popped: to the end, most recent
-                self.gaps[peer] = found if before is None else (1 - SMOOTHING) * before + SMOOTHING * found
+                self.gaps[peer] = found if before is None else smoothed(before, found)
                 moved = True
             if own_reward is not None and their_reward is not None:
                 # from a prior of no lead: one round's mean reward is a few dozen samples, noisy by
                 # about 0.1, and a copy's first round must not make it far
                 before = self.leads.pop(peer, 0.0)
-                self.leads[peer] = (1 - SMOOTHING) * before + SMOOTHING * (their_reward - own_reward)
+                self.leads[peer] = smoothed(before, their_reward - own_reward)
                 moved = True
             if moved:
                 self.measured_last.append(peer)
@@ -191,6 +191,11 @@ class AdaptiveShare:
         self._forget_beyond_bound()
         part = state.get("far_part", 0.0)
         self.far_part = float(part) if _is_number(part) and 0.0 <= part <= 1.0 else 0.0
+
+
+def smoothed(before: float, found: float) -> float:
+    """A peer's running measure after one more round's finding (SMOOTHING the newest's weight)."""
+    return (1 - SMOOTHING) * before + SMOOTHING * found
 
 
 def _finite_by_peer(value: object) -> dict[str, float]:
