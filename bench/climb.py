@@ -40,6 +40,10 @@ CANDIDATES: dict[str, tuple[dict | None, tuple[str, ...]]] = {
     "operands-999": (None, ("task.max_operand=999",)),
     "times-too": (None, ("task.operations=+-*",)),
     "lr-quarter": (None, ("train.lr=2.5e-5",)),
+    # smaller still, towards a real model's 1e-6: the steps, not the samples, may then be the limit
+    "lr-eighth": (None, ("train.lr=1.25e-5",)),
+    "lr-sixteenth": (None, ("train.lr=6.25e-6",)),
+    "lr-32nd": (None, ("train.lr=3.125e-6",)),
     "large": (None, ("model.name=tiny-large",)),
     "warm-300": ({"warmup_steps": 300}, ()),
     "warm-199": ({"warmup_max_operand": 199}, ("task.max_operand=199",)),
