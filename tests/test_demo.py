@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import signal
@@ -74,17 +75,25 @@ def test_ctrl_c_stops_every_process_the_demo_started(tmp_path):
         [sys.executable, "-m", "swarmnode", "demo", "--nodes", "2", "--rounds", "100000", "--dir", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    infos = [out / n / "run" / "swarm.json" for n in ("node-0", "node-1")]
-    deadline = time.monotonic() + 300
-    while not all(p.exists() for p in infos) and time.monotonic() < deadline:
-        assert demo.poll() is None, demo.stderr.read()[-3000:]
-        time.sleep(0.5)
-    pids = [json.loads(p.read_text())["pid"] for p in infos]
-    family = [psutil.Process(p) for p in pids]
-    family += [c for p in list(family) for c in p.children(recursive=True)]
-    assert any("p2pd" in p.name() for p in family)
-    demo.send_signal(signal.SIGINT)
-    _, err = demo.communicate(timeout=120)
+    try:
+        infos = [out / n / "run" / "swarm.json" for n in ("node-0", "node-1")]
+        deadline = time.monotonic() + 300
+        while not all(p.exists() for p in infos) and time.monotonic() < deadline:
+            assert demo.poll() is None, demo.stderr.read()[-3000:]
+            time.sleep(0.5)
+        pids = [json.loads(p.read_text())["pid"] for p in infos]
+        family = [psutil.Process(p) for p in pids]
+        family += [c for p in list(family) for c in p.children(recursive=True)]
+        assert any("p2pd" in p.name() for p in family)
+        demo.send_signal(signal.SIGINT)
+        _, err = demo.communicate(timeout=120)
+    finally:  # a failure above must not leave two nodes training for 100,000 rounds (each in a session of its own)
+        if demo.poll() is None:
+            started = psutil.Process(demo.pid)
+            for process in [*started.children(recursive=True), started]:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    process.kill()
+            demo.wait(30)
     assert demo.returncode == 130, err[-3000:]
     assert "every node stopped" in " ".join(err.split())
     alive = [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]

@@ -108,5 +108,9 @@ def test_swarmnode_health_asks_a_running_node(tmp_path):
         assert json.loads(done.stdout)["alive"] is True
     finally:
         os.killpg(node.pid, signal.SIGINT)
-        node.wait(60)
+        try:
+            node.wait(60)
+        except subprocess.TimeoutExpired:  # not left training for 100,000 rounds
+            os.killpg(node.pid, signal.SIGKILL)
+            raise
     assert subprocess.run(check, capture_output=True, timeout=60).returncode == 1  # gone: unhealthy
