@@ -17,6 +17,7 @@ from swarmnode.demo import DEMO_BASE, NODE_KINDS, equal_time_gain, modelled_time
 from swarmnode.ops.lines import EvalRecord, RoundRecord
 from swarmnode.ops.metrics import round_lines
 from swarmnode.settings.config import Config
+from tests.terminal import ctrl_c_as_in_a_terminal
 
 pytestmark = pytest.mark.slow
 
@@ -73,7 +74,7 @@ def test_ctrl_c_stops_every_process_the_demo_started(tmp_path):
     out = tmp_path / "demo"
     demo = subprocess.Popen(
         [sys.executable, "-m", "swarmnode", "demo", "--nodes", "2", "--rounds", "100000", "--dir", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_as_in_a_terminal,
     )
     try:
         infos = [out / n / "run" / "swarm.json" for n in ("node-0", "node-1")]

@@ -16,6 +16,7 @@ import pytest
 
 from swarmnode.ops.health import HealthServer, ask
 from swarmnode.swarm.hivemind.swarm_file import PeersFileError, read_peers_file
+from tests.terminal import ctrl_c_as_in_a_terminal
 
 PEER = "/p2p/QmRZjMbRutJDyUJaU87KixfqRQ3wrGF3hTYEnUxr2jWuru"
 
@@ -93,7 +94,8 @@ def test_swarmnode_health_asks_a_running_node(tmp_path):
     port = _free_port()
     cmd = [sys.executable, "-m", "swarmnode", "join", "--solo", "--rounds", "100000", "-q",
            "--run-dir", str(tmp_path / "run"), "--health-port", str(port), "--set", "node.eval_size=10"]
-    node = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
+    node = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=ctrl_c_as_in_a_terminal)
     check = [sys.executable, "-m", "swarmnode", "health", "--port", str(port)]
     try:
         deadline = time.monotonic() + 120

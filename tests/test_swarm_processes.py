@@ -31,6 +31,7 @@ from swarmnode.swarm.hivemind.dht import Manifest, heartbeat_from_record, owner_
 from swarmnode.swarm.hivemind.payloads import PayloadServer
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
 from swarmnode.swarm.hivemind.shards import HEARTBEAT_FAMILY, ShardedFamily, manifest_family, shard_key
+from tests.terminal import ctrl_c_as_in_a_terminal
 
 pytestmark = pytest.mark.slow
 
@@ -72,7 +73,7 @@ class NodeProcess:
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         self.proc = subprocess.Popen(
             cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-            preexec_fn=_ctrl_c_as_in_a_terminal,
+            preexec_fn=ctrl_c_as_in_a_terminal,
         )
 
     @property
@@ -95,12 +96,6 @@ class NodeProcess:
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
-
-
-def _ctrl_c_as_in_a_terminal() -> None:
-    """A node started from a background job inherits SIGINT ignored (the shell's rule for
-    background jobs); the Ctrl-C test needs it as a terminal would deliver it."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def wait_for(condition, timeout: float, what: str, nodes=()):
