@@ -5,6 +5,7 @@
     python bench/ablation.py --setting swarm4 --objectives f-tis --accounting shared
     python bench/ablation.py --setting size --accounting on-top
     python bench/ablation.py --setting size --match time   # the same modelled GPU time as alone
+    python bench/ablation.py --setting swarm5 --match time --lr-scale 0.0625   # where alone still climbs
     python bench/ablation.py --member small model.name=Qwen/Qwen2.5-1.5B --member large model.name=Qwen/Qwen2.5-3B \\
         --set task.name=gsm8k --set task.data=../shared/data/gsm8k --set model.device=cuda --set rollout.max_new_tokens=512
 
@@ -83,6 +84,7 @@ from swarmnode.lab.ablation import (  # noqa: E402
     paired_gains,
     parse_condition,
     pooled_gain,
+    rate_scaled,
     run_from_json,
     setting_from_json,
 )
@@ -109,6 +111,14 @@ def positive(text: str) -> int:
     return int(text)
 
 
+def positive_float(text: str) -> float:
+    """argparse type: a number above 0."""
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
+    return value
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--setting", choices=sorted(SETTINGS), default="size")
@@ -132,6 +142,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--eval-size", type=int, default=Shape.eval_size)
     parser.add_argument("--eval-points", type=int, default=Shape.eval_points, help="evaluations during training")
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="a setting for every node")
+    parser.add_argument("--lr-scale", type=positive_float, default=1.0, metavar="FACTOR",
+                        help="every member's learning rate times FACTOR, each from its own (the LoRA member's "
+                        "3e-4 too, which a member's own setting keeps from --set train.lr); the control's too")
     parser.add_argument("--jobs", type=positive, default=os.cpu_count() or 1,
                         help="runs at once, each a process on one thread (default: the cores); a run's result "
                         "does not depend on it")
@@ -391,8 +404,9 @@ def control_runs(setting: Setting, conditions: list[str], args: argparse.Namespa
         if control_setting.name != CONTROL:
             raise SystemExit(f"{args.control_from[0]} is a run of setting {control_setting.name}, not {CONTROL}")
         return runs
-    runs = train(SETTINGS[CONTROL], conditions, args, shape)
-    save(args.out / "control.json", SETTINGS[CONTROL], args.accounting, shape, runs)
+    control = rate_scaled(SETTINGS[CONTROL], shape, args.lr_scale)
+    runs = train(control, conditions, args, shape)
+    save(args.out / "control.json", control, args.accounting, shape, runs)
     print_control(runs, args)  # now, so a broken control is seen before the setting's hour of training
     return runs
 
@@ -412,9 +426,9 @@ def main() -> None:
              CostModel(saved_args.gen_share))
         print(f"\ncurves: {args.out / 'ablation.png'}")
         return
-    setting = chosen_setting(args)
     shape = Shape(args.rounds, args.prompts, args.group, args.max_new_tokens, args.eval_size, args.eval_points,
                   tuple(args.overrides), args.match, args.gen_share)
+    setting = rate_scaled(chosen_setting(args), shape, args.lr_scale)
     conditions = [ALONE, *args.objectives]
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()

@@ -17,6 +17,7 @@ from swarmnode.lab.ablation import (
     Gain,
     Member,
     MemberRun,
+    Setting,
     Shape,
     area_gains,
     budget_gains,
@@ -32,6 +33,7 @@ from swarmnode.lab.ablation import (
     paired_gains,
     parse_condition,
     pooled_gain,
+    rate_scaled,
     round_at_budget,
     run_condition,
     running_lead,
@@ -142,6 +144,17 @@ def test_a_condition_s_settings_win_over_the_shape_s_and_the_member_s(tmp_path):
     config = member_config(tmp_path, member, FAST, 0, objective, 0.5, 8, overrides)
     assert (config.loss.objective, config.loss.filter_g, config.train.lr) == ("f-tis", 7.0, 2e-4)
     assert config.model.lora.rank == 16 and config.trust.likelihood_gate is False  # the member's, the shape's
+
+
+def test_a_scaled_rate_scales_each_member_from_its_own_rate_and_keeps_the_rest(tmp_path):
+    shape = dataclasses.replace(FAST, overrides=(*FAST.overrides, "train.lr=5e-5"))  # a member's own setting wins
+    setting = Setting("lora", "tiny and tiny LoRA", (Member("tiny"), Member("tiny-lora", ("model.lora.rank=16", "train.lr=3e-4"))))
+    scaled = rate_scaled(setting, shape, 0.0625)
+    configs = [member_config(tmp_path, m, shape, 0, "f-tis", 0.5, 8) for m in scaled.members]
+    assert [c.train.lr for c in configs] == pytest.approx([5e-5 * 0.0625, 3e-4 * 0.0625])
+    assert (scaled.name, [m.label for m in scaled.members]) == ("lora", ["tiny", "tiny-lora"])
+    assert configs[1].model.lora.rank == 16 and configs[0].model.lora.rank == 0
+    assert rate_scaled(setting, shape, 1.0) is setting  # unscaled: the same runs, the same run files
 
 
 def _gain(label: str, condition: str, gain: float, se: float, seeds: int = 5) -> Gain:

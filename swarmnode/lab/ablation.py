@@ -205,6 +205,20 @@ def member_config(
     )
 
 
+def rate_scaled(setting: Setting, shape: Shape, factor: float) -> Setting:
+    """The setting with every member's learning rate times `factor`: each member keeps its own
+    rate relative to the others (a LoRA member's larger one too), which one `train.lr` for every
+    node would flatten. The scaled rate is pinned as the member's last setting."""
+    if factor == 1.0:
+        return setting
+    members = []
+    for member in setting.members:
+        with tempfile.TemporaryDirectory() as directory:
+            rate = member_config(Path(directory), member, shape, 0, "f-tis", 1.0, 0).train.lr
+        members.append(Member(member.label, (*member.overrides, f"train.lr={rate * factor:.6g}")))
+    return Setting(setting.name, setting.about, tuple(members))
+
+
 def split_for(condition: str, accounting: str, members: int, shape: Shape) -> tuple[float, int]:
     """(node.own_share, node.max_peer_groups) of a member under a condition."""
     if condition == ALONE:
