@@ -5,6 +5,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -358,3 +361,12 @@ def test_against_a_time_matched_nois_run_step_means_alone_s_round_count_on_both_
     assert step["f-tis"].gain == pytest.approx(0.15) and step["f-tis"].seeds == 2, "0.10 and 0.20 at round 20"
     assert time["f-tis"].gain == pytest.approx((0.2 + 0.3 + 0.5) / 3) and time["f-tis"].seeds == 3
     assert step[ALONE].gain == pytest.approx(0.10), "alone at 20 against nois at 20"
+
+
+@pytest.mark.parametrize("scale", ["0", "-1", "nan", "half"])
+def test_the_bench_refuses_a_rate_scale_that_is_not_above_zero_before_training(scale, tmp_path):
+    bench = Path(__file__).resolve().parents[1] / "bench" / "ablation.py"
+    done = subprocess.run([sys.executable, str(bench), "--lr-scale", scale, "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--lr-scale" in done.stderr
+    assert not (tmp_path / "out").exists()  # refused before anything was written or trained
