@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from swarmnode.learn.alignment import Spans
+from swarmnode.learn.alignment import SpanBatch, Spans
 from swarmnode.learn.loss import group_advantages, importance_weights, objective_terms
 from swarmnode.learn.sample import Group, Sample
 from swarmnode.screening.budget import WeightBudget
@@ -24,7 +24,7 @@ from swarmnode.screening.gate import (
     least_likely_window,
     own_near_bar,
 )
-from swarmnode.screening.screen import Screening, screen
+from swarmnode.screening.screen import Screening, balanced_advantages, loss_weight, screen
 from swarmnode.screening.screener import Screener
 from swarmnode.settings.config import LossSettings, TrustSettings, load_config
 from swarmnode.settings.registry import OBJECTIVES
@@ -243,6 +243,86 @@ def test_wrong_answers_whose_right_ones_were_gated_push_nothing_down():
     other = [_sample("p", likely, a, prompt=8) for a in advantages]
     result = _screen_samples(samples + other, theta + [likely] * 8, [_sample("", o) for o in own], TRUST, LOSS)
     assert result.advantages[8:] == pytest.approx(advantages)
+
+
+BALANCED = TrustSettings(balance_by_weight=True)
+
+
+def test_balance_by_weight_shrinks_wrong_answers_that_outweigh_the_right_one():
+    """A far peer's right answer, which our model would not write, weighs little in the loss;
+    its wrong answers close to our policy weigh up to C. Counted by weight, they shrink until
+    they no longer outweigh it; off (the default) the group is left as it was."""
+    own = _own()
+    advantages = group_advantages(torch.tensor([1.0, 0.0, 0.0, 0.0])).tolist()  # 0.75, -0.25 x3
+    theta = [np.full(12, -1.2)] + [np.full(12, -0.5)] * 3
+    gen = [np.full(12, -0.2)] + [np.full(12, -1.0)] * 3  # weights e^-1 and e^0.5
+    samples = [_sample("p", g, a) for g, a in zip(gen, advantages)]
+    own_samples = [_sample("", o) for o in own]
+    off = _screen_samples(samples, theta, own_samples, TRUST, LOSS)
+    assert off.keep == [True] * 4 and off.advantages == pytest.approx(advantages)
+    on = _screen_samples(samples, theta, own_samples, BALANCED, LOSS)
+    assert on.keep == [True] * 4
+    assert on.advantages[0] == pytest.approx(advantages[0]), "a right answer keeps its advantage"
+    weights = [loss_weight(sample, t, LOSS) for sample, t in zip(samples, theta)]
+    assert weights == pytest.approx([np.exp(-1.0)] + [np.exp(0.5)] * 3, rel=1e-5)
+    assert sum(a * w for a, w in zip(on.advantages, weights)) == pytest.approx(0.0, abs=1e-6)
+    assert all(a < 0 for a in on.advantages[1:]), "wrong answers still count against, in proportion"
+
+
+def test_balance_by_weight_counts_a_sample_the_filter_drops_as_nothing():
+    """A wrong answer far from our policy is dropped by F-TIS's filter; it pushes nothing down,
+    so it takes no part in the balance. Under the soft filter it counts its share."""
+    own_samples = [_sample("", o) for o in _own()]
+    advantages = group_advantages(torch.tensor([1.0, 0.0, 0.0])).tolist()  # 2/3, -1/3, -1/3
+    theta = [np.full(12, -0.5), np.full(12, -10.0), np.full(12, -0.5)]
+    gen = [np.full(12, -0.5), np.full(12, -0.1), np.full(12, -0.5)]  # the far one: k3 ~ e^9.9
+    samples = [_sample("p", g, a) for g, a in zip(gen, advantages)]
+    assert loss_weight(samples[1], theta[1], LOSS) == 0.0
+    on = _screen_samples(samples, theta, own_samples, BALANCED, LOSS)
+    assert on.advantages == pytest.approx(advantages), "what the filter keeps balances already"
+    soft = LossSettings(filter_shape="soft")
+    assert 0.0 < loss_weight(samples[1], theta[1], soft) < 0.01
+    # its right answer gated: its wrong one goes with it, filtered or not (it would take room)
+    theta[0] = np.full(12, -10.0)
+    gated = _screen_samples(samples[:2], theta[:2], own_samples, BALANCED, LOSS)
+    assert gated.keep == [False] * 2 and gated.gated == 2
+
+
+def test_balance_by_weight_takes_a_sample_s_weight_as_the_loss_does():
+    """loss_weight is the loss's mean weight of a sequence (objective_terms), none where its
+    filter drops it: per token, by span, clipped for vis."""
+    rng = np.random.default_rng(4)
+    for objective in ("f-tis", "tis", "vis", "f-vis", "nois"):
+        loss = LossSettings(objective=objective)
+        for advantage in (0.5, -0.5):
+            for far in (False, True):
+                theta = rng.normal(-1.0, 0.5, 10).astype(np.float32)
+                gen = (theta + (6.0 if far else rng.normal(0.0, 0.5, 10))).astype(np.float32)
+                sample = _sample("p", gen, advantage)
+                terms = objective_terms(torch.from_numpy(theta)[None], torch.from_numpy(gen)[None],
+                                        torch.ones(1, 10, dtype=torch.bool), torch.tensor([advantage]), loss)
+                expected = 0.0 if bool(terms.filtered[0]) else terms.weight_sum / terms.tokens
+                assert loss_weight(sample, theta, loss) == pytest.approx(expected, rel=1e-5, abs=1e-7)
+    spans = Spans(np.array([0, 0, 1, 2, 2, 2]), np.array([-1.0, -0.5, -2.5], np.float32))
+    theta = np.array([-0.3, -0.4, -0.9, -0.2, -0.1, -0.6], np.float32)
+    sample = Sample([1], np.zeros(6, np.int32), None, -0.5, source="p", spans=spans)
+    terms = objective_terms(torch.from_numpy(theta)[None], torch.zeros(1, 6), torch.ones(1, 6, dtype=torch.bool),
+                            torch.tensor([-0.5]), LOSS, spans=SpanBatch.of([spans], 6))
+    assert not bool(terms.filtered[0])
+    assert loss_weight(sample, theta, LOSS) == pytest.approx(terms.weight_sum / terms.tokens, rel=1e-5)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(-1, 1), st.floats(0, 2), st.booleans()), min_size=1, max_size=12))
+def test_balancing_by_weight_never_grows_an_advantage_and_leaves_no_net_push_down(rows):
+    """Whatever the weights and the gate left: positive advantages are untouched, negative ones
+    only shrink, and the kept samples' weighted advantages never sum below zero."""
+    samples = [_sample("p", np.zeros(2), a) for a, _, _ in rows]
+    weights, keep = [w for _, w, _ in rows], [k for _, _, k in rows]
+    balanced = balanced_advantages(samples, keep, weights)
+    for (a, _, _), b in zip(rows, balanced):
+        assert (b == a) if a >= 0 else (a <= b <= 0)
+    assert sum(b * w for b, w, k in zip(balanced, weights, keep) if k) >= -1e-9
 
 
 def test_the_anchored_gate_holds_what_our_model_learned_to_like():

@@ -16,7 +16,11 @@ would push down what all its answers share (the answer's own format) with nothin
 it. Without this rule, model-less identities sending such groups took a tiny node's accuracy
 from 0.59 to 0.02 in 25 rounds (bench/attacks.py drift). So when the gate drops part of a
 group's positive advantage, the group's negative advantages shrink in proportion: the kept ones
-never sum below zero, and those shrunk to nothing leave the batch as gated ones do.
+never sum below zero, and those shrunk to nothing leave the batch as gated ones do. With
+`trust.balance_by_weight` each kept sample counts by what it weighs in the loss (its mean
+importance weight, none where F-TIS's filter drops it): a far peer's right answers, which our
+model would not write, weigh little, while the wrong ones the filter keeps are those close to
+our policy and weigh up to C, so its groups would otherwise push our likely text down on net.
 
 **The weight budget** (swarmnode.screening.budget) scales each peer's weights to a mean of at
 most 1 and strikes log-probs no honest sampler reports.
@@ -32,7 +36,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
+from swarmnode.learn.loss import importance_weights, sequence_divergence, soft_filter_weights
 from swarmnode.learn.sample import Group, Sample, Verdict
 from swarmnode.screening.budget import WeightBudget
 from swarmnode.screening.gate import Anchor, Bars, gateable
@@ -84,18 +90,48 @@ def passed(groups: list[Group]) -> Screening:
     return Screening(groups=groups, peers={})
 
 
-def balanced_advantages(samples: list[Sample], keep: list[bool]) -> list[float]:
+def balanced_advantages(samples: list[Sample], keep: list[bool], weights: list[float] | None = None) -> list[float]:
     """The advantages of one group's samples, the negative ones shrunk so that its kept samples'
     advantages do not sum below zero once the gate dropped some of its positive ones; a group
-    with nothing dropped is left as it was."""
+    with nothing dropped is left as it was. With `weights` (one per sample, what it weighs in
+    the loss) the sum is weighted: no advantage ever grows, and only negative ones shrink."""
     advantages = [s.advantage for s in samples]
-    if all(keep):
-        return advantages
-    kept_up = sum(a for a, k in zip(advantages, keep) if k and a > 0)
-    kept_down = -sum(a for a, k in zip(advantages, keep) if k and a < 0)
-    if kept_down > kept_up:
-        advantages = [a * (kept_up / kept_down) if a < 0 else a for a in advantages]
+    if weights is None:
+        if all(keep):
+            return advantages
+        weights = [1.0] * len(samples)
+    kept_up = sum(a * w for a, w, k in zip(advantages, weights, keep) if k and a > 0)
+    kept_down = -sum(a * w for a, w, k in zip(advantages, weights, keep) if k and a < 0)
+    wrong_kept = any(k and a < 0 for a, k in zip(advantages, keep))
+    if kept_down > kept_up or (wrong_kept and kept_up == 0):  # no right answer left: its wrong ones go, weighing anything
+        factor = kept_up / kept_down if kept_down > 0 else 0.0
+        advantages = [a * factor if a < 0 else a for a in advantages]
     return advantages
+
+
+def loss_weight(sample: Sample, theta: np.ndarray, loss: LossSettings) -> float:
+    """What `sample` weighs in the loss under our model's log-probs `theta`: its mean importance
+    weight under the objective, taken as the loss takes it (by span for another family, PPO-clipped
+    against the generator for a clipped vis), times the filter's share: none where F-TIS's hard
+    filter drops it, g / (g + divergence) under the soft filter."""
+    if len(theta) == 0:
+        return 0.0
+    choice = OBJECTIVES.get(loss.objective)
+    log_ratios = torch.from_numpy(np.asarray(sample.log_ratios(theta), dtype=np.float32))[None]
+    advantage = torch.tensor([sample.advantage], dtype=torch.float32)
+    weights, _ = importance_weights(log_ratios, loss, advantage, weighting=choice.weighting)
+    weight = float(weights.mean())
+    if not choice.filtered or sample.advantage >= 0:
+        return weight
+    spans = sample.gen_spans()
+    event_theta = np.bincount(spans.of_token, weights=np.asarray(theta, np.float64), minlength=len(spans.gen))
+    divergence = sequence_divergence(
+        torch.tensor(event_theta, dtype=torch.float32)[None], torch.from_numpy(np.asarray(spans.gen, np.float32))[None],
+        torch.ones((1, len(spans.gen))), loss.divergence, loss.log_ratio_clamp,
+    )
+    if loss.filter_shape == "soft":
+        return weight * float(soft_filter_weights(advantage, divergence, loss.filter_g)[0])
+    return 0.0 if float(divergence[0]) > loss.filter_g else weight
 
 
 def screen(
@@ -118,9 +154,12 @@ def screen(
     budgets: dict[str, WeightBudget] = defaultdict(WeightBudget)
     weighting = OBJECTIVES.get(loss.objective).weighting
     flags: list[list[tuple[bool, bool, bool]]] = []  # per group, per sample: (keep, below, near)
+    weights: list[list[float]] | None = [] if trust.balance_by_weight else None  # per group, per sample
     i = 0
     for group in groups:
         flags.append([])
+        if weights is not None:
+            weights.append([loss_weight(sample, theta[i + j], loss) for j, sample in enumerate(group.samples)])
         for sample in group.samples:
             found = peers[sample.source]
             found.samples += 1
@@ -145,20 +184,27 @@ def screen(
         found.weight_scale = budget.scale(trust)
         if strike := budget.strike(trust):
             found.strikes.append(strike)
-    judged = [_judge(group, group_flags, peers, group.source in picking) for group, group_flags in zip(groups, flags)]
+    judged = [
+        _judge(group, group_flags, peers, group.source in picking, None if weights is None else weights[g])
+        for g, (group, group_flags) in enumerate(zip(groups, flags))
+    ]
     return Screening(groups=judged, peers=dict(peers))
 
 
-def _judge(group: Group, flags: list[tuple[bool, bool, bool]], peers: dict[str, PeerScreening], picked: bool) -> Group:
-    """The group with each sample's verdict and balanced advantage. A wrong answer whose
-    group's right ones were all gated teaches nothing: it takes no room either, and counts as
-    gated (it left because of the gate). A picked group is left out whole."""
+def _judge(
+    group: Group, flags: list[tuple[bool, bool, bool]], peers: dict[str, PeerScreening], picked: bool,
+    weights: list[float] | None = None,
+) -> Group:
+    """The group with each sample's verdict and balanced advantage (by `weights`, what each
+    sample weighs in the loss, where given). A wrong answer whose group's right ones were all
+    gated teaches nothing: it takes no room either, and counts as gated (it left because of the
+    gate). A picked group is left out whole."""
     if picked:
         return Group(group.source, group.problem, group.prompt_ids,
                      [sample.judged(Verdict(picked=True), sample.advantage) for sample in group.samples],
                      group.untranslated)
     keep = [k for k, _, _ in flags]
-    advantages = balanced_advantages(group.samples, keep)
+    advantages = balanced_advantages(group.samples, keep, weights)
     samples = []
     for sample, (kept, below, near), advantage in zip(group.samples, flags, advantages):
         if kept and advantage == 0 and sample.advantage != 0:

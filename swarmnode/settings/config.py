@@ -468,6 +468,13 @@ class TrustSettings(_Section):
         "one to be learned; the rest keep their group's advantages unbiased), or all (which biases learning: a "
         "group's advantages no longer sum to zero)",
     )
+    balance_by_weight: bool = Field(
+        False,
+        description="balance a peer's group by what its samples weigh in the loss: its wrong answers' advantages "
+        "shrink so that, each sample counted by its mean importance weight (none where the filter drops it), they "
+        "never outweigh its right ones (a peer's right answers that we would not write weigh little, so its wrong "
+        "ones that we would write would otherwise push our likely text down)",
+    )
     weight_budget: bool = Field(
         True, description="a peer's batch weighs at most what on-policy samples would (mean weight <= 1)"
     )
