@@ -89,7 +89,7 @@ from swarmnode.lab.ablation import (  # noqa: E402
     setting_from_json,
 )
 from swarmnode.lab.kernels import pinned_env  # noqa: E402
-from swarmnode.lab.parallel import RunJob, defaults_digest, run_jobs  # noqa: E402
+from swarmnode.lab.parallel import RunJob, code_digest, code_line, defaults_digest, run_codes, run_jobs  # noqa: E402
 from swarmnode.lab.verdicts import EQUIVALENCE_LEVEL, EQUIVALENCE_MARGIN, NON_INFERIORITY_MARGIN  # noqa: E402
 from swarmnode.model.tiny import TINY_PRESETS, tiny_path, weights_digest  # noqa: E402
 from swarmnode.sizing.cost import GEN_SHARE, CostModel  # noqa: E402
@@ -372,8 +372,9 @@ def train(setting: Setting, conditions: list[str], args: argparse.Namespace, sha
              for seed in seeds for m in setting.members] if ALONE in conditions else []
     together = [RunJob(setting, name, args.accounting, seed, shape, presets)
                 for seed in seeds for name in conditions if name != ALONE]
-    runs = run_jobs(alone + together, args.runs or args.out / "runs", args.jobs,
-                    progress=lambda line: print(line, flush=True))
+    directory = args.runs or args.out / "runs"
+    runs = run_jobs(alone + together, directory, args.jobs, progress=lambda line: print(line, flush=True))
+    print(code_line(run_codes(alone + together, directory), code_digest()), flush=True)
     members = len(setting.members)
     merged = [ConditionRun(ALONE, args.accounting, seed, [run.members[0] for run in runs[i * members:(i + 1) * members]])
               for i, seed in enumerate(seeds)] if alone else []

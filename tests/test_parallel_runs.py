@@ -59,6 +59,38 @@ def test_a_run_from_before_a_default_changed_is_not_reused(monkeypatch):
     assert after.defaults != before.defaults and after.stem() != before.stem()
 
 
+def test_a_run_records_its_code_and_a_table_of_mixed_code_says_so(tmp_path):
+    """A change to the code that keeps the defaults keeps a run's file name; each run records the
+    package's digest, so a table whose runs two versions made says so and how to retrain."""
+    run_jobs([_job(0), _job(1)], tmp_path, 2)
+    current = parallel.code_digest()
+    assert parallel.run_codes([_job(0), _job(1)], tmp_path) == {current: 2}
+    assert parallel.code_line(parallel.run_codes([_job(0), _job(1)], tmp_path), current) == f"code: {current[:16]}, every run"
+    older = tmp_path / f"{_job(1).stem()}.json"
+    data = json.loads(older.read_text())
+    del data["code"]  # as a run file from before runs recorded their code
+    older.write_text(json.dumps(data))
+    codes = parallel.run_codes([_job(0), _job(1)], tmp_path)
+    assert codes == {current: 1, parallel.UNRECORDED: 1}
+    line = parallel.code_line(codes, current)
+    assert "2 version(s)" in line and "this checkout (1)" in line and "unrecorded (1)" in line and "clear --runs" in line
+    assert parallel.run_from_json(data) is not None, "an older file still reads"
+
+
+def test_the_code_digest_follows_every_source_file(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "a.py").write_text("x = 1\n")
+    (package / "sub" / "b.py").write_text("y = 2\n")
+    (package / "notes.md").write_text("not code")
+    before = parallel.code_digest.__wrapped__(package)
+    (package / "notes.md").write_text("still not code")
+    assert parallel.code_digest.__wrapped__(package) == before
+    (package / "sub" / "b.py").write_text("y = 3\n")
+    assert parallel.code_digest.__wrapped__(package) != before
+    assert len(parallel.code_digest()) == 64
+
+
 def test_a_failed_run_is_named_with_its_log_and_the_others_still_finish(tmp_path):
     broken = RunJob(SETTINGS["same"], "f-tis:no.such=1", "shared", 0, FAST, ())
     lines: list[str] = []

@@ -7,19 +7,23 @@ its run as JSON and nothing else crosses between processes. A run's file is name
 everything that shapes it, so a table started again picks up where it stopped and never reuses a
 run of another shape, setting, preset or set of defaults (a condition names only what it
 overrides, so a run of `f-tis` from before a default changed is another run). A change to the
-code that keeps the defaults is not seen: clear the runs directory after one.
+code that keeps the defaults keeps the names, so each run records the code it ran (a digest of
+the package's source, `code_digest`) and the bench says which versions a table mixes: clear the
+runs directory to train them again under one.
 
     python -m swarmnode.lab.parallel JOB.json   # one run (what the parent starts)
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -42,6 +46,35 @@ from swarmnode.settings.config import Config
 def defaults_digest() -> str:
     """A digest of every setting's default, which each member's configuration starts from."""
     return hashlib.sha256(Config().model_dump_json().encode()).hexdigest()
+
+
+PACKAGE = Path(__file__).resolve().parents[1]  # the swarmnode package a run imports
+UNRECORDED = "unrecorded"  # the code of a run written before runs recorded theirs
+
+
+@functools.cache
+def code_digest(package: Path = PACKAGE) -> str:
+    """A digest of the package's Python source (each file's path and bytes): what a run records
+    of the code it ran, since a change that keeps the defaults keeps its file's name."""
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def run_codes(jobs: list[RunJob], directory: Path) -> Counter[str]:
+    """How many of the jobs' run files each code version wrote (UNRECORDED for older files)."""
+    return Counter(json.loads((directory / f"{job.stem()}.json").read_text()).get("code", UNRECORDED) for job in jobs)
+
+
+def code_line(codes: Counter[str], current: str) -> str:
+    """One line on the code a table's runs were made by, and what to do when they differ."""
+    if set(codes) == {current}:
+        return f"code: {current[:16]}, every run"
+    versions = ", ".join(f"{'this checkout' if code == current else code[:16]} ({count})"
+                         for code, count in codes.most_common())
+    return (f"code: runs made by {len(codes)} version(s) ({versions}), not all this checkout's {current[:16]}: "
+            "a change that kept the defaults kept their names; clear --runs to train them again under one")
 
 
 @dataclass(frozen=True)
@@ -128,7 +161,7 @@ def run_one(spec: Path) -> None:
                         progress=lambda line: print(line, flush=True))
     target = spec.with_name(f"{job.stem()}.json")
     staging = target.with_suffix(".partial")
-    staging.write_text(json.dumps(run_to_json(run)))
+    staging.write_text(json.dumps({**run_to_json(run), "code": code_digest()}))
     os.replace(staging, target)
 
 
