@@ -146,10 +146,13 @@ class Spans:
         """Each token its own span: what a sample of our own tokenizer is."""
         return Spans(np.arange(len(gen_logprobs), dtype=np.int64), np.asarray(gen_logprobs, dtype=np.float32))
 
+    def sums(self, logp_theta: np.ndarray) -> np.ndarray:
+        """Per span: our log-prob of its text, the sum of its tokens' (float64)."""
+        return np.bincount(self.of_token, weights=np.asarray(logp_theta, np.float64), minlength=len(self.gen))
+
     def log_ratios(self, logp_theta: np.ndarray) -> np.ndarray:
         """Per token of ours: log pi_theta - log pi_gen of its span."""
-        span_theta = np.bincount(self.of_token, weights=np.asarray(logp_theta, np.float64), minlength=len(self.gen))
-        return (span_theta - self.gen)[self.of_token]
+        return (self.sums(logp_theta) - self.gen)[self.of_token]
 
 
 def spans_of(alignment: Alignment, sender_logprobs: np.ndarray) -> Spans:

@@ -124,9 +124,8 @@ def loss_weight(sample: Sample, theta: np.ndarray, loss: LossSettings) -> float:
     if not choice.filtered or sample.advantage >= 0:
         return weight
     spans = sample.gen_spans()
-    event_theta = np.bincount(spans.of_token, weights=np.asarray(theta, np.float64), minlength=len(spans.gen))
     divergence = sequence_divergence(
-        torch.tensor(event_theta, dtype=torch.float32)[None], torch.from_numpy(np.asarray(spans.gen, np.float32))[None],
+        torch.tensor(spans.sums(theta), dtype=torch.float32)[None], torch.from_numpy(np.asarray(spans.gen, np.float32))[None],
         torch.ones((1, len(spans.gen))), loss.divergence, loss.log_ratio_clamp,
     )
     if loss.filter_shape == "soft":
