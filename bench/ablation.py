@@ -79,6 +79,7 @@ from swarmnode.lab.ablation import (  # noqa: E402
     budget_gains,
     by_member,
     control_judged,
+    control_mismatch,
     control_warnings,
     diagnostics,
     paired_gains,
@@ -404,6 +405,11 @@ def control_runs(setting: Setting, conditions: list[str], args: argparse.Namespa
         control_setting, control_args, runs = load_saved(args.control_from)
         if control_setting.name != CONTROL:
             raise SystemExit(f"{args.control_from[0]} is a run of setting {control_setting.name}, not {CONTROL}")
+        differ = control_mismatch(json.loads(args.control_from[0].read_text()),
+                                  rate_scaled(SETTINGS[CONTROL], shape, args.lr_scale), args.accounting, shape)
+        if differ:
+            raise SystemExit(f"{args.control_from[0]} is not this table's control; it differs in: " + "; ".join(differ)
+                             + ". Run the control with these arguments (leave out --control-from), or read one that matches.")
         return runs
     control = rate_scaled(SETTINGS[CONTROL], shape, args.lr_scale)
     runs = train(control, conditions, args, shape)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import statistics
 import subprocess
@@ -26,6 +27,7 @@ from swarmnode.lab.ablation import (
     budget_gains,
     control_judged,
     control_limit_se,
+    control_mismatch,
     control_warnings,
     counterpart_round,
     diagnostics,
@@ -370,3 +372,40 @@ def test_the_bench_refuses_a_rate_scale_that_is_not_above_zero_before_training(s
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "--lr-scale" in done.stderr
     assert not (tmp_path / "out").exists()  # refused before anything was written or trained
+
+
+def _saved_control(setting: Setting, accounting: str, shape: Shape) -> dict:
+    """A control's file as the bench's `save` writes it (JSON: tuples become lists)."""
+    return json.loads(json.dumps({"setting": dataclasses.asdict(setting), "accounting": accounting,
+                                  "shape": dataclasses.asdict(shape), "runs": []}))
+
+
+def test_a_control_from_a_file_must_be_the_control_of_this_shape_rate_and_accounting():
+    control = SETTINGS["same"]
+    shape = dataclasses.replace(FAST, match="time", gen_share=0.7)
+    assert control_mismatch(_saved_control(control, "shared", shape), control, "shared", shape) == []
+    at_093 = _saved_control(control, "shared", dataclasses.replace(shape, gen_share=0.93))
+    assert [d.split()[0] for d in control_mismatch(at_093, control, "shared", shape)] == ["gen_share"]
+    slower = dataclasses.replace(shape, overrides=(*shape.overrides, "train.lr=6.25e-6"))
+    assert [d.split()[0] for d in control_mismatch(_saved_control(control, "shared", shape), control, "shared", slower)] == ["overrides"]
+    assert [d.split()[0] for d in control_mismatch(_saved_control(control, "on-top", shape), control, "shared", shape)] == ["accounting"]
+    scaled = rate_scaled(control, shape, 0.0625)
+    assert [d.split()[0] for d in control_mismatch(_saved_control(control, "shared", shape), scaled, "shared", shape)] == ["members"]
+
+
+def test_a_control_written_before_a_shape_field_existed_ran_at_its_default():
+    old = _saved_control(SETTINGS["same"], "shared", FAST)
+    del old["shape"]["gen_share"], old["shape"]["match"]
+    assert control_mismatch(old, SETTINGS["same"], "shared", FAST) == []
+    assert control_mismatch(old, SETTINGS["same"], "shared", dataclasses.replace(FAST, match="time")) != []
+
+
+def test_the_bench_refuses_a_control_of_another_shape_before_training(tmp_path):
+    control = tmp_path / "control.json"
+    control.write_text(json.dumps(_saved_control(SETTINGS["same"], "shared", Shape(rounds=100, eval_size=200, match="time"))))
+    bench = Path(__file__).resolve().parents[1] / "bench" / "ablation.py"
+    done = subprocess.run([sys.executable, str(bench), "--setting", "expertise", "--objectives", "f-tis", "--match", "time",
+                           "--rounds", "100", "--eval-size", "200", "--gen-share", "0.7", "--control-from", str(control),
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "not this table's control" in done.stderr and "gen_share 0.93 (here 0.7)" in done.stderr
+    assert not (tmp_path / "out" / "runs").exists()  # refused before any run was trained

@@ -40,7 +40,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from scipy.stats import t as student_t
@@ -413,6 +413,28 @@ def run_from_json(data: dict) -> ConditionRun:
 def setting_from_json(data: dict) -> Setting:
     """A setting as `dataclasses.asdict` wrote it."""
     return Setting(data["name"], data["about"], tuple(Member(m["label"], tuple(m["overrides"])) for m in data["members"]))
+
+
+def control_mismatch(saved: dict, control: Setting, accounting: str, shape: Shape) -> list[str]:
+    """What differs between a control read from a file (its JSON) and the control these rows
+    need: copies trained at another rate, batch, length, matching or generation share are no
+    yardstick for them. Empty where it is the same control; a shape written before a field
+    existed ran at that field's default."""
+    ours = asdict(shape)
+    theirs = {**asdict(Shape()), **saved["shape"]}
+    differ = [f"{key} {_plain(theirs[key])} (here {_plain(value)})"
+              for key, value in ours.items() if _plain(theirs[key]) != _plain(value)]
+    if saved["accounting"] != accounting:
+        differ.append(f"accounting {saved['accounting']} (here {accounting})")
+    members = [(m["label"], list(m["overrides"])) for m in saved["setting"]["members"]]
+    if saved["setting"]["name"] != control.name or members != [(m.label, list(m.overrides)) for m in control.members]:
+        differ.append(f"members {members} (here {[(m.label, list(m.overrides)) for m in control.members]})")
+    return differ
+
+
+def _plain(value: object) -> object:
+    """A shape field as JSON holds it (tuples are lists there)."""
+    return list(value) if isinstance(value, tuple) else value
 
 
 def by_member(runs: list[ConditionRun]) -> dict[tuple[str, str], list[tuple[int, MemberRun]]]:
