@@ -130,6 +130,22 @@ def test_with_far_room_near_a_far_peer_s_room_goes_to_near_peers_or_stays_empty(
     assert taken.kept == [] and intake.share.current() == 0.5, "only far groups: the room stays empty"
 
 
+@pytest.mark.parametrize("far_room, trained_on_top", [("own", False), ("top", True)])
+def test_with_far_room_top_a_far_peer_s_groups_come_on_top_of_our_whole_batch_up_to_its_room(tmp_path, far_room,
+                                                                                              trained_on_top):
+    """node.far_room=top: the node generates in a far peer's place as under own, and its groups
+    are still screened and trained on, beyond the batch but no more than the room they left
+    (one group here), however many it offers; under own only one group is measured, not kept."""
+    intake = _measuring_intake(tmp_path, {"f": -3.0, "n": -1.0}, f"node.far_room={far_room}")
+    intake.take(0, _groups("f", 0, 1), own=_own(-1.0), timings={})
+    taken = intake.take(1, _groups("f", 1, 2) + _groups("n", 1, 2), own=_own(-1.0), timings={})
+    assert intake.share.is_far("f") and {s.source for s in taken.kept} == {"n"}, "far: the near group takes the room"
+    assert intake.share.current() == 1.0, "the room at own_share was the far peer's: our whole batch next round"
+    taken = intake.take(2, _groups("f", 2, 5) + _groups("n", 2, 2), own=_own(-1.0), timings={})
+    assert [s.source for s in taken.kept] == (["f"] * 4 if trained_on_top else []), "one far group on top, or none"
+    assert intake.measured.count("f") >= 4, "the far peer is measured either way"
+
+
 def test_with_truncated_sampling_our_own_samples_are_measured_again_untruncated(tmp_path):
     """Under top-p the generator's log-probs are renormalised over the nucleus, higher than the
     model's: a copy whose samples are as likely as ours would look far by that much. Untruncated,

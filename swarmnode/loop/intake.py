@@ -31,7 +31,7 @@ from swarmnode.protocol import wire
 from swarmnode.protocol.batches import batch_split, check_batch
 from swarmnode.protocol.prompts import build_prompt
 from swarmnode.protocol.records import short_peer
-from swarmnode.screening.screener import Pass, Screener
+from swarmnode.screening.screener import Pass, Screener, ScreeningRound
 from swarmnode.settings.config import Config
 from swarmnode.swarm.base import Membership, Received, RolloutExchange, is_useless
 from swarmnode.tasks.base import Task
@@ -227,7 +227,9 @@ class Intake:
         `node.skip_uninformative`) one with advantage 0; the next groups are screened in their
         place (at most SCREEN_PASSES times), and a group on probation comes on top. Every group
         screened is used up; a picking peer's groups (screening.repeats) are not screened but
-        on probation. Screening's strikes and each peer's useful samples go to the ledger."""
+        on probation. Far peers' groups (loop.share) take no room; with `node.far_room` top they
+        are screened on top, up to the room generated in their place. Screening's strikes and
+        each peer's useful samples go to the ledger."""
         _, budget = batch_split(self.config, self.share.current())
         group_size = self.config.rollout.group_size
         # a useless peer's group on probation comes first (pool.fair_queue) and on top of the
@@ -247,8 +249,11 @@ class Intake:
         self.share.offered(g.peer_id for g in queue[:room])
         far = [g for g in queue if self.share.is_far(g.peer_id)]  # take no room (loop.share)
         queue = [g for g in queue if not self.share.is_far(g.peer_id)]
+        # with far_room top, far peers' groups come on top of the batch, up to the room this
+        # node generated in their place (loop.share): no more than they would have filled
+        on_top = far[:max(0, room - budget)] if self.share.far_on_top else []
         timings["score_s"] = timings["screen_s"] = 0.0
-        screening = self.screener.open_round(own, peers_coming=bool(queue) and budget > 0)
+        screening = self.screener.open_round(own, peers_coming=(bool(queue) and budget > 0) or bool(on_top))
         measured = Measured()  # peers' samples under our model and as we graded them (loop.share)
         for _ in range(SCREEN_PASSES):
             missing = wanted - len(taken.kept)
@@ -256,26 +261,36 @@ class Intake:
                 break
             count = -(-missing // group_size)
             chunk, queue = queue[:count], queue[count:]
-            self.pool.take(chunk)
-            now = time.monotonic()
-            taken.ages_s += [now - group.arrived for group in chunk]
-            taken.lags += [self.pool.lag(group) for group in chunk]
-            taken.peers.update(group.peer_id for group in chunk)
-            t = time.perf_counter()
-            groups = [self._score(group) for group in chunk]
-            timings["score_s"] += time.perf_counter() - t
-            t = time.perf_counter()
-            done = screening.screen(groups)
-            if self.share.enabled:
-                self._measure(samples_of(groups), done.theta, measured)
-            timings["screen_s"] += time.perf_counter() - t
-            self._record(round_, done)
-            taken.passes.append(done)
+            self._screen_chunk(round_, chunk, screening, taken, timings, measured)
+        if on_top:
+            self._screen_chunk(round_, on_top, screening, taken, timings, measured)
+            topped = {group.peer_id for group in on_top}
+            far = [group for group in far if group.peer_id not in topped]  # measured already
         if self.share.enabled:
             self._measure_far(far, measured, round_, room)
             own_logprobs = self._own_logprobs(own) if self.share.measures_gap else []
             self.share.observe(own_logprobs, measured.logprobs, [s.reward for s in own], measured.rewards)
         return taken
+
+    def _screen_chunk(self, round_: int, chunk: list[OfferedGroup], screening: ScreeningRound, taken: Taken,
+                      timings: dict[str, float], measured: Measured) -> None:
+        """Use up, score and screen one chunk of peers' groups into `taken`, measuring them for
+        the share (loop.share) and giving screening's strikes to the ledger."""
+        self.pool.take(chunk)
+        now = time.monotonic()
+        taken.ages_s += [now - group.arrived for group in chunk]
+        taken.lags += [self.pool.lag(group) for group in chunk]
+        taken.peers.update(group.peer_id for group in chunk)
+        t = time.perf_counter()
+        groups = [self._score(group) for group in chunk]
+        timings["score_s"] += time.perf_counter() - t
+        t = time.perf_counter()
+        done = screening.screen(groups)
+        if self.share.enabled:
+            self._measure(samples_of(groups), done.theta, measured)
+        timings["screen_s"] += time.perf_counter() - t
+        self._record(round_, done)
+        taken.passes.append(done)
 
     def _measure(self, samples: list[Sample], theta: list[np.ndarray] | None, into: Measured) -> None:
         """Each sample's reward as we graded it and, with the likelihood gap on, its per-token

@@ -10,7 +10,11 @@ the setting is far: its groups take no room in the step, and the node generates 
 the part of the peers' share that far peers' groups made up among the groups offered in the last
 round, from `own_share` up to the whole batch (alone). With `node.far_room` near it generates
 nothing more: near peers' groups fill what they can of that room and the rest stays empty, a
-smaller step whose price is only its training.
+smaller step whose price is only its training. With `node.far_room` top it generates in their
+place and still screens and trains on the far peers' groups, on top of the batch and up to the
+room they left: beside a larger peer a member's own samples were worth more to that peer while
+the member trained on the peer's (docs/figures.md, the size pair under the lead rule), and a far
+peer's samples cost little where they do not take the member's own batch's place.
 
 A peer can also be far by what its samples score: with `node.far_reward_lead` set, a peer whose
 samples' mean reward under our own grading leads our own samples' by that much (a running mean a
@@ -59,7 +63,8 @@ class AdaptiveShare:
     def __init__(self, config: Config) -> None:
         self.floor = config.node.own_share
         self.far_gap = config.node.adapt_share_nats  # 0: off
-        self.generate_far_room = config.node.far_room == "own"  # else near peers' groups only, or nothing
+        self.generate_far_room = config.node.far_room in ("own", "top")  # else near peers' groups only, or nothing
+        self.far_on_top = config.node.far_room == "top"  # far peers' groups trained on beyond the batch
         self.lead_bar = config.node.far_reward_lead  # 0: off
         self.gaps: dict[str, float] = {}  # peer -> nats a token, smoothed over rounds
         self.leads: dict[str, float] = {}  # peer -> its samples' mean reward over our own's, smoothed from 0

@@ -310,11 +310,12 @@ class NodeSettings(_Section):
         "own samples' by this much (a running mean a peer, from a prior of no lead) is far as well, until its lead "
         "falls below half this; 0 = off (swarmnode.loop.share; docs/figures.md)",
     )
-    far_room: Literal["own", "near"] = Field(
+    far_room: Literal["own", "near", "top"] = Field(
         "own",
-        description="own | near: with adapt_share_nats or far_reward_lead, what takes a far peer's room in the batch: this node's own "
+        description="own | near | top: with adapt_share_nats or far_reward_lead, what takes a far peer's room in the batch: this node's own "
         "generation (a generation cost), or near peers' groups only, what they leave staying empty (a smaller step, "
-        "no generation added)",
+        "no generation added), or its own generation with the far peers' groups screened and trained on on top, up to "
+        "the room they left (a generation and a training cost)",
     )
     peer_quota: int = Field(64, ge=0, description="max peer groups from one peer per round")
     skip_uninformative: bool = Field(
