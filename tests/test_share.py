@@ -141,9 +141,38 @@ def test_with_far_room_top_a_far_peer_s_groups_come_on_top_of_our_whole_batch_up
     taken = intake.take(1, _groups("f", 1, 2) + _groups("n", 1, 2), own=_own(-1.0), timings={})
     assert intake.share.is_far("f") and {s.source for s in taken.kept} == {"n"}, "far: the near group takes the room"
     assert intake.share.current() == 1.0, "the room at own_share was the far peer's: our whole batch next round"
+    intake.measured.clear()
     taken = intake.take(2, _groups("f", 2, 5) + _groups("n", 2, 2), own=_own(-1.0), timings={})
     assert [s.source for s in taken.kept] == (["f"] * 4 if trained_on_top else []), "one far group on top, or none"
-    assert intake.measured.count("f") >= 4, "the far peer is measured either way"
+    assert intake.measured.count("f") == 4, "one far group measured either way: on top it is not probed again"
+
+
+def test_with_far_room_top_near_groups_fill_the_share_and_far_ones_only_the_room_generated_in_their_place(tmp_path):
+    """Two groups of room at own_share: with half of the offered room far, the node generates one
+    group more and takes one near group in the share and one far group on top."""
+    intake = _measuring_intake(tmp_path, {"f": -3.0, "n": -1.0}, "node.far_room=top", "rollout.prompts_per_round=4")
+    intake.take(0, _groups("n", 0, 1) + _groups("f", 0, 1), own=_own(-1.0), timings={})
+    assert intake.share.is_far("f") and not intake.share.is_far("n")
+    interleaved = [g for pair in zip(_groups("n", 1, 3), _groups("f", 1, 3)) for g in pair]
+    taken = intake.take(1, interleaved, own=_own(-1.0), timings={})
+    assert [s.source for s in taken.kept] == ["n"] * 8, "the far part was not known yet: near groups fill the share"
+    assert intake.share.current() == 0.75 and batch_split(intake.config, 0.75) == (3, 1)
+    interleaved = [g for pair in zip(_groups("n", 2, 3), _groups("f", 2, 3)) for g in pair]
+    taken = intake.take(2, interleaved, own=_own(-1.0), timings={})
+    assert sorted(s.source for s in taken.kept) == ["f"] * 4 + ["n"] * 4, "one near group in the share, one far on top"
+
+
+def test_with_far_room_top_a_useless_far_peer_s_group_comes_on_top_only_after_proven_far_peers(tmp_path):
+    """A probation round puts a useless peer's group first; far, it takes no probation turn, and
+    the room on top goes to a proven far peer's group before it."""
+    intake = _measuring_intake(tmp_path, {"f": -3.0, "u": -3.0}, "node.far_room=top")
+    intake.ledger.standing = lambda peer: 0.0 if peer == "u" else 0.5
+    intake.share.gaps, intake.share.far, intake.share.far_part = {"f": 2.0, "u": 2.0}, {"f", "u"}, 1.0
+    opened, open_round = [], intake.screener.open_round
+    intake.screener.open_round = lambda own, peers_coming: opened.append(peers_coming) or open_round(own, peers_coming)
+    taken = intake.take(0, _groups("u", 0, 1) + _groups("f", 0, 1), own=_own(-1.0), timings={})
+    assert [s.source for s in taken.kept] == ["f"] * 4, "the proven far peer's group on top, the useless one probed"
+    assert opened == [True], "no room in the share, yet peers' samples come: the round's bars (the anchor) are set"
 
 
 def test_with_truncated_sampling_our_own_samples_are_measured_again_untruncated(tmp_path):

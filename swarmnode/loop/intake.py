@@ -250,7 +250,9 @@ class Intake:
         far = [g for g in queue if self.share.is_far(g.peer_id)]  # take no room (loop.share)
         queue = [g for g in queue if not self.share.is_far(g.peer_id)]
         # with far_room top, far peers' groups come on top of the batch, up to the room this
-        # node generated in their place (loop.share): no more than they would have filled
+        # node generated in their place (loop.share): no more than they would have filled, and
+        # a useless far peer's group (first in a probation round) after proven far peers' groups
+        far.sort(key=lambda group: is_useless(self.ledger.standing(group.peer_id)))  # stable: queue order kept
         on_top = far[:max(0, room - budget)] if self.share.far_on_top else []
         timings["score_s"] = timings["screen_s"] = 0.0
         screening = self.screener.open_round(own, peers_coming=(bool(queue) and budget > 0) or bool(on_top))
@@ -267,7 +269,7 @@ class Intake:
             topped = {group.peer_id for group in on_top}
             far = [group for group in far if group.peer_id not in topped]  # measured already
         if self.share.enabled:
-            self._measure_far(far, measured, round_, room)
+            self._measure_far(far, measured, round_, max(1, room - len(on_top)))
             own_logprobs = self._own_logprobs(own) if self.share.measures_gap else []
             self.share.observe(own_logprobs, measured.logprobs, [s.reward for s in own], measured.rewards)
         return taken
@@ -306,8 +308,8 @@ class Intake:
                      most: int) -> None:
         """One group of each far peer, used up and measured under our model but not trained on,
         so that a peer that comes near is seen to; at most `most` groups a round (the peers'
-        share at own_share), taken in turn among far peers, so a crowd of far identities costs no
-        more scoring than the share would."""
+        share at own_share, less the far groups taken on top), taken in turn among far peers, so a
+        crowd of far identities costs no more scoring than the share would."""
         first_of: dict[str, OfferedGroup] = {}
         for group in far:
             first_of.setdefault(group.peer_id, group)

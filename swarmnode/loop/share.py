@@ -22,14 +22,17 @@ peer, from a prior of no lead) is far as well. On the bench a peer's samples tau
 nothing wherever they scored above the member's own, and were worth 0.01-0.07 wherever they
 scored at or below them, whatever the peer's distance (docs/figures.md).
 
-One group of each far peer a round is still measured under our model (not trained on), so a
-peer that comes near is taken again: once its gap falls below half the setting. One group is a
+One group of each far peer a round is still measured under our model (not trained on, unless
+it came on top under `node.far_room` top, which measures it as well), so a peer that comes near
+is taken again: once its gap falls below half the setting. One group is a
 noisy measure, and with a single threshold a far peer's gap dipped under it in a tenth to a fifth
 of rounds, each costing a round with half a batch of far samples (the band damps that).
 
 Both measures are the node's own (its model's log-probs, its own grading): nothing a peer claims
 enters them, and they only move the share between `own_share` and 1, so the worst a crowd of far
-identities can do with them is make this node generate its whole batch, as alone.
+identities can do with them is make this node generate its whole batch, as alone (under
+`node.far_room` top, with at most the peers' share at `own_share` of far groups on top, screened:
+what the same crowd would have had without the rule).
 """
 
 from __future__ import annotations
@@ -106,7 +109,7 @@ class AdaptiveShare:
 
     def current(self) -> float:
         """own_share, raised by the part of the peers' share that far peers' groups filled
-        (`node.far_room` own; with near, own_share: that part is left to near peers' groups)."""
+        (`node.far_room` own or top; with near, own_share: that part is left to near peers' groups)."""
         if not self.enabled or not self.generate_far_room:
             return self.floor
         return self.floor + (1.0 - self.floor) * self.far_part
