@@ -426,9 +426,9 @@ def control_mismatch(saved: dict, control: Setting, accounting: str, shape: Shap
               for key, value in ours.items() if _plain(theirs[key]) != _plain(value)]
     if saved["accounting"] != accounting:
         differ.append(f"accounting {saved['accounting']} (here {accounting})")
-    members = [(m["label"], list(m["overrides"])) for m in saved["setting"]["members"]]
-    if saved["setting"]["name"] != control.name or members != [(m.label, list(m.overrides)) for m in control.members]:
-        differ.append(f"members {members} (here {[(m.label, list(m.overrides)) for m in control.members]})")
+    theirs_setting = setting_from_json(saved["setting"])
+    if (theirs_setting.name, theirs_setting.members) != (control.name, control.members):
+        differ.append(f"members {theirs_setting.members} (here {control.members})")
     return differ
 
 

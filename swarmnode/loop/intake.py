@@ -252,8 +252,9 @@ class Intake:
         # with far_room top, far peers' groups come on top of the batch, up to the room this
         # node generated in their place (loop.share): no more than they would have filled, and
         # a useless far peer's group (first in a probation round) after proven far peers' groups
-        far.sort(key=lambda group: is_useless(self.ledger.standing(group.peer_id)))  # stable: queue order kept
-        on_top = far[:max(0, room - budget)] if self.share.far_on_top else []
+        on_top: list[OfferedGroup] = []
+        if self.share.far_on_top:  # sorted is stable: the queue's order otherwise
+            on_top = sorted(far, key=lambda group: is_useless(self.ledger.standing(group.peer_id)))[:max(0, room - budget)]
         timings["score_s"] = timings["screen_s"] = 0.0
         screening = self.screener.open_round(own, peers_coming=(bool(queue) and budget > 0) or bool(on_top))
         measured = Measured()  # peers' samples under our model and as we graded them (loop.share)
