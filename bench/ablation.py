@@ -194,6 +194,11 @@ def print_gains(setting: Setting, args: argparse.Namespace, runs: list[Condition
             other = f"{nois.gain:+.3f} ({nois.se:.3f}) {nois.verdict.word():>13}" if shown else ""
             print(f"{gain.label:<12} {gain.condition:<22} {gain.seeds:>5} {gain.before:>7.3f} {gain.after:>7.3f} "
                   f"{cell:>16} {lower:>9} {word:>13} {gain.tokens_share:>15.2f}x {gain.time_share:>13.2f}x {other:>30}")
+        for gain in gains:
+            if gain.unevaluated:
+                print(f"  {gain.label} {gain.condition}: {gain.unevaluated} seed(s) left out, never evaluated at "
+                      + ("alone's round count (their runs spent alone's modelled time before it)" if match == "step"
+                         else "the end of the run"))
     print(f"verdicts (Student's t over the seeds, paired): ahead = the one-sided 95 % lower bound of the gain is "
           f"above 0; non-inferior = it is at least -{NON_INFERIORITY_MARGIN}; not shown = neither")
     if args.match == "time" and setting.name != CONTROL:  # the control's come with print_control

@@ -126,6 +126,21 @@ def test_the_peers_reward_lead_is_kept_as_the_rule_keeps_it_and_skips_rounds_wit
     assert math.isnan(diagnostics([ConditionRun(ALONE, "shared", 0, [_member("a", 0.5)])])[(ALONE, "a")]["reward_lead"])
 
 
+def test_a_seed_whose_run_ended_before_alone_s_round_count_is_left_out_and_counted():
+    """Step-matched, a time-matched run whose rounds cost more than alone's ends before alone's
+    round count: that seed has no point to compare, and the gain says how many it left out."""
+    record = _member("a", 0.5).rounds[0]
+    runs = []
+    for seed, rounds_together in enumerate([2, 1, 2]):
+        runs.append(ConditionRun(ALONE, "shared", seed, [MemberRun("a", 0.5, 0.6, rounds=[record, record])]))
+        runs.append(ConditionRun("f-tis", "shared", seed,
+                                 [MemberRun("a", 0.5, 0.7, rounds=[record] * rounds_together, time_matched_at=rounds_together)]))
+    step = next(g for g in paired_gains(runs, match="step") if g.condition == "f-tis")
+    assert (step.seeds, step.unevaluated) == (2, 1) and step.gain == pytest.approx(0.1)
+    time = next(g for g in paired_gains(runs, match="time") if g.condition == "f-tis")
+    assert (time.seeds, time.unevaluated) == (3, 0)
+
+
 def test_a_condition_without_its_alone_run_is_left_out():
     runs = [ConditionRun(ALONE, "shared", 0, [_member("a", 0.5)]), ConditionRun("nois", "shared", 1, [_member("a", 0.6)])]
     assert [(g.label, g.condition) for g in paired_gains(runs)] == [("a", ALONE)]

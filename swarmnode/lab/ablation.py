@@ -392,6 +392,7 @@ class Gain:
     seeds: int
     tokens_share: float  # tokens it generated / tokens it generated under the baseline
     time_share: float = math.nan  # its modelled time / the baseline's (CostModel)
+    unevaluated: int = 0  # seeds with a run either side left out: one of the two has no evaluation at the point
 
     @property
     def verdict(self) -> Verdict:
@@ -453,7 +454,9 @@ def paired_gains(runs: list[ConditionRun], baseline: str = ALONE, match: str = "
     objective such as nois), seed by seed; [] when no run has that condition. `step`: at
     alone's round count (a time-matched run is evaluated there on its way), the baseline too;
     `time`: at the end of each run (a time-matched run ends when its modelled time is spent).
-    A seed either side was not evaluated at is left out."""
+    A seed either side was not evaluated at is left out, and counted (`Gain.unevaluated`): step-
+    matched, a run whose rounds cost more than alone's spends its modelled time before alone's
+    round count and has no point there."""
     cost = cost or CostModel()
     base = {(r.seed, m.label): m for r in runs if r.condition == baseline for m in r.members}
     if not base:
@@ -461,7 +464,7 @@ def paired_gains(runs: list[ConditionRun], baseline: str = ALONE, match: str = "
     steps = {(r.seed, m.label): len(m.rounds) for r in runs if r.condition == ALONE for m in r.members}
     gains = []
     for (condition, label), seeded in by_member(runs).items():
-        pairs, upto, theirs = [], [], []
+        pairs, upto, theirs, unevaluated = [], [], [], 0
         for seed, m in seeded:
             if (seed, label) not in base:
                 continue
@@ -472,6 +475,8 @@ def paired_gains(runs: list[ConditionRun], baseline: str = ALONE, match: str = "
                 pairs.append((m, a))
                 upto.append(at)
                 theirs.append(baseline_accuracy)
+            else:
+                unevaluated += 1
         if pairs:
             accuracy = [m.accuracy_at(n) for (m, _), n in zip(pairs, upto)]
             diffs = [acc - base_acc for acc, base_acc in zip(accuracy, theirs)]
@@ -488,6 +493,7 @@ def paired_gains(runs: list[ConditionRun], baseline: str = ALONE, match: str = "
                     seeds=len(diffs),
                     tokens_share=tokens / max(sum(a.tokens_generated for _, a in pairs), 1),
                     time_share=statistics.mean(times),
+                    unevaluated=unevaluated,
                 )
             )
     return gains
