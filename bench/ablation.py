@@ -41,7 +41,8 @@ learning by itself and the setting's gains cannot be read as what heterogeneity 
 Printed: per member and condition, greedy pass@1 on --eval-size held-out problems before and
 after, the gain against the same member alone with its standard error paired over seeds, and
 the tokens it generated and its modelled time against alone (step-matched; with `--match
-time`, a second table at the modelled time of alone); then the per-round diagnostics (importance weights,
+time`, a second table at the modelled time of alone; under a table, the seeds a row left out
+because a run was never evaluated at its point); then the per-round diagnostics (importance weights,
 truncation, filter, divergence, gated share, samples trained on, the peers' reward lead). Written to --out: the curves
 against rounds, tokens generated and modelled time (ablation.png) and every round's record
 (ablation.json).
