@@ -119,7 +119,8 @@ Printed beside the same run without
 them: the share of payload samples in what each node trained on, by thirds of the run; the
 share of the nodes' sampled completions (8 for each of 32 held-out prompts) that carry the
 payload or any text outside the answer; greedy accuracy before and after; the other honest
-node's samples each trained on a round (mean from 20 rounds after the crowd arrived); an
+node's samples, the crowd's and its own each trained on a round (mean from 20 rounds after the
+crowd arrived: what the crowd took, and what it made the node generate); an
 honest node's round (its produce and consume, median from round `--arrive` on: the crowd's
 own publishing, in the same process, is not counted).
 
@@ -1205,7 +1206,7 @@ def run_crowd(identities: int, payload_len: int, args: argparse.Namespace, seed:
         sampler = HFGenerator(public, nodes[0].config.rollout, seed=seed + 1) if args.sampling or args.padding else None
         crowd = UsefulCrowd([hub.exchange(n, nodes[0].run_id, PeerLedger()) for n in names], nodes[0].run_id,
                             nodes[0].config, nodes[0].task, public, payload, sampler=sampler, padding=args.padding)
-        trained = [[] for _ in nodes]  # per node, per round: (samples, payload samples, other honest's samples)
+        trained = [[] for _ in nodes]  # per node, per round: (samples, payload samples, other honest's, the crowd's)
         for node, log in zip(nodes, trained):
             node.intake.take = _counting_take(node.intake.take, log, crowd, names)
         before = [strict_accuracy(node, args.eval_size)[0] for node in nodes]
@@ -1247,19 +1248,23 @@ def run_crowd(identities: int, payload_len: int, args: argparse.Namespace, seed:
                           for log in trained],
         "honest_samples": [statistics.mean(log[r][2] for r in late(log, start)) if len(late(log, start)) else float("nan")
                            for log, start in zip(trained, starts)],
+        "crowd_samples": [statistics.mean(log[r][3] for r in late(log, start)) if len(late(log, start)) else float("nan")
+                          for log, start in zip(trained, starts)],
+        "own_samples": [statistics.mean(log[r][4] for r in late(log, start)) if len(late(log, start)) else float("nan")
+                        for log, start in zip(trained, starts)],
         "sampled": sampled, "greedy": greedy, "before": before, "accuracy": accuracy,
         "round_s": statistics.median(round_s[args.arrive:] or round_s),
     }
 
 
 def _counting_take(take, log: list, crowd: UsefulCrowd, crowd_names: list[str]):
-    """`Intake.take`, also noting per round what it trained on: samples (own ones included by
-    the caller, so peers' here), payload samples, and the other honest node's samples."""
+    """`Intake.take`, also noting per round what it trained on: samples (own ones included),
+    payload samples, the other honest node's samples, the crowd's, and its own."""
     def counted(round_, offered, own, timings):
         taken = take(round_, offered, own, timings)
         payload = sum(1 for s in taken.kept if s.source in crowd_names and crowd.carries_payload(s.tokens))
         honest = sum(1 for s in taken.kept if s.source not in crowd_names)
-        log.append((len(own) + len(taken.kept), payload, honest))
+        log.append((len(own) + len(taken.kept), payload, honest, len(taken.kept) - honest, len(own)))
         return taken
     return counted
 
@@ -1283,15 +1288,16 @@ def crowd_scenario(args: argparse.Namespace, payload_lengths: list[int]) -> None
              + (f", {16 - UsefulCrowd.written_of(16, args.padding)} of them the public model's plain samples"
                 if args.padding else "")))
     print(f"{'seed':>4} {'identities':>10} {'payload':>7} {'payload share of trained, by thirds (a | b)':>44} "
-          f"{'payload sampled':>15} {'accuracy a, b':>22} {'peer samples a, b':>18} {'round s':>8}")
+          f"{'payload sampled':>15} {'accuracy a, b':>22} {'peer samples a, b':>18} {'crowd samples a, b':>19} "
+          f"{'own samples a, b':>17} {'round s':>8}")
     for i, seed in enumerate(range(args.first_seed, args.first_seed + args.seeds)):
         for (identities, length), results in runs.items():
             r = results[i]
             shares = " | ".join("/".join(f"{x:.1%}" for x in node) for node in r["payload_share"])
             acc = ", ".join(f"{b:.3f}->{a:.3f}" for b, a in zip(r["before"], r["accuracy"]))
-            peers = ", ".join(f"{x:.1f}" for x in r["honest_samples"])
+            peers, crowd, own = (", ".join(f"{x:.1f}" for x in r[key]) for key in ("honest_samples", "crowd_samples", "own_samples"))
             print(f"{seed:>4} {identities:>10} {length:>7} {shares:>44} {max(r['sampled']):>15.1%} {acc:>22} "
-                  f"{peers:>18} {r['round_s']:>8.2f}", flush=True)
+                  f"{peers:>18} {crowd:>19} {own:>17} {r['round_s']:>8.2f}", flush=True)
     if args.seeds > 1:
         print(f"accuracy with the crowd - without it, paired by seed over {args.seeds} seeds: mean (SE), "
               f"one-sided 95 % lower bound (Student's t, {args.seeds - 1} df); non-inferior: bound >= -{MARGIN}")
