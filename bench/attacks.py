@@ -1206,7 +1206,7 @@ def run_crowd(identities: int, payload_len: int, args: argparse.Namespace, seed:
         sampler = HFGenerator(public, nodes[0].config.rollout, seed=seed + 1) if args.sampling or args.padding else None
         crowd = UsefulCrowd([hub.exchange(n, nodes[0].run_id, PeerLedger()) for n in names], nodes[0].run_id,
                             nodes[0].config, nodes[0].task, public, payload, sampler=sampler, padding=args.padding)
-        trained = [[] for _ in nodes]  # per node, per round: (samples, payload samples, other honest's, the crowd's)
+        trained = [[] for _ in nodes]  # per node, per round: (samples, payload samples, other honest's, the crowd's, own)
         for node, log in zip(nodes, trained):
             node.intake.take = _counting_take(node.intake.take, log, crowd, names)
         before = [strict_accuracy(node, args.eval_size)[0] for node in nodes]
@@ -1243,15 +1243,14 @@ def run_crowd(identities: int, payload_len: int, args: argparse.Namespace, seed:
     def late(log: list, start: int) -> range:  # the crowd proven useful: its place taken (the node's own rounds)
         return range(max(args.arrive - start, 0) + 20, len(log))
 
+    def late_means(column: int) -> list[float]:  # per node, the mean of one column of its log over late rounds
+        return [statistics.mean(log[r][column] for r in late(log, start)) if len(late(log, start)) else float("nan")
+                for log, start in zip(trained, starts)]
+
     return {
         "payload_share": [[sum(log[r][1] for r in t) / max(1, sum(log[r][0] for r in t)) for t in thirds(log)]
                           for log in trained],
-        "honest_samples": [statistics.mean(log[r][2] for r in late(log, start)) if len(late(log, start)) else float("nan")
-                           for log, start in zip(trained, starts)],
-        "crowd_samples": [statistics.mean(log[r][3] for r in late(log, start)) if len(late(log, start)) else float("nan")
-                          for log, start in zip(trained, starts)],
-        "own_samples": [statistics.mean(log[r][4] for r in late(log, start)) if len(late(log, start)) else float("nan")
-                        for log, start in zip(trained, starts)],
+        "honest_samples": late_means(2), "crowd_samples": late_means(3), "own_samples": late_means(4),
         "sampled": sampled, "greedy": greedy, "before": before, "accuracy": accuracy,
         "round_s": statistics.median(round_s[args.arrive:] or round_s),
     }
