@@ -187,11 +187,14 @@ def print_gains(setting: Setting, args: argparse.Namespace, runs: list[Condition
               f"{'95% lower':>9} {'verdict':>13} {'tokens vs alone':>16} {'time vs alone':>14}"
               + (f" {'vs ' + versus:>16} {'verdict':>13}" if against_nois else ""))
         for gain in sorted(gains, key=lambda g: ([m.label for m in setting.members].index(g.label), g.condition != ALONE)):
+            if not gain.seeds:
+                print(f"{gain.label:<12} {gain.condition:<22} {0:>5} no seed evaluated at this point")
+                continue
             cell = "" if gain.condition == ALONE else f"{gain.gain:+.3f} ({gain.se:.3f})"
             lower = "" if gain.condition == ALONE else f"{gain.verdict.lower:+.3f}"
             word = "" if gain.condition == ALONE else gain.verdict.word()
             nois = against_nois.get((gain.label, gain.condition))
-            shown = nois is not None and gain.condition not in (ALONE, versus)
+            shown = nois is not None and nois.seeds > 0 and gain.condition not in (ALONE, versus)
             other = f"{nois.gain:+.3f} ({nois.se:.3f}) {nois.verdict.word():>13}" if shown else ""
             print(f"{gain.label:<12} {gain.condition:<22} {gain.seeds:>5} {gain.before:>7.3f} {gain.after:>7.3f} "
                   f"{cell:>16} {lower:>9} {word:>13} {gain.tokens_share:>15.2f}x {gain.time_share:>13.2f}x {other:>30}")
@@ -247,6 +250,9 @@ def print_control(runs: list[ConditionRun], args: argparse.Namespace) -> None:
         print(f"\ncontrol ({CONTROL}: {SETTINGS[CONTROL].about}), {match}-matched: gain against alone (SE), "
               f"its {EQUIVALENCE_LEVEL:.0%} interval and whether that lies inside +-{EQUIVALENCE_MARGIN}")
         for gain in gains:
+            if not gain.seeds:
+                print(f"  {gain.label:<12} {gain.condition:<22} no seed evaluated at this point")
+                continue
             low, high = gain.verdict.interval
             word = "equivalent" if gain.verdict.equivalent else "equivalence not shown"
             print(f"  {gain.label:<12} {gain.condition:<22} {gain.gain:+.3f} ({gain.se:.3f}), {gain.seeds} seed(s), "
@@ -268,7 +274,7 @@ def print_control(runs: list[ConditionRun], args: argparse.Namespace) -> None:
         if not warnings:
             judged = all(g.seeds > 1 for g in gains)
             print("  control holds: every gain inside the 95 % interval around 0 (Student's t over the seeds)" if judged
-                  else "  one seed: the control cannot be judged")
+                  else "  fewer than two seeds evaluated for a row: the control cannot be judged")
     if args.match == "time":
         print_budgets(runs, f"control ({CONTROL}), time-matched at every budget")
         print_areas(area_gains(runs), f"control ({CONTROL}), budget gain")

@@ -141,6 +141,19 @@ def test_a_seed_whose_run_ended_before_alone_s_round_count_is_left_out_and_count
     assert (time.seeds, time.unevaluated) == (3, 0)
 
 
+def test_a_row_that_leaves_out_every_seed_is_kept_with_no_seeds():
+    """A row whose every run ended before alone's round count is still a row, so a table says it
+    is missing instead of dropping it without a word."""
+    record = _member("a", 0.5).rounds[0]
+    runs = []
+    for seed in range(2):
+        runs.append(ConditionRun(ALONE, "shared", seed, [MemberRun("a", 0.5, 0.6, rounds=[record, record])]))
+        runs.append(ConditionRun("f-tis", "shared", seed, [MemberRun("a", 0.5, 0.7, rounds=[record], time_matched_at=1)]))
+    step = next(g for g in paired_gains(runs, match="step") if g.condition == "f-tis")
+    assert (step.seeds, step.unevaluated) == (0, 2) and math.isnan(step.gain)
+    assert not step.verdict.non_inferior and control_warnings([step]) == []
+
+
 def test_a_condition_without_its_alone_run_is_left_out():
     runs = [ConditionRun(ALONE, "shared", 0, [_member("a", 0.5)]), ConditionRun("nois", "shared", 1, [_member("a", 0.6)])]
     assert [(g.label, g.condition) for g in paired_gains(runs)] == [("a", ALONE)]

@@ -456,7 +456,8 @@ def paired_gains(runs: list[ConditionRun], baseline: str = ALONE, match: str = "
     `time`: at the end of each run (a time-matched run ends when its modelled time is spent).
     A seed either side was not evaluated at is left out, and counted (`Gain.unevaluated`): step-
     matched, a run whose rounds cost more than alone's spends its modelled time before alone's
-    round count and has no point there."""
+    round count and has no point there. A row that leaves out every seed is still returned, with
+    no seeds and nan figures, so that a table says it is missing rather than dropping it."""
     cost = cost or CostModel()
     base = {(r.seed, m.label): m for r in runs if r.condition == baseline for m in r.members}
     if not base:
@@ -496,6 +497,8 @@ def paired_gains(runs: list[ConditionRun], baseline: str = ALONE, match: str = "
                     unevaluated=unevaluated,
                 )
             )
+        elif unevaluated:
+            gains.append(Gain(label, condition, math.nan, math.nan, math.nan, math.nan, 0, math.nan, math.nan, unevaluated))
     return gains
 
 
