@@ -348,9 +348,39 @@ def test_a_peer_scoring_above_us_takes_no_room_and_its_samples_are_never_measure
     assert intake.share.is_far("s") and intake.share.leads["n"] == 0.0
 
 
+def test_a_peer_whose_samples_trail_ours_is_far_only_with_the_trail_on_and_comes_back_below_half():
+    trail = AdaptiveShare(load_config(None, ["node.own_share=0.5", "node.far_reward_trail=0.1"]))
+    lead_only = _lead_share(0.1)
+    assert trail.enabled and not trail.measures_gap, "the trail, like the lead, needs no forward under our model"
+    for share in (trail, lead_only):
+        for _ in range(2):
+            share.observe([], {}, [0.5], {"weak": [0.2], "strong": [0.8]})
+    assert trail.leads["weak"] == pytest.approx(-0.108) and trail.far == {"weak"}, "trailing by 0.108: far"
+    assert lead_only.far == {"strong"}, "the lead alone never drops a peer that scores below us"
+    for _ in range(4):
+        trail.observe([], {}, [0.5], {"weak": [0.5]})
+    assert -trail.leads["weak"] < 0.05 and not trail.is_far("weak"), "trailing by less than half: near again"
+
+
+@pytest.mark.parametrize("far_room, fifth_round", [("own", set()), ("top", {"w"})])
+def test_a_peer_scoring_below_us_takes_no_room_and_under_top_comes_on_top(tmp_path, far_room, fifth_round):
+    """Peer w's groups score 0.25 as we grade them, n's 0.5, our own 0.5: with the trail on, w's
+    running trail passes 0.1 in the third round; then its room is ours, and under top its group
+    comes on top of our whole batch instead of in its place."""
+    intake = _scored_intake(tmp_path, {0: [0.0, 1.0, 0.0, 1.0], 1: [0.0, 0.0, 0.0, 1.0]},
+                            "node.far_reward_trail=0.1", f"node.far_room={far_room}")
+    taken_from = []
+    for round_ in range(5):
+        offered = [OfferedGroup("w", round_, 1, [], 0.0), OfferedGroup("n", round_, 0, [], 0.0)]
+        taken = intake.take(round_, offered, own=_own(-1.0, reward=0.5), timings={})
+        taken_from.append({s.source for s in taken.kept})
+    assert taken_from == [{"w"}] * 3 + [{"n"}, fifth_round]
+    assert intake.share.current() == 1.0 and intake.share.is_far("w") and not intake.share.is_far("n")
+
+
 @pytest.mark.parametrize("override, named", [
     ("node.far_room=sideways", "far_room"), ("node.far_reward_lead=-0.1", "far_reward_lead"),
-    ("node.far_reward_lead=much", "far_reward_lead"),
+    ("node.far_reward_lead=much", "far_reward_lead"), ("node.far_reward_trail=-0.1", "far_reward_trail"),
 ])
 def test_a_bad_far_setting_is_a_clear_error_naming_it(override, named):
     with pytest.raises(ValueError, match=named):

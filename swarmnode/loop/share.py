@@ -22,6 +22,12 @@ peer, from a prior of no lead) is far as well. On the bench a peer's samples tau
 nothing wherever they scored above the member's own, and were worth 0.01-0.07 wherever they
 scored at or below them, whatever the peer's distance (docs/figures.md).
 
+With `node.far_reward_trail` set, a peer whose samples trail our own by that much is far too:
+beside three smaller peers a member generated a quarter of its batch and trained on peers'
+samples scoring 0.18 below its own for the rest, and ended about 0.02 below alone whatever else
+was tried (docs/figures.md, "A far peer on top"); under `node.far_room` top such a peer's groups
+still come, on top of the member's own whole batch instead of in its place.
+
 One group of each far peer a round is still measured under our model (not trained on, unless
 it came on top under `node.far_room` top, which measures it as well), so a peer that comes near
 is taken again: once its gap falls below half the setting. One group is a
@@ -69,6 +75,7 @@ class AdaptiveShare:
         self.generate_far_room = config.node.far_room in ("own", "top")  # else near peers' groups only, or nothing
         self.far_on_top = config.node.far_room == "top"  # far peers' groups trained on beyond the batch
         self.lead_bar = config.node.far_reward_lead  # 0: off
+        self.trail_bar = config.node.far_reward_trail  # 0: off
         self.gaps: dict[str, float] = {}  # peer -> nats a token, smoothed over rounds
         self.leads: dict[str, float] = {}  # peer -> its samples' mean reward over our own's, smoothed from 0
         self.far: set[str] = set()  # peers whose gap reached the setting and has not fallen back
@@ -77,7 +84,7 @@ class AdaptiveShare:
 
     @property
     def enabled(self) -> bool:
-        return (self.far_gap > 0 or self.lead_bar > 0) and self.floor < 1.0
+        return (self.far_gap > 0 or self.lead_bar > 0 or self.trail_bar > 0) and self.floor < 1.0
 
     @property
     def gap(self) -> float | None:
@@ -161,15 +168,16 @@ class AdaptiveShare:
                 self.leads.pop(forgotten, None)
                 self.far.discard(forgotten)
 
-    def _beyond(self, peer: str, fraction: float) -> tuple[bool, bool]:
-        """Whether the peer's gap, and its lead, reach `fraction` of their settings (a measure
-        that is off or not measured yet reaches nothing)."""
+    def _beyond(self, peer: str, fraction: float) -> tuple[bool, bool, bool]:
+        """Whether the peer's gap, its lead and its trail reach `fraction` of their settings (a
+        measure that is off or not measured yet reaches nothing)."""
         gap, lead = self.gaps.get(peer), self.leads.get(peer)
         return (self.far_gap > 0 and gap is not None and gap >= fraction * self.far_gap,
-                self.lead_bar > 0 and lead is not None and lead >= fraction * self.lead_bar)
+                self.lead_bar > 0 and lead is not None and lead >= fraction * self.lead_bar,
+                self.trail_bar > 0 and lead is not None and -lead >= fraction * self.trail_bar)
 
     def _classify(self, peer: str) -> None:
-        """Far once either measure reaches its setting; near again once both are below the band."""
+        """Far once any measure reaches its setting; near again once all are below the band."""
         if any(self._beyond(peer, 1.0)):
             self.far.add(peer)
         elif not any(self._beyond(peer, RETURN_FRACTION)):

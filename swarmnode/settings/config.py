@@ -310,9 +310,16 @@ class NodeSettings(_Section):
         "own samples' by this much (a running mean a peer, from a prior of no lead) is far as well, until its lead "
         "falls below half this; 0 = off (swarmnode.loop.share; docs/figures.md)",
     )
+    far_reward_trail: float = Field(
+        0.0, ge=0,
+        description="with own_share below 1: a peer whose samples' mean reward, as this node grades them, trails its "
+        "own samples' by this much (the running mean far_reward_lead keeps) is far as well, until it trails by less "
+        "than half this; with far_room top its groups then come on top of this node's own instead of in their "
+        "place; 0 = off (swarmnode.loop.share; docs/figures.md)",
+    )
     far_room: Literal["own", "near", "top"] = Field(
         "own",
-        description="own | near | top: with adapt_share_nats or far_reward_lead, what takes a far peer's room in the batch: this node's own "
+        description="own | near | top: with adapt_share_nats, far_reward_lead or far_reward_trail, what takes a far peer's room in the batch: this node's own "
         "generation (a generation cost), or near peers' groups only, what they leave staying empty (a smaller step, "
         "no generation added), or its own generation with the far peers' groups screened and trained on on top, up to "
         "the room they left (a generation and a training cost)",
