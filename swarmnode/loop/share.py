@@ -34,7 +34,7 @@ is taken again: once its gap falls below half the setting. One group is a
 noisy measure, and with a single threshold a far peer's gap dipped under it in a tenth to a fifth
 of rounds, each costing a round with half a batch of far samples (the band damps that).
 
-Both measures are the node's own (its model's log-probs, its own grading): nothing a peer claims
+The measures are the node's own (its model's log-probs, its own grading): nothing a peer claims
 enters them, and they only move the share between `own_share` and 1, so the worst a crowd of far
 identities can do with them is make this node generate its whole batch, as alone (under
 `node.far_room` top, with at most the peers' share at `own_share` of far groups on top, screened:
@@ -78,7 +78,7 @@ class AdaptiveShare:
         self.trail_bar = config.node.far_reward_trail  # 0: off
         self.gaps: dict[str, float] = {}  # peer -> nats a token, smoothed over rounds
         self.leads: dict[str, float] = {}  # peer -> its samples' mean reward over our own's, smoothed from 0
-        self.far: set[str] = set()  # peers whose gap reached the setting and has not fallen back
+        self.far: set[str] = set()  # peers whose gap, lead or trail reached its setting and has not fallen back
         self.far_part = 0.0  # of the peers' groups offered in the last round, the part from far peers
         self.measured_last: list[str] = []  # peers measured in the last round, for its record
 
