@@ -105,9 +105,9 @@ class AdaptiveShare:
         return self.enabled and self.far_gap > 0
 
     def is_far(self, peer_id: str) -> bool:
-        """Whether the peer's groups take no room: its running gap reached the setting and has
-        not fallen below the band since. A peer not measured yet is near (its first groups are
-        screened like anyone's)."""
+        """Whether the peer's groups take no room: its running gap, lead or trail reached its
+        setting and none has fallen below the band since. A peer not measured yet is near (its
+        first groups are screened like anyone's)."""
         return self.enabled and peer_id in self.far
 
     def far_peers(self) -> set[str]:
@@ -185,14 +185,15 @@ class AdaptiveShare:
 
     def checkpoint_state(self) -> dict[str, Any]:
         """What a resumed node keeps (swarmnode.loop.checkpoints): each peer's running gap and
-        the far part of the last offer. Which peers are far follows from the gaps, except inside
-        the band, so the far ones are kept by name."""
+        reward lead, and the far part of the last offer. Which peers are far follows from those,
+        except inside the band, so the far ones are kept by name."""
         return {"likelihood_gaps": dict(self.gaps), "reward_leads": dict(self.leads), "far_peers": sorted(self.far),
                 "far_part": self.far_part}
 
     def restore(self, state: dict[str, Any]) -> None:
-        """A checkpoint's gaps; one written before gaps were kept a peer (a single pooled
-        `likelihood_gap`) is measured afresh; one written before the band is classed by its gaps."""
+        """A checkpoint's gaps and leads; one written before gaps were kept a peer (a single
+        pooled `likelihood_gap`) is measured afresh; one written before the band is classed by
+        its measures."""
         self.gaps = _finite_by_peer(state.get("likelihood_gaps"))
         self.leads = _finite_by_peer(state.get("reward_leads"))
         far = state.get("far_peers")
