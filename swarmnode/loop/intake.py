@@ -227,9 +227,8 @@ class Intake:
         `node.skip_uninformative`) one with advantage 0; the next groups are screened in their
         place (at most SCREEN_PASSES times), and a group on probation comes on top. Every group
         screened is used up; a picking peer's groups (screening.repeats) are not screened but
-        on probation. Far peers' groups (loop.share) take no room; with `node.far_room` top (or
-        top-trailing, those scoring below ours) they are screened on top, up to the room generated
-        in their place. Screening's strikes and
+        on probation. Far peers' groups (loop.share) take no room; with `node.far_room` top they
+        are screened on top, up to the room generated in their place. Screening's strikes and
         each peer's useful samples go to the ledger."""
         _, budget = batch_split(self.config, self.share.current())
         group_size = self.config.rollout.group_size
@@ -250,12 +249,12 @@ class Intake:
         self.share.offered(g.peer_id for g in queue[:room])
         far = [g for g in queue if self.share.is_far(g.peer_id)]  # take no room (loop.share)
         queue = [g for g in queue if not self.share.is_far(g.peer_id)]
-        # with far_room top (top-trailing: only peers scoring below us), far peers' groups come on
-        # top of the batch, up to the room this node generated in their place (loop.share): no
-        # more than they would have filled, and a useless far peer's group (first in a probation
-        # round) after proven far peers' groups; sorted is stable: the queue's order otherwise
-        on_top = sorted((g for g in far if self.share.comes_on_top(g.peer_id)),
-                        key=lambda group: is_useless(self.ledger.standing(group.peer_id)))[:max(0, room - budget)]
+        # with far_room top, far peers' groups come on top of the batch, up to the room this
+        # node generated in their place (loop.share): no more than they would have filled, and
+        # a useless far peer's group (first in a probation round) after proven far peers' groups
+        on_top: list[OfferedGroup] = []
+        if self.share.far_on_top:  # sorted is stable: the queue's order otherwise
+            on_top = sorted(far, key=lambda group: is_useless(self.ledger.standing(group.peer_id)))[:max(0, room - budget)]
         timings["score_s"] = timings["screen_s"] = 0.0
         screening = self.screener.open_round(own, peers_coming=(bool(queue) and budget > 0) or bool(on_top))
         measured = Measured()  # peers' samples under our model and as we graded them (loop.share)

@@ -26,12 +26,7 @@ With `node.far_reward_trail` set, a peer whose samples trail our own by that muc
 beside three smaller peers a member generated a quarter of its batch and trained on peers'
 samples scoring 0.18 below its own for the rest, and ended about 0.02 below alone whatever else
 was tried (docs/figures.md, "A far peer on top"); under `node.far_room` top such a peer's groups
-still come, on top of the member's own whole batch instead of in its place. Under `node.far_room`
-top-trailing only far peers whose samples score below our own (a running lead below 0) come on
-top; a far peer scoring above them takes no room and is not trained on, as under own: beside the
-specialist a member lost about 0.02 more with a leading peer's groups on top than with them left
-out, and beside a larger peer the one taking the trailing peer's groups on top gained
-(docs/figures.md, "A peer that trails, on top").
+still come, on top of the member's own whole batch instead of in its place.
 
 One group of each far peer a round is still measured under our model (not trained on, unless
 it came on top under `node.far_room` top, which measures it as well), so a peer that comes near
@@ -77,9 +72,8 @@ class AdaptiveShare:
     def __init__(self, config: Config) -> None:
         self.floor = config.node.own_share
         self.far_gap = config.node.adapt_share_nats  # 0: off
-        self.generate_far_room = config.node.far_room != "near"  # else near peers' groups only, or nothing
-        self.far_on_top = config.node.far_room in ("top", "top-trailing")  # far groups trained on beyond the batch
-        self.top_only_trailing = config.node.far_room == "top-trailing"  # ...only a peer scoring below us
+        self.generate_far_room = config.node.far_room in ("own", "top")  # else near peers' groups only, or nothing
+        self.far_on_top = config.node.far_room == "top"  # far peers' groups trained on beyond the batch
         self.lead_bar = config.node.far_reward_lead  # 0: off
         self.trail_bar = config.node.far_reward_trail  # 0: off
         self.gaps: dict[str, float] = {}  # peer -> nats a token, smoothed over rounds
@@ -116,21 +110,13 @@ class AdaptiveShare:
         first groups are screened like anyone's)."""
         return self.enabled and peer_id in self.far
 
-    def comes_on_top(self, peer_id: str) -> bool:
-        """Whether a far peer's groups are screened and trained on on top of the batch (`node.far_room`
-        top, or top-trailing where its samples score below our own as we grade them)."""
-        if not self.far_on_top or not self.is_far(peer_id):
-            return False
-        return not self.top_only_trailing or self.leads.get(peer_id, 0.0) < 0.0
-
     def far_peers(self) -> set[str]:
         """The peers whose groups take no room now (none when the rule is off)."""
         return set(self.far) if self.enabled else set()
 
     def current(self) -> float:
         """own_share, raised by the part of the peers' share that far peers' groups filled
-        (`node.far_room` own, top or top-trailing; with near, own_share: that part is left to near
-        peers' groups)."""
+        (`node.far_room` own or top; with near, own_share: that part is left to near peers' groups)."""
         if not self.enabled or not self.generate_far_room:
             return self.floor
         return self.floor + (1.0 - self.floor) * self.far_part
