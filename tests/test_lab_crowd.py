@@ -62,3 +62,32 @@ def test_a_padded_crowd_writes_its_first_groups_and_fills_the_rest_with_the_publ
         UsefulCrowd([], "run", config, task, policy, [], padding=0.5)
     with pytest.raises(ValueError, match="in \\[0, 1\\)"):
         UsefulCrowd([], "run", config, task, policy, [], sampler=HFGenerator(policy, config.rollout), padding=1.0)
+
+
+def test_a_sampling_crowd_makes_a_round_s_groups_in_one_generate_call_scored_as_one_by_one(make_policy):
+    policy = make_policy(hidden=32, layers=1)
+    task = make_task(TaskSettings(name="arithmetic"))
+    config = Config()
+    hub = InMemoryHub()
+    sampler = HFGenerator(policy, config.rollout, seed=1)
+    calls: list[int] = []
+    generate = sampler.generate
+    sampler.generate = lambda prompts, size: calls.append(len(prompts)) or generate(prompts, size)
+    crowd = UsefulCrowd([hub.exchange(f"crowd{i}", "run", PeerLedger()) for i in range(2)], "run", config, task,
+                        policy, [], groups=4, sampler=sampler)
+    crowd.publish(0)
+    assert len(calls) == 1 and 4 < calls[0] <= 8, "both identities' distinct prompts in one call"
+    crowd.publish(0)
+    assert len(calls) == 1, "a group made once is sent again as made"
+    received = hub.exchange("honest", "run", PeerLedger()).gather()
+    groups = [g for batch in received for g in wire.decode(batch.payload).groups]
+    assert len(groups) == 8
+    for group in groups:
+        problem = task.train_problem(group.prompt_id)
+        right = policy.tokenizer(f"{ANSWER_OPEN}{problem.answer}</answer>", add_special_tokens=False)["input_ids"]
+        completions = [c.tokens for c in group.completions()]
+        assert [int(t) for t in completions[0][: len(right)]] == right, "the right answer in place of the first sample"
+        alone = policy.token_logprobs([build_prompt(task, problem, policy)] * len(completions), completions,
+                                      config.rollout.temperature)
+        for completion, expected in zip(group.completions(), alone):
+            np.testing.assert_allclose(completion.logprobs, expected, atol=1e-4)

@@ -14,7 +14,8 @@ starting model, the most weight an honest generator's could buy. bench/attacks.p
 Such groups repeat two completions four times each, far more often than their log-probs allow,
 and a node finds them picked, not sampled (swarmnode.screening.repeats). With a `sampler` the
 crowd runs the public model instead and only puts the right answer (after the payload) in place
-of its first sample: its groups repeat as sampling does, and it costs a forward pass a group.
+of its first sample: its groups repeat as sampling does, and it costs a generate call a round
+(every new group of the round in one).
 With `padding` (and a sampler) it writes only some groups of each batch and fills the rest with
 the public model's plain samples, to keep its evidence of picking low.
 """
@@ -143,11 +144,15 @@ class UsefulCrowd:
         return max(1, round(groups * (1.0 - padding)))
 
     def publish(self, round_: int) -> None:
-        for exchange in self.exchanges:
-            ids = assigned_prompt_ids(self.config.node.seed, exchange.peer_id, round_, self.groups, self.task.num_train)
+        assigned = [
+            (exchange, assigned_prompt_ids(self.config.node.seed, exchange.peer_id, round_, self.groups, self.task.num_train))
+            for exchange in self.exchanges
+        ]
+        self._make_groups([(i, n >= self.written) for _, ids in assigned for n, i in enumerate(ids)])
+        for exchange, ids in assigned:
             batch = wire.RolloutBatch(
                 run_id=self.run_id, peer_id=exchange.peer_id, round=round_,
-                tokenizer_digest=self.digest, groups=[self._group(i, n >= self.written) for n, i in enumerate(ids)],
+                tokenizer_digest=self.digest, groups=[self._cache[i, n >= self.written] for n, i in enumerate(ids)],
             )
             exchange.publish(round_, wire.encode(batch), batch.num_tokens)
 
@@ -155,13 +160,13 @@ class UsefulCrowd:
         """Whether a completion starts with the payload (none: never)."""
         return starts_with(tokens, self.payload)
 
-    def _group(self, prompt_id: int, plain: bool) -> wire.CompletionGroup:
-        if (prompt_id, plain) not in self._cache:
-            self._cache[prompt_id, plain] = self._make_group(prompt_id, plain)
-        return self._cache[prompt_id, plain]
-
-    def _make_group(self, prompt_id: int, plain: bool) -> wire.CompletionGroup:
-        problem = self.task.train_problem(prompt_id)
+    def _make_groups(self, keys: list[tuple[int, bool]]) -> None:
+        """Cache the groups of (prompt id, plain sample) `keys` not made yet, all of a round in one
+        generate call and one scoring pass: one small model's call a group costs several times
+        as much (a crowd of six sends 96 groups a round)."""
+        missing = list(dict.fromkeys(key for key in keys if key not in self._cache))
+        if not missing:
+            return
         tokenizer = self.public.tokenizer
         limit = self.config.rollout.max_new_tokens
         size = self.config.rollout.group_size
@@ -171,15 +176,28 @@ class UsefulCrowd:
             ids = (ids + [tokenizer.eos_token_id])[:limit]
             return np.array(ids, dtype=np.int32)
 
-        prompt = build_prompt(self.task, problem, self.public)
-        if plain:  # padding: the public model's own samples, as an honest peer of it sends
-            completions = [c.tokens for c in self.sampler.generate([prompt], size)[0]]
-        elif self.sampler is not None and not self._padding:  # its own samples, the first one the right answer
-            sampled = [c.tokens for c in self.sampler.generate([prompt], size)[0]]
-            completions = [completion(problem.answer, self.payload)] + sampled[1:]
-        else:
-            right = [completion(problem.answer, self.payload) for _ in range(size - size // 2)]
-            wrong = [completion(off_by_one(problem.answer), []) for _ in range(size // 2)]
-            completions = right + wrong
-        logprobs = self.public.token_logprobs([prompt] * size, completions, self.config.rollout.temperature)
-        return wire.CompletionGroup.of(prompt_id, [wire.Completion(c, lp.astype(np.float32)) for c, lp in zip(completions, logprobs)])
+        problems = [self.task.train_problem(prompt_id) for prompt_id, _ in missing]
+        prompts = [build_prompt(self.task, problem, self.public) for problem in problems]
+        # plain groups (padding) and, without padding, every group of a sampling crowd run the public model
+        sampled_keys = [n for n, (_, plain) in enumerate(missing) if plain or (self.sampler is not None and not self._padding)]
+        sampled: dict[int, list[np.ndarray]] = {}
+        if sampled_keys:
+            groups = self.sampler.generate([prompts[n] for n in sampled_keys], size)
+            sampled = {n: [c.tokens for c in group] for n, group in zip(sampled_keys, groups)}
+        made: list[list[np.ndarray]] = []
+        for n, ((_, plain), problem) in enumerate(zip(missing, problems)):
+            if plain:  # padding: the public model's own samples, as an honest peer of it sends
+                made.append(sampled[n])
+            elif n in sampled:  # its own samples, the first one the right answer
+                made.append([completion(problem.answer, self.payload)] + sampled[n][1:])
+            else:
+                right = [completion(problem.answer, self.payload) for _ in range(size - size // 2)]
+                wrong = [completion(off_by_one(problem.answer), []) for _ in range(size // 2)]
+                made.append(right + wrong)
+        flat_prompts = [prompt for prompt in prompts for _ in range(size)]
+        logprobs = self.public.token_logprobs(flat_prompts, [c for group in made for c in group], self.config.rollout.temperature)
+        for n, (key, completions) in enumerate(zip(missing, made)):
+            group_logprobs = logprobs[n * size : (n + 1) * size]
+            self._cache[key] = wire.CompletionGroup.of(
+                key[0], [wire.Completion(c, lp.astype(np.float32)) for c, lp in zip(completions, group_logprobs)]
+            )
