@@ -144,15 +144,16 @@ class UsefulCrowd:
         return max(1, round(groups * (1.0 - padding)))
 
     def publish(self, round_: int) -> None:
-        assigned = [
-            (exchange, assigned_prompt_ids(self.config.node.seed, exchange.peer_id, round_, self.groups, self.task.num_train))
+        keys_of = {  # per identity, its batch's (prompt id, plain sample) in order
+            exchange.peer_id: [(i, n >= self.written) for n, i in enumerate(
+                assigned_prompt_ids(self.config.node.seed, exchange.peer_id, round_, self.groups, self.task.num_train))]
             for exchange in self.exchanges
-        ]
-        self._make_groups([(i, n >= self.written) for _, ids in assigned for n, i in enumerate(ids)])
-        for exchange, ids in assigned:
+        }
+        self._make_groups([key for keys in keys_of.values() for key in keys])
+        for exchange in self.exchanges:
             batch = wire.RolloutBatch(
                 run_id=self.run_id, peer_id=exchange.peer_id, round=round_,
-                tokenizer_digest=self.digest, groups=[self._cache[i, n >= self.written] for n, i in enumerate(ids)],
+                tokenizer_digest=self.digest, groups=[self._cache[key] for key in keys_of[exchange.peer_id]],
             )
             exchange.publish(round_, wire.encode(batch), batch.num_tokens)
 
@@ -178,17 +179,17 @@ class UsefulCrowd:
 
         problems = [self.task.train_problem(prompt_id) for prompt_id, _ in missing]
         prompts = [build_prompt(self.task, problem, self.public) for problem in problems]
-        # plain groups (padding) and, without padding, every group of a sampling crowd run the public model
-        sampled_keys = [n for n, (_, plain) in enumerate(missing) if plain or (self.sampler is not None and not self._padding)]
-        sampled: dict[int, list[np.ndarray]] = {}
-        if sampled_keys:
-            groups = self.sampler.generate([prompts[n] for n in sampled_keys], size)
-            sampled = {n: [c.tokens for c in group] for n, group in zip(sampled_keys, groups)}
+        samples_every_group = self.sampler is not None and not self._padding  # else only plain (padding) groups
+        to_sample = [n for n, (_, plain) in enumerate(missing) if plain or samples_every_group]
+        sampled: dict[int, list[np.ndarray]] = {}  # index in `missing` -> the public model's samples
+        if to_sample:
+            groups = self.sampler.generate([prompts[n] for n in to_sample], size)
+            sampled = {n: [c.tokens for c in group] for n, group in zip(to_sample, groups)}
         made: list[list[np.ndarray]] = []
         for n, ((_, plain), problem) in enumerate(zip(missing, problems)):
             if plain:  # padding: the public model's own samples, as an honest peer of it sends
                 made.append(sampled[n])
-            elif n in sampled:  # its own samples, the first one the right answer
+            elif samples_every_group:  # its own samples, the first one the right answer
                 made.append([completion(problem.answer, self.payload)] + sampled[n][1:])
             else:
                 right = [completion(problem.answer, self.payload) for _ in range(size - size // 2)]
