@@ -91,7 +91,16 @@ from swarmnode.lab.ablation import (  # noqa: E402
     setting_from_json,
 )
 from swarmnode.lab.kernels import pinned_env  # noqa: E402
-from swarmnode.lab.parallel import RunJob, code_digest, code_line, defaults_digest, run_codes, run_jobs  # noqa: E402
+from swarmnode.lab.parallel import (  # noqa: E402
+    RunJob,
+    code_digest,
+    code_line,
+    defaults_digest,
+    kernels_line,
+    recorded,
+    run_codes,
+    run_jobs,
+)
 from swarmnode.lab.verdicts import EQUIVALENCE_LEVEL, EQUIVALENCE_MARGIN, NON_INFERIORITY_MARGIN  # noqa: E402
 from swarmnode.model.tiny import TINY_PRESETS, tiny_path, weights_digest  # noqa: E402
 from swarmnode.sizing.cost import GEN_SHARE, CostModel  # noqa: E402
@@ -388,6 +397,9 @@ def train(setting: Setting, conditions: list[str], args: argparse.Namespace, sha
     directory = args.runs or args.out / "runs"
     runs = run_jobs(alone + together, directory, args.jobs, progress=lambda line: print(line, flush=True))
     print(code_line(run_codes(alone + together, directory), code_digest()), flush=True)
+    mixed_paths = kernels_line(recorded(alone + together, directory, "kernels"), kernels_of())
+    if mixed_paths:
+        print(mixed_paths, flush=True)
     members = len(setting.members)
     merged = [ConditionRun(ALONE, args.accounting, seed, [run.members[0] for run in runs[i * members:(i + 1) * members]])
               for i, seed in enumerate(seeds)] if alone else []

@@ -6,8 +6,10 @@
 
 Compares every member's accuracies before and after, its curve, and every field of every
 round's record, except what the clock measures (timings, peer_age_s, tokens_per_s). A field
-only one run records (a metric added between them) is named, not compared. Both runs must come
-from one machine: the tiny presets are built on each. Exit 1 on any difference.
+only one run records (a metric added between them) is named, not compared. Runs of two machines
+compare too (the presets ship built): the first round named is where they part, which is how a
+difference between machines is traced (docs/figures.md, "MKL's branch follows the CPU's maker").
+Exit 1 on any difference.
 """
 
 from __future__ import annotations

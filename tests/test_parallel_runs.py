@@ -3,11 +3,13 @@ for one job is the same to the last digit, and a table started again trains noth
 
 import json
 import subprocess
+import sys
 
 import pytest
 
 from swarmnode.lab import parallel
 from swarmnode.lab.ablation import SETTINGS, Shape
+from swarmnode.lab.kernels import pinned_env
 from swarmnode.lab.parallel import RunJob, run_jobs
 from swarmnode.model.tiny import TINY_PRESETS, tiny_path, weights_digest
 from swarmnode.settings.config import load_config
@@ -75,6 +77,26 @@ def test_a_run_records_its_code_and_a_table_of_mixed_code_says_so(tmp_path):
     line = parallel.code_line(codes, current)
     assert "2 version(s)" in line and "this checkout (1)" in line and "unrecorded (1)" in line and "clear --runs" in line
     assert parallel.run_from_json(data) is not None, "an older file still reads"
+
+
+def test_a_run_records_its_kernel_path_and_a_table_made_on_another_says_so(tmp_path):
+    """MKL's branch follows the CPU's maker, so a run records the path it computed on, and a
+    table whose runs another machine made (or a run from before runs recorded it) says so."""
+    run_jobs([_job(0), _job(1)], tmp_path, 2)
+    here = subprocess.run([sys.executable, "-c", "from swarmnode.lab.kernels import kernel_path; print(kernel_path())"],
+                          env=pinned_env(), capture_output=True, text=True, check=True).stdout.strip()
+    paths = parallel.recorded([_job(0), _job(1)], tmp_path, "kernels")
+    assert paths == {here: 2}
+    assert parallel.kernels_line(paths, here) is None, "every run made here: nothing to say"
+    other = tmp_path / f"{_job(1).stem()}.json"
+    data = json.loads(other.read_text())
+    data["kernels"] = "torch 2.13.0+cpu, AVX2 kernels, MKL_CBWR=AVX2, x86_64 (another machine)"
+    other.write_text(json.dumps(data))
+    line = parallel.kernels_line(parallel.recorded([_job(0), _job(1)], tmp_path, "kernels"), here)
+    assert "2 code path(s)" in line and "this machine (1)" in line and "another machine) (1)" in line
+    del data["kernels"]
+    other.write_text(json.dumps(data))
+    assert "unrecorded (1)" in parallel.kernels_line(parallel.recorded([_job(0), _job(1)], tmp_path, "kernels"), here)
 
 
 def test_the_code_digest_follows_every_source_file(tmp_path):

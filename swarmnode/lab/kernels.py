@@ -1,23 +1,39 @@
 """One CPU code path for figures that must read the same on every machine.
 
-torch picks its vectorised kernels by the CPU it finds (AVX-512 on this project's machines, AVX2
-on many others), and the sums they compute differ in the last bits. Measured: the tiny preset's
-warm-up, run under AVX-512 and under AVX2 kernels on one machine, ends in weights with other
-digests (the same under one thread or two), and a learning run's sampled tokens follow its
+torch picks its vectorised kernels by the CPU it finds (AVX-512 on some of this project's
+machines, AVX2 on others), and the sums they compute differ in the last bits. Measured: the tiny
+preset's warm-up, run under AVX-512 and under AVX2 kernels on one machine, ends in weights with
+other digests (the same under one thread or two), and a learning run's sampled tokens follow its
 weights. A bench that wants its tables re-run elsewhere to print the same numbers trains in
-child processes started with `pinned_env()`: AVX2 kernels for torch and MKL on every x86-64 CPU
-(all since 2015 have them), one thread. On another architecture nothing is pinned, and the
-bench says so beside its figures (`kernel_path`).
+child processes started with `pinned_env()`: torch's AVX2 kernels on every x86-64 CPU (all since
+2015 have them), MKL's AVX2 branch, one thread. On another architecture nothing is pinned, and
+the bench says so beside its figures (`kernel_path`).
+
+MKL, whose SGEMM is every matrix product on this path (the only MKL or oneDNN call a learning
+run makes, by MKL_VERBOSE and ONEDNN_VERBOSE), honours a named branch only on Intel CPUs: Intel
+documents that elsewhere it takes only AUTO or COMPATIBLE, and on an AMD EPYC `MKL_CBWR=AVX2`
+leaves it on AUTO (MKL_VERBOSE prints `CNR:AUTO`). So on a non-Intel CPU the pinned path is
+torch's, not MKL's; `kernel_path` prints the branch MKL took, read from MKL itself, and a table
+says when its runs were made on more than one. COMPATIBLE is the one branch Intel documents as
+the same on Intel and other CPUs; it computes other bits than AVX2 and is slower (docs/figures.md,
+"Reproducible on another machine").
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import platform
+from pathlib import Path
 
 import torch
 
 PINNED_KERNELS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "OMP_NUM_THREADS": "1"}
+# mkl_cbwr.h: what mkl_cbwr_get(MKL_CBWR_BRANCH) returns, by branch
+MKL_BRANCHES = {0: "OFF", 1: "OFF", 2: "AUTO", 3: "COMPATIBLE", 4: "SSE2", 6: "SSSE3", 7: "SSE4_1", 8: "SSE4_2",
+                9: "AVX", 10: "AVX2", 11: "AVX512_MIC", 12: "AVX512", 13: "AVX512_MIC_E1", 14: "AVX512_E1"}
+MKL_CBWR_BRANCH = 1
 
 
 def can_pin() -> bool:
@@ -33,8 +49,31 @@ def pinned_env(base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+@functools.cache
+def mkl_branch() -> str | None:
+    """The reproducibility branch MKL runs in this process, as MKL reports it (not as
+    MKL_CBWR asked), or None where torch carries no MKL that can say."""
+    try:
+        library = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
+        get = library.mkl_serv_cbwr_get  # the symbol behind mkl_cbwr_get, exported by torch's static MKL
+    except (OSError, AttributeError):
+        return None
+    get.restype, get.argtypes = ctypes.c_int, [ctypes.c_int]
+    code = get(MKL_CBWR_BRANCH)
+    return MKL_BRANCHES.get(code, f"branch {code}")
+
+
 def kernel_path() -> str:
     """The code path this process computes on, to print beside figures: torch's version, its
-    kernels' instruction set and MKL's reproducibility branch."""
-    return (f"torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()} kernels, "
-            f"MKL_CBWR={os.environ.get('MKL_CBWR', 'auto')}, {platform.machine()}")
+    kernels' instruction set and the MKL branch it runs (with the one asked where MKL took another)."""
+    asked = os.environ.get("MKL_CBWR")
+    taken = mkl_branch()
+    if asked is None:
+        mkl = f"MKL_CBWR unset (MKL branch {taken or 'unknown'})"
+    elif taken is None:
+        mkl = f"MKL_CBWR={asked} (branch unknown)"
+    elif taken.upper() == asked.split(",")[0].upper():
+        mkl = f"MKL_CBWR={asked}"
+    else:
+        mkl = f"MKL branch {taken} (MKL_CBWR={asked} not taken on this CPU)"
+    return f"torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()} kernels, {mkl}, {platform.machine()}"

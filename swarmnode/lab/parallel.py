@@ -8,8 +8,9 @@ everything that shapes it, so a table started again picks up where it stopped an
 run of another shape, setting, preset or set of defaults (a condition names only what it
 overrides, so a run of `f-tis` from before a default changed is another run). A change to the
 code that keeps the defaults keeps the names, so each run records the code it ran (a digest of
-the package's source, `code_digest`) and the bench says which versions a table mixes: clear the
-runs directory to train them again under one.
+the package's source, `code_digest`) and the CPU code path it ran on (`kernels.kernel_path`:
+MKL's branch follows the CPU's maker), and the bench says which versions or paths a table mixes:
+clear the runs directory to train them again under one.
 
     python -m swarmnode.lab.parallel JOB.json   # one run (what the parent starts)
 """
@@ -39,7 +40,7 @@ from swarmnode.lab.ablation import (
     run_from_json,
     setting_from_json,
 )
-from swarmnode.lab.kernels import pinned_env
+from swarmnode.lab.kernels import kernel_path, pinned_env
 from swarmnode.settings.config import Config
 
 
@@ -62,9 +63,14 @@ def code_digest(package: Path = PACKAGE) -> str:
     return digest.hexdigest()
 
 
+def recorded(jobs: list[RunJob], directory: Path, key: str) -> Counter[str]:
+    """How many of the jobs' run files recorded each value of `key` (UNRECORDED for older files)."""
+    return Counter(json.loads((directory / f"{job.stem()}.json").read_text()).get(key, UNRECORDED) for job in jobs)
+
+
 def run_codes(jobs: list[RunJob], directory: Path) -> Counter[str]:
     """How many of the jobs' run files each code version wrote (UNRECORDED for older files)."""
-    return Counter(json.loads((directory / f"{job.stem()}.json").read_text()).get("code", UNRECORDED) for job in jobs)
+    return recorded(jobs, directory, "code")
 
 
 def code_line(codes: Counter[str], current: str) -> str:
@@ -75,6 +81,17 @@ def code_line(codes: Counter[str], current: str) -> str:
                          for code, count in codes.most_common())
     return (f"code: runs made by {len(codes)} version(s) ({versions}), not all this checkout's {current[:16]}: "
             "a change that kept the defaults kept their names; clear --runs to train them again under one")
+
+
+def kernels_line(paths: Counter[str], current: str) -> str | None:
+    """One line where a table's runs were made on another CPU code path than this machine's (or
+    on several), None where every run was made on this one: late rounds of pair runs were seen
+    to differ between two machines (docs/figures.md)."""
+    if set(paths) == {current}:
+        return None
+    made = "; ".join(f"{'this machine' if path == current else path} ({count})" for path, count in paths.most_common())
+    return (f"kernels: runs made on {len(paths)} code path(s) ({made}), not all this machine's: figures may differ "
+            "in the last digits from a table trained here; clear --runs to train them again on one")
 
 
 @dataclass(frozen=True)
@@ -161,7 +178,7 @@ def run_one(spec: Path) -> None:
                         progress=lambda line: print(line, flush=True))
     target = spec.with_name(f"{job.stem()}.json")
     staging = target.with_suffix(".partial")
-    staging.write_text(json.dumps({**run_to_json(run), "code": code_digest()}))
+    staging.write_text(json.dumps({**run_to_json(run), "code": code_digest(), "kernels": kernel_path()}))
     os.replace(staging, target)
 
 

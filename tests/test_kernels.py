@@ -1,0 +1,48 @@
+"""The pinned CPU path (swarmnode/lab/kernels.py) says which MKL branch it ran, as MKL reports it:
+MKL takes a named branch such as AVX2 only on Intel CPUs, so the branch asked is not evidence."""
+
+import subprocess
+import sys
+
+import pytest
+
+from swarmnode.lab import kernels
+
+PRINT_PATH = "from swarmnode.lab import kernels; print(kernels.mkl_branch()); print(kernels.kernel_path())"
+
+
+def _child(env_update: dict[str, str], unset: tuple[str, ...] = ()) -> list[str]:
+    """(MKL's branch, the path line) in a fresh process: MKL reads MKL_CBWR once, when it loads."""
+    env = kernels.pinned_env()
+    env.update(env_update)
+    for name in unset:
+        env.pop(name, None)
+    return subprocess.run([sys.executable, "-c", PRINT_PATH], env=env, capture_output=True, text=True,
+                          check=True).stdout.splitlines()
+
+
+@pytest.fixture(scope="module")
+def mkl_reports() -> None:
+    if not kernels.can_pin() or kernels.mkl_branch() is None:
+        pytest.skip("no x86-64 torch with MKL here: the branch cannot be read")
+
+
+def test_the_branch_printed_is_the_one_mkl_runs(mkl_reports):
+    """COMPATIBLE is taken on every x86-64 CPU and no MKL_CBWR means no reproducibility branch;
+    both are what MKL itself reports, on an Intel CPU or another."""
+    branch, line = _child({"MKL_CBWR": "COMPATIBLE"})
+    assert branch == "COMPATIBLE" and "MKL_CBWR=COMPATIBLE," in line and "not taken" not in line
+    branch, line = _child({}, unset=("MKL_CBWR",))
+    assert branch == "OFF" and "MKL_CBWR unset (MKL branch OFF)" in line
+
+
+def test_a_branch_the_cpu_does_not_take_is_named_beside_the_one_asked(monkeypatch):
+    """On a non-Intel CPU MKL_CBWR=AVX2 leaves MKL on AUTO: the line says both, so a table made
+    there does not claim MKL's AVX2 branch."""
+    monkeypatch.setenv("MKL_CBWR", "AVX2")
+    monkeypatch.setattr(kernels, "mkl_branch", lambda: "AUTO")
+    assert "MKL branch AUTO (MKL_CBWR=AVX2 not taken on this CPU)" in kernels.kernel_path()
+    monkeypatch.setattr(kernels, "mkl_branch", lambda: "AVX2")
+    assert "MKL_CBWR=AVX2," in kernels.kernel_path()
+    monkeypatch.setattr(kernels, "mkl_branch", lambda: None)
+    assert "MKL_CBWR=AVX2 (branch unknown)" in kernels.kernel_path()
