@@ -44,6 +44,9 @@ CANDIDATES: dict[str, tuple[dict | None, tuple[str, ...]]] = {
     "lr-eighth": (None, ("train.lr=1.25e-5",)),
     "lr-sixteenth": (None, ("train.lr=6.25e-6",)),
     "lr-32nd": (None, ("train.lr=3.125e-6",)),
+    # a sixteenth with more room: the larger model, or tiny warmed up less (a lower start)
+    "large-lr-sixteenth": (None, ("model.name=tiny-large", "train.lr=6.25e-6")),
+    "warm-300-lr-sixteenth": ({"warmup_steps": 300}, ("train.lr=6.25e-6",)),
     "large": (None, ("model.name=tiny-large",)),
     "warm-300": ({"warmup_steps": 300}, ()),
     "warm-199": ({"warmup_max_operand": 199}, ("task.max_operand=199",)),
