@@ -36,6 +36,22 @@ def test_the_branch_printed_is_the_one_mkl_runs(mkl_reports):
     assert branch == "OFF" and "MKL_CBWR unset (MKL branch OFF)" in line
 
 
+def _intel_with_avx2() -> bool:
+    cpuinfo = open("/proc/cpuinfo").read()
+    return "GenuineIntel" in cpuinfo and " avx2" in cpuinfo
+
+
+def test_mkl_takes_avx2_on_an_intel_cpu_with_it_and_auto_elsewhere(mkl_reports):
+    """What MKL does with MKL_CBWR=AVX2 depends on the CPU's maker, as Intel documents: the
+    line says which it did on this machine."""
+    branch, line = _child({"MKL_CBWR": "AVX2"})
+    if _intel_with_avx2():
+        assert branch == "AVX2" and "MKL_CBWR=AVX2," in line
+    else:
+        assert branch == "AUTO" and "MKL branch AUTO (MKL_CBWR=AVX2 not taken on this CPU) on " in line
+        assert kernels.cpu_model() in line, "on AUTO the CPU MKL chose for is named"
+
+
 def test_a_branch_the_cpu_does_not_take_is_named_beside_the_one_asked(monkeypatch):
     """On a non-Intel CPU MKL_CBWR=AVX2 leaves MKL on AUTO: the line says both, so a table made
     there does not claim MKL's AVX2 branch."""
@@ -44,5 +60,9 @@ def test_a_branch_the_cpu_does_not_take_is_named_beside_the_one_asked(monkeypatc
     assert "MKL branch AUTO (MKL_CBWR=AVX2 not taken on this CPU)" in kernels.kernel_path()
     monkeypatch.setattr(kernels, "mkl_branch", lambda: "AVX2")
     assert "MKL_CBWR=AVX2," in kernels.kernel_path()
+    for spelled in ("AVX2,STRICT", "BRANCH=AVX2", "avx2"):
+        monkeypatch.setenv("MKL_CBWR", spelled)
+        assert f"MKL_CBWR={spelled}," in kernels.kernel_path(), "each spelling Intel documents names AVX2"
+    monkeypatch.setenv("MKL_CBWR", "AVX2")
     monkeypatch.setattr(kernels, "mkl_branch", lambda: None)
-    assert "MKL_CBWR=AVX2 (branch unknown)" in kernels.kernel_path()
+    assert "MKL_CBWR=AVX2 (branch unknown) on " in kernels.kernel_path()

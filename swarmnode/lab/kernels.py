@@ -5,16 +5,17 @@ machines, AVX2 on others), and the sums they compute differ in the last bits. Me
 preset's warm-up, run under AVX-512 and under AVX2 kernels on one machine, ends in weights with
 other digests (the same under one thread or two), and a learning run's sampled tokens follow its
 weights. A bench that wants its tables re-run elsewhere to print the same numbers trains in
-child processes started with `pinned_env()`: torch's AVX2 kernels on every x86-64 CPU (all since
-2015 have them), MKL's AVX2 branch, one thread. On another architecture nothing is pinned, and
+child processes started with `pinned_env()`: torch's AVX2 kernels on every x86-64 CPU that has
+them (most since 2013-2015; not some Pentiums and Celerons), MKL's AVX2 branch, one thread. On another architecture nothing is pinned, and
 the bench says so beside its figures (`kernel_path`).
 
 MKL, whose SGEMM is every matrix product on this path (the only MKL or oneDNN call a learning
 run makes, by MKL_VERBOSE and ONEDNN_VERBOSE), honours a named branch only on Intel CPUs: Intel
 documents that elsewhere it takes only AUTO or COMPATIBLE, and on an AMD EPYC `MKL_CBWR=AVX2`
-leaves it on AUTO (MKL_VERBOSE prints `CNR:AUTO`). So on a non-Intel CPU the pinned path is
-torch's, not MKL's; `kernel_path` prints the branch MKL took, read from MKL itself, and a table
-says when its runs were made on more than one. COMPATIBLE is the one branch Intel documents as
+leaves it on AUTO (MKL_VERBOSE prints `CNR:AUTO`), which dispatches by the CPU it finds. So on a
+non-Intel CPU the pinned path is torch's, not MKL's; `kernel_path` prints the branch MKL took,
+read from MKL itself (and, on AUTO, the CPU it chose for), and a table says when its runs were
+made on more than one. COMPATIBLE is the one branch Intel documents as
 the same on Intel and other CPUs; it computes other bits than AVX2 and is slower (docs/figures.md,
 "Reproducible on another machine").
 """
@@ -52,7 +53,8 @@ def pinned_env(base: dict[str, str] | None = None) -> dict[str, str]:
 @functools.cache
 def mkl_branch() -> str | None:
     """The reproducibility branch MKL runs in this process, as MKL reports it (not as
-    MKL_CBWR asked), or None where torch carries no MKL that can say."""
+    MKL_CBWR asked), or None where it cannot be read from torch's libtorch_cpu.so (no MKL in it,
+    MKL linked apart, or another platform's library name)."""
     try:
         library = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
         get = library.mkl_serv_cbwr_get  # the symbol behind mkl_cbwr_get, exported by torch's static MKL
@@ -63,17 +65,39 @@ def mkl_branch() -> str | None:
     return MKL_BRANCHES.get(code, f"branch {code}")
 
 
+def cpu_model() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo, else what platform says): MKL's AUTO branch
+    dispatches by it, so two machines on AUTO compute alike only on alike CPUs."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def asked_branch(value: str) -> str:
+    """The branch an MKL_CBWR value names ('AVX2,STRICT', 'BRANCH=AVX2' and 'avx2' all AVX2;
+    the deprecated SSE3 is SSE2)."""
+    branch = value.split(",")[0].strip().upper().removeprefix("BRANCH=")
+    return "SSE2" if branch == "SSE3" else branch
+
+
 def kernel_path() -> str:
     """The code path this process computes on, to print beside figures: torch's version, its
-    kernels' instruction set and the MKL branch it runs (with the one asked where MKL took another)."""
+    kernels' instruction set and the MKL branch it runs (with the one asked where MKL took another,
+    and the CPU where the branch is MKL's own choice)."""
     asked = os.environ.get("MKL_CBWR")
     taken = mkl_branch()
     if asked is None:
         mkl = f"MKL_CBWR unset (MKL branch {taken or 'unknown'})"
     elif taken is None:
         mkl = f"MKL_CBWR={asked} (branch unknown)"
-    elif taken.upper() == asked.split(",")[0].upper():
+    elif taken == asked_branch(asked):
         mkl = f"MKL_CBWR={asked}"
     else:
         mkl = f"MKL branch {taken} (MKL_CBWR={asked} not taken on this CPU)"
+    if taken in (None, "OFF", "AUTO"):
+        mkl += f" on {cpu_model()}"
     return f"torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()} kernels, {mkl}, {platform.machine()}"

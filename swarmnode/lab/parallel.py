@@ -90,8 +90,8 @@ def kernels_line(paths: Counter[str], current: str) -> str | None:
     if set(paths) == {current}:
         return None
     made = "; ".join(f"{'this machine' if path == current else path} ({count})" for path, count in paths.most_common())
-    return (f"kernels: runs made on {len(paths)} code path(s) ({made}), not all this machine's: figures may differ "
-            "in the last digits from a table trained here; clear --runs to train them again on one")
+    return (f"kernels: runs made on {len(paths)} code path(s) ({made}), not all recorded as this machine's: figures "
+            "may differ in the last digits from a table trained here; clear --runs to train them again on one")
 
 
 @dataclass(frozen=True)
