@@ -51,11 +51,8 @@ against rounds, tokens generated and modelled time (ablation.png) and every roun
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
-import subprocess
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -90,7 +87,7 @@ from swarmnode.lab.ablation import (  # noqa: E402
     run_from_json,
     setting_from_json,
 )
-from swarmnode.lab.kernels import pinned_env  # noqa: E402
+from swarmnode.lab.kernels import pinned_path  # noqa: E402
 from swarmnode.lab.parallel import (  # noqa: E402
     RunJob,
     code_digest,
@@ -397,7 +394,7 @@ def train(setting: Setting, conditions: list[str], args: argparse.Namespace, sha
     directory = args.runs or args.out / "runs"
     runs = run_jobs(alone + together, directory, args.jobs, progress=lambda line: print(line, flush=True))
     print(code_line(run_codes(alone + together, directory), code_digest()), flush=True)
-    mixed_paths = kernels_line(recorded(alone + together, directory, "kernels"), kernels_of())
+    mixed_paths = kernels_line(recorded(alone + together, directory, "kernels"), pinned_path())
     if mixed_paths:
         print(mixed_paths, flush=True)
     members = len(setting.members)
@@ -409,16 +406,8 @@ def train(setting: Setting, conditions: list[str], args: argparse.Namespace, sha
 def save(path: Path, setting: Setting, accounting: str, shape: Shape, runs: list[ConditionRun]) -> None:
     path.write_text(json.dumps({"setting": asdict(setting), "accounting": accounting, "shape": asdict(shape),
                                 "presets": dict(preset_digests(setting, shape)), "defaults": defaults_digest(),
-                                "kernels": kernels_of(),
+                                "kernels": pinned_path(),
                                 "runs": [asdict(r) for r in runs]}, indent=1))
-
-
-@functools.cache
-def kernels_of() -> str:
-    """The code path the runs computed on, as a child of this process prints it."""
-    child = subprocess.run([sys.executable, "-c", "from swarmnode.lab.kernels import kernel_path; print(kernel_path())"],
-                           env=pinned_env(), capture_output=True, text=True, check=True)
-    return child.stdout.strip()
 
 
 def control_runs(setting: Setting, conditions: list[str], args: argparse.Namespace, shape: Shape) -> list[ConditionRun]:
@@ -463,7 +452,7 @@ def main() -> None:
     conditions = [ALONE, *args.objectives]
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    print(f"runs on: {kernels_of()}", flush=True)
+    print(f"runs on: {pinned_path()}", flush=True)
     control = control_runs(setting, conditions, args, shape)
     runs = train(setting, conditions, args, shape)
     save(args.out / "ablation.json", setting, args.accounting, shape, runs)  # first: a failure below loses no run

@@ -3,13 +3,12 @@ for one job is the same to the last digit, and a table started again trains noth
 
 import json
 import subprocess
-import sys
 
 import pytest
 
 from swarmnode.lab import parallel
 from swarmnode.lab.ablation import SETTINGS, Shape
-from swarmnode.lab.kernels import pinned_env
+from swarmnode.lab.kernels import pinned_path
 from swarmnode.lab.parallel import RunJob, run_jobs
 from swarmnode.model.tiny import TINY_PRESETS, tiny_path, weights_digest
 from swarmnode.settings.config import load_config
@@ -83,8 +82,7 @@ def test_a_run_records_its_kernel_path_and_a_table_made_on_another_says_so(tmp_p
     """MKL's branch follows the CPU's maker, so a run records the path it computed on, and a
     table whose runs another machine made (or a run from before runs recorded it) says so."""
     run_jobs([_job(0), _job(1)], tmp_path, 2)
-    here = subprocess.run([sys.executable, "-c", "from swarmnode.lab.kernels import kernel_path; print(kernel_path())"],
-                          env=pinned_env(), capture_output=True, text=True, check=True).stdout.strip()
+    here = pinned_path()
     paths = parallel.recorded([_job(0), _job(1)], tmp_path, "kernels")
     assert paths == {here: 2}
     assert parallel.kernels_line(paths, here) is None, "every run made here: nothing to say"

@@ -6,8 +6,8 @@ preset's warm-up, run under AVX-512 and under AVX2 kernels on one machine, ends 
 other digests (the same under one thread or two), and a learning run's sampled tokens follow its
 weights. A bench that wants its tables re-run elsewhere to print the same numbers trains in
 child processes started with `pinned_env()`: torch's AVX2 kernels on every x86-64 CPU that has
-them (most since 2013-2015; not some Pentiums and Celerons), MKL's AVX2 branch, one thread. On another architecture nothing is pinned, and
-the bench says so beside its figures (`kernel_path`).
+them (most since 2013-2015; not some Pentiums and Celerons), MKL's AVX2 branch, one thread. On
+another architecture nothing is pinned, and the bench says so beside its figures (`kernel_path`).
 
 MKL, whose SGEMM is every matrix product on this path (the only MKL or oneDNN call a learning
 run makes, by MKL_VERBOSE and ONEDNN_VERBOSE), honours a named branch only on Intel CPUs: Intel
@@ -15,9 +15,9 @@ documents that elsewhere it takes only AUTO or COMPATIBLE, and on an AMD EPYC `M
 leaves it on AUTO (MKL_VERBOSE prints `CNR:AUTO`), which dispatches by the CPU it finds. So on a
 non-Intel CPU the pinned path is torch's, not MKL's; `kernel_path` prints the branch MKL took,
 read from MKL itself (and, on AUTO, the CPU it chose for), and a table says when its runs were
-made on more than one. COMPATIBLE is the one branch Intel documents as
-the same on Intel and other CPUs; it computes other bits than AVX2 and is slower (docs/figures.md,
-"Reproducible on another machine").
+made on more than one. COMPATIBLE is the one branch Intel documents as the same on Intel and
+other CPUs; it computes other bits than AVX2 and is slower (docs/figures.md, "Reproducible on
+another machine").
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ import ctypes
 import functools
 import os
 import platform
+import subprocess
+import sys
 from pathlib import Path
 
 import torch
@@ -101,3 +103,12 @@ def kernel_path() -> str:
     if taken in (None, "OFF", "AUTO"):
         mkl += f" on {cpu_model()}"
     return f"torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()} kernels, {mkl}, {platform.machine()}"
+
+
+@functools.cache
+def pinned_path() -> str:
+    """The path a child started with `pinned_env()` computes on, as it prints it: MKL reads its
+    branch when it loads, so this process, started otherwise, cannot say it of itself."""
+    child = subprocess.run([sys.executable, "-c", "from swarmnode.lab.kernels import kernel_path; print(kernel_path())"],
+                           env=pinned_env(), capture_output=True, text=True, check=True)
+    return child.stdout.strip()
