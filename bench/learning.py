@@ -5,11 +5,16 @@
 Greedy pass@1 on held-out arithmetic problems (operand pairs never used in training). The
 standard error is that of the paired per-problem difference, so the z-score is the gain in
 units of its own noise.
+
+The node's identity is fixed (`node.peer_id`, which seeds its sampling and its prompts), so a
+run is repeatable; the last line is a digest of the trained weights, the finest check that two
+runs (two machines, two kernel paths) computed the same thing.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import math
 import shutil
 import tempfile
@@ -22,6 +27,17 @@ from swarmnode.assemble import assemble
 from swarmnode.settings.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
+# Without it the identity comes from the temporary run directory, and so would the run.
+PEER_ID = "learning-bench"
+
+
+def parameters_digest(node) -> str:
+    """sha256 over the trained parameters' names and bytes, in the model's order."""
+    digest = hashlib.sha256()
+    for name, parameter in node.policy.model.named_parameters():
+        digest.update(name.encode())
+        digest.update(parameter.detach().float().contiguous().cpu().numpy().tobytes())
+    return digest.hexdigest()[:16]
 
 
 def main() -> None:
@@ -36,6 +52,7 @@ def main() -> None:
         ROOT / "configs/tiny-cpu.yaml",
         [
             f"node.run_dir={run_dir}",
+            f"node.peer_id={PEER_ID}",
             f"node.eval_size={args.eval_size}",
             "node.eval_every=0",
             "node.checkpoint_every=0",
@@ -58,6 +75,7 @@ def main() -> None:
                 )
         train_s = time.perf_counter() - t
         after = np.array(node.evaluator.scores())
+        weights = parameters_digest(node)
     shutil.rmtree(run_dir, ignore_errors=True)
     diff = after - before
     se = diff.std(ddof=1) / math.sqrt(len(diff))
@@ -71,6 +89,7 @@ def main() -> None:
         f"after {after.mean():.3f}, gain {diff.mean():+.3f} (paired SE {se:.3f}, "
         f"z = {diff.mean() / se if se else float('inf'):.1f})"
     )
+    print(f"trained weights sha256 {weights}")
 
 
 if __name__ == "__main__":
