@@ -66,3 +66,24 @@ def test_a_branch_the_cpu_does_not_take_is_named_beside_the_one_asked(monkeypatc
     monkeypatch.setenv("MKL_CBWR", "AVX2")
     monkeypatch.setattr(kernels, "mkl_branch", lambda: None)
     assert "MKL_CBWR=AVX2 (branch unknown) on " in kernels.kernel_path()
+
+
+ZEN4 = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 25
+model\t\t: 17
+model name\t: AMD EPYC
+flags\t\t: fpu sse2 avx avx2 avx512f avx512bw
+
+processor\t: 1
+model name\t: something else
+"""
+
+
+def test_two_cpus_that_share_a_name_are_told_apart():
+    """A virtual machine may call two generations of CPU 'AMD EPYC', and MKL's AUTO branch
+    dispatches by the CPU: the name carries its family, model and widest vector extension."""
+    assert kernels.cpu_model(ZEN4) == "AMD EPYC (family 25, model 17, AVX-512)"
+    older = ZEN4.replace("model\t\t: 17", "model\t\t: 1").replace(" avx512f avx512bw", "").replace("25", "23")
+    assert kernels.cpu_model(older) == "AMD EPYC (family 23, model 1, AVX2)"
+    assert kernels.cpu_model("model name\t: Some CPU\n") == "Some CPU", "nothing invented where cpuinfo is silent"

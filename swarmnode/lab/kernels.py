@@ -67,16 +67,29 @@ def mkl_branch() -> str | None:
     return MKL_BRANCHES.get(code, f"branch {code}")
 
 
-def cpu_model() -> str:
-    """The CPU's model name (Linux's /proc/cpuinfo, else what platform says): MKL's AUTO branch
-    dispatches by it, so two machines on AUTO compute alike only on alike CPUs."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+def cpu_model(cpuinfo: str | None = None) -> str:
+    """The CPU's model name, with its family, model and widest vector extension where Linux's
+    /proc/cpuinfo gives them (else what platform says): MKL's AUTO branch dispatches by the CPU,
+    so two machines on AUTO compute alike only on alike CPUs, and a virtual machine's name alone
+    (`AMD EPYC`) does not tell two generations apart."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if not key.strip():
+            break  # the first processor's block is enough
+        fields.setdefault(key.strip(), value.strip())
+    name = fields.get("model name") or platform.processor() or "unknown CPU"
+    details = [f"family {fields['cpu family']}, model {fields['model']}"] if "cpu family" in fields and "model" in fields else []
+    flags = set(fields.get("flags", "").split())
+    widest = next((label for flag, label in (("avx512f", "AVX-512"), ("avx2", "AVX2")) if flag in flags), None)
+    if widest:
+        details.append(widest)
+    return f"{name} ({', '.join(details)})" if details else name
 
 
 def asked_branch(value: str) -> str:
