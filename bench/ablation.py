@@ -45,7 +45,10 @@ time`, a second table at the modelled time of alone; under a table, the seeds a 
 because a run was never evaluated at its point); then the per-round diagnostics (importance weights,
 truncation, filter, divergence, gated share, samples trained on, the peers' reward lead). Written to --out: the curves
 against rounds, tokens generated and modelled time (ablation.png) and every round's record
-(ablation.json).
+(ablation.json). Above the tables, `records:` is a digest of every round's record but the
+clock's (swarmnode/lab/fingerprint.py): a table re-run on another machine computed the same
+runs to the bit where it prints the same digest, and `bench/ablation_diff.py` names the first
+round where two tables' runs part.
 """
 
 from __future__ import annotations
@@ -87,6 +90,7 @@ from swarmnode.lab.ablation import (  # noqa: E402
     run_from_json,
     setting_from_json,
 )
+from swarmnode.lab.fingerprint import records_digest  # noqa: E402
 from swarmnode.lab.kernels import pinned_path  # noqa: E402
 from swarmnode.lab.parallel import (  # noqa: E402
     RunJob,
@@ -400,13 +404,16 @@ def train(setting: Setting, conditions: list[str], args: argparse.Namespace, sha
     members = len(setting.members)
     merged = [ConditionRun(ALONE, args.accounting, seed, [run.members[0] for run in runs[i * members:(i + 1) * members]])
               for i, seed in enumerate(seeds)] if alone else []
-    return merged + runs[len(alone):]
+    table = merged + runs[len(alone):]
+    print(f"records: {records_digest([asdict(run) for run in table])} (every run's rounds but the clock's; "
+          "equal on another machine, equal runs)", flush=True)
+    return table
 
 
 def save(path: Path, setting: Setting, accounting: str, shape: Shape, runs: list[ConditionRun]) -> None:
     path.write_text(json.dumps({"setting": asdict(setting), "accounting": accounting, "shape": asdict(shape),
                                 "presets": dict(preset_digests(setting, shape)), "defaults": defaults_digest(),
-                                "kernels": pinned_path(),
+                                "kernels": pinned_path(), "records": records_digest([asdict(r) for r in runs]),
                                 "runs": [asdict(r) for r in runs]}, indent=1))
 
 
@@ -435,6 +442,7 @@ def main() -> None:
     args = parse_args()
     if args.saved is not None:
         setting, saved_args, runs = load_saved(args.saved)
+        print(f"records: {records_digest([asdict(run) for run in runs])}", flush=True)
         print_gains(setting, saved_args, runs)
         print_diagnostics(runs)
         if setting.name == CONTROL:

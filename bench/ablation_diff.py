@@ -19,7 +19,8 @@ import json
 import sys
 from pathlib import Path
 
-CLOCK_FIELDS = {"timings", "peer_age_s", "tokens_per_s"}
+from swarmnode.lab.fingerprint import CLOCK_FIELDS
+
 MEMBER_FIELDS = ("label", "before", "after", "curve", "time_matched_at")
 SHOWN = 20  # differences printed; the rest are counted
 
