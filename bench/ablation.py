@@ -45,7 +45,7 @@ time`, a second table at the modelled time of alone; under a table, the seeds a 
 because a run was never evaluated at its point); then the per-round diagnostics (importance weights,
 truncation, filter, divergence, gated share, samples trained on, the peers' reward lead). Written to --out: the curves
 against rounds, tokens generated and modelled time (ablation.png) and every round's record
-(ablation.json). Above the tables, `records:` is a digest of every round's record but the
+(ablation.json). Above the tables, `SETTING records:` is a digest of every round's record but the
 clock's (swarmnode/lab/fingerprint.py): a table re-run on another machine computed the same
 runs to the bit where it prints the same digest, and `bench/ablation_diff.py` names the first
 round where two tables' runs part.
@@ -405,8 +405,8 @@ def train(setting: Setting, conditions: list[str], args: argparse.Namespace, sha
     merged = [ConditionRun(ALONE, args.accounting, seed, [run.members[0] for run in runs[i * members:(i + 1) * members]])
               for i, seed in enumerate(seeds)] if alone else []
     table = merged + runs[len(alone):]
-    print(f"records: {records_digest([asdict(run) for run in table])} (every run's rounds but the clock's; "
-          "equal on another machine, equal runs)", flush=True)
+    print(f"{setting.name} records: {records_digest([asdict(run) for run in table])} (every run's rounds but the "
+          "clock's; equal on another machine, equal runs)", flush=True)
     return table
 
 
@@ -442,7 +442,7 @@ def main() -> None:
     args = parse_args()
     if args.saved is not None:
         setting, saved_args, runs = load_saved(args.saved)
-        print(f"records: {records_digest([asdict(run) for run in runs])}", flush=True)
+        print(f"{setting.name} records: {records_digest([asdict(run) for run in runs])}", flush=True)
         print_gains(setting, saved_args, runs)
         print_diagnostics(runs)
         if setting.name == CONTROL:
