@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from swarmnode.assemble import assemble
 from swarmnode.settings.config import load_config
@@ -31,10 +32,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PEER_ID = "learning-bench"
 
 
-def parameters_digest(node) -> str:
-    """sha256 over the trained parameters' names and bytes, in the model's order."""
+def parameters_digest(model: torch.nn.Module) -> str:
+    """sha256 over the parameters' names and bytes, in the model's order."""
     digest = hashlib.sha256()
-    for name, parameter in node.policy.model.named_parameters():
+    for name, parameter in model.named_parameters():
         digest.update(name.encode())
         digest.update(parameter.detach().float().contiguous().cpu().numpy().tobytes())
     return digest.hexdigest()[:16]
@@ -75,7 +76,7 @@ def main() -> None:
                 )
         train_s = time.perf_counter() - t
         after = np.array(node.evaluator.scores())
-        weights = parameters_digest(node)
+        weights = parameters_digest(node.policy.model)
     shutil.rmtree(run_dir, ignore_errors=True)
     diff = after - before
     se = diff.std(ddof=1) / math.sqrt(len(diff))
