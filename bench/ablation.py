@@ -411,10 +411,11 @@ def train(setting: Setting, conditions: list[str], args: argparse.Namespace, sha
 
 
 def save(path: Path, setting: Setting, accounting: str, shape: Shape, runs: list[ConditionRun]) -> None:
+    records = [asdict(r) for r in runs]
     path.write_text(json.dumps({"setting": asdict(setting), "accounting": accounting, "shape": asdict(shape),
                                 "presets": dict(preset_digests(setting, shape)), "defaults": defaults_digest(),
-                                "kernels": pinned_path(), "records": records_digest([asdict(r) for r in runs]),
-                                "runs": [asdict(r) for r in runs]}, indent=1))
+                                "kernels": pinned_path(), "records": records_digest(records),
+                                "runs": records}, indent=1))
 
 
 def control_runs(setting: Setting, conditions: list[str], args: argparse.Namespace, shape: Shape) -> list[ConditionRun]:
