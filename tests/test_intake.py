@@ -393,11 +393,16 @@ def test_identities_gain_no_weight_by_number_nor_by_a_new_name():
     assert 0.0 < weights.factor("renamed") < weights.factor("poor")
 
 
+# The far-peer rules (swarmnode.loop.share, on by default with own_share below 1) off, so a test
+# of something else keeps its peers near; a test of a rule names it after these.
+FAR_RULES_OFF = ("node.adapt_share_nats=0", "node.far_reward_lead=0", "node.far_reward_trail=0")
+
+
 def _config(tmp_path, name, *sets):
     return load_config(None, [
         f"node.run_dir={tmp_path / name}", "model.device=cpu", "task.system_prompt=''", "rollout.backend=hf",
         "rollout.group_size=8", "rollout.max_new_tokens=10", "train.lr=1e-4", "node.eval_size=8",
-        "node.checkpoint_every=0", "node.gather_timeout_s=5", "swarm.enabled=false", *sets,
+        "node.checkpoint_every=0", "node.gather_timeout_s=5", "swarm.enabled=false", *FAR_RULES_OFF, *sets,
     ])
 
 

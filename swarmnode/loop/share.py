@@ -34,6 +34,13 @@ is taken again: once its gap falls below half the setting. One group is a
 noisy measure, and with a single threshold a far peer's gap dipped under it in a tenth to a fifth
 of rounds, each costing a round with half a batch of far samples (the band damps that).
 
+By default a node that shares its batch runs all three: the gap at 1.0 nats, the lead and the
+trail at 0.1, with `node.far_room` own. On the bench that left every member of the pairs and of
+the swarm of four non-inferior to itself alone at the same modelled time (twenty seeds), where
+without them a small generalist beside a specialist ended 0.04 below alone; near pairs still pay
+sooner, far pairs train nearly alone (docs/figures.md, "Far peers left out by default"). A node
+that generates its whole batch (`own_share` 1, its default) is untouched by them.
+
 The measures are the node's own (its model's log-probs, its own grading): nothing a peer claims
 enters them, and they only move the share between `own_share` and 1, so the worst a crowd of far
 identities can do with them is make this node generate its whole batch, as alone (under

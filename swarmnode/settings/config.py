@@ -297,7 +297,7 @@ class NodeSettings(_Section):
         "peers' groups fill the rest. 1 = generate all of it, peers' groups on top (up to max_peer_groups)",
     )
     adapt_share_nats: float = Field(
-        0.0, ge=0,
+        1.0, ge=0,
         description="with own_share below 1: a peer whose samples' tokens are this many nats less likely under our "
         "model than our own samples' (a running mean a peer) is far until its gap falls below half this: its "
         "groups take no room, and this node generates the part of the batch they filled, up to all of it "
@@ -305,13 +305,13 @@ class NodeSettings(_Section):
         "only peers far beyond any near one measured (docs/figures.md)",
     )
     far_reward_lead: float = Field(
-        0.0, ge=0,
+        0.1, ge=0,
         description="with own_share below 1: a peer whose samples' mean reward, as this node grades them, leads its "
         "own samples' by this much (a running mean a peer, from a prior of no lead) is far as well, until its lead "
         "falls below half this; 0 = off (swarmnode.loop.share; docs/figures.md)",
     )
     far_reward_trail: float = Field(
-        0.0, ge=0,
+        0.1, ge=0,
         description="with own_share below 1: a peer whose samples' mean reward, as this node grades them, trails its "
         "own samples' by this much (the running mean far_reward_lead keeps) is far as well, until it trails by less "
         "than half this; with far_room top its groups then come on top of this node's own instead of in their "
