@@ -14,8 +14,12 @@ expertise (tiny + tiny-add, warmed up on addition only), lora (tiny full + tiny 
 swarm4 (all four kinds), family (tiny + tiny-llama: another tokenizer, trained on by span),
 swarm5 (swarm4 and tiny-llama: every kind, another family among them).
 `--accounting shared`: the batch stays --prompts groups and each of N members generates 1/N
-of it (node.own_share = 1/N); `on-top`: each generates its whole batch, peers' groups come on
-top. Alone = each member by itself with its whole batch.
+of it (node.own_share = 1/N), and a member leaves out peers it finds far and generates their
+part itself (the far-peer rules, on by default with a shared batch, under every objective:
+node.adapt_share_nats, node.far_reward_lead, node.far_reward_trail; set them to 0 in a
+condition, `f-tis:node.adapt_share_nats=0:node.far_reward_lead=0:node.far_reward_trail=0`, for
+the tables of docs/figures.md before 2026-12-03); `on-top`: each generates its whole batch,
+peers' groups come on top. Alone = each member by itself with its whole batch.
 
 Matching (swarmnode/lab/ablation.py): `--match step` (the default) trains every condition
 for --rounds rounds. `--match time` gives each condition the modelled time that --rounds
@@ -427,7 +431,8 @@ def control_runs(setting: Setting, conditions: list[str], args: argparse.Namespa
         if control_setting.name != CONTROL:
             raise SystemExit(f"{args.control_from[0]} is a run of setting {control_setting.name}, not {CONTROL}")
         differ = control_mismatch(json.loads(args.control_from[0].read_text()),
-                                  rate_scaled(SETTINGS[CONTROL], shape, args.lr_scale), args.accounting, shape)
+                                  rate_scaled(SETTINGS[CONTROL], shape, args.lr_scale), args.accounting, shape,
+                                  defaults_digest())
         if differ:
             raise SystemExit(f"{args.control_from[0]} is not this table's control; it differs in: " + "; ".join(differ)
                              + ". Run the control with these arguments (leave out --control-from), or read one that matches.")

@@ -46,8 +46,10 @@ from swarmnode.lab.ablation import (
 from swarmnode.loop.share import SMOOTHING
 from swarmnode.ops.lines import RoundRecord
 
+# The gate and the far-peer rules (on by default with a shared batch) would make peers' counts vary.
+FAR_RULES_OFF = ("node.adapt_share_nats=0", "node.far_reward_lead=0", "node.far_reward_trail=0")
 FAST = Shape(rounds=3, prompts_per_round=4, group_size=4, max_new_tokens=6, eval_size=8, eval_points=1,
-             overrides=("trust.likelihood_gate=false",))  # the gate would make peers' counts vary
+             overrides=("trust.likelihood_gate=false", *FAR_RULES_OFF))
 SAME = SETTINGS["same"]
 
 
@@ -348,7 +350,7 @@ def test_a_time_matched_member_that_goes_alone_stops_where_it_spent_alone_s_time
     whole batch; it spends alone's 3 rounds' time in 4 rounds (0.535 + 0.535 + 1 + 1), not in
     the 6 that a fixed half share takes, is evaluated there and judged there."""
     shape = Shape(rounds=3, prompts_per_round=4, group_size=4, max_new_tokens=6, eval_size=8, eval_points=1,
-                  overrides=("trust.likelihood_gate=false", "node.adapt_share_nats=0.5"), match="time")
+                  overrides=("trust.likelihood_gate=false", *FAR_RULES_OFF, "node.adapt_share_nats=0.5"), match="time")
     expertise = SETTINGS["expertise"]
     run = run_condition(expertise, "f-tis", "shared", seed=0, shape=shape)
     alone = run_condition(expertise, ALONE, "shared", seed=0, shape=shape)
@@ -426,6 +428,17 @@ def test_a_control_written_before_a_shape_field_existed_ran_at_its_default():
     del old["shape"]["gen_share"], old["shape"]["match"]
     assert control_mismatch(old, SETTINGS["same"], "shared", FAST) == []
     assert control_mismatch(old, SETTINGS["same"], "shared", dataclasses.replace(FAST, match="time")) != []
+
+
+def test_a_control_trained_under_other_defaults_is_no_yardstick():
+    """A default that changed (the far-peer rules, 2026-12-03) changes what `f-tis` ran: a control
+    file recording other defaults is refused; one written before files recorded them is read."""
+    saved = {**_saved_control(SETTINGS["same"], "shared", FAST), "defaults": "a" * 64}
+    assert control_mismatch(saved, SETTINGS["same"], "shared", FAST, "a" * 64) == []
+    differ = control_mismatch(saved, SETTINGS["same"], "shared", FAST, "b" * 64)
+    assert differ == [f"defaults {'a' * 16} (here {'b' * 16}: a default changed since it ran)"]
+    assert control_mismatch(_saved_control(SETTINGS["same"], "shared", FAST), SETTINGS["same"], "shared", FAST,
+                            "b" * 64) == []
 
 
 def test_the_bench_refuses_a_control_of_another_shape_before_training(tmp_path):

@@ -416,11 +416,13 @@ def setting_from_json(data: dict) -> Setting:
     return Setting(data["name"], data["about"], tuple(Member(m["label"], tuple(m["overrides"])) for m in data["members"]))
 
 
-def control_mismatch(saved: dict, control: Setting, accounting: str, shape: Shape) -> list[str]:
+def control_mismatch(saved: dict, control: Setting, accounting: str, shape: Shape,
+                     defaults: str | None = None) -> list[str]:
     """What differs between a control read from a file (its JSON) and the control these rows
-    need: copies trained at another rate, batch, length, matching or generation share are no
-    yardstick for them. Empty where it is the same control; a shape written before a field
-    existed ran at that field's default."""
+    need: copies trained at another rate, batch, length, matching or generation share, or under
+    other defaults (`defaults`, the digest of the settings' defaults here, where the file records
+    its own), are no yardstick for them. Empty where it is the same control; a shape written
+    before a field existed ran at that field's default."""
     ours = asdict(shape)
     theirs = {**asdict(Shape()), **saved["shape"]}
     differ = [f"{key} {_plain(theirs[key])} (here {_plain(value)})"
@@ -430,6 +432,8 @@ def control_mismatch(saved: dict, control: Setting, accounting: str, shape: Shap
     theirs_setting = setting_from_json(saved["setting"])
     if (theirs_setting.name, theirs_setting.members) != (control.name, control.members):
         differ.append(f"members {theirs_setting.members} (here {control.members})")
+    if defaults is not None and saved.get("defaults") not in (None, defaults):
+        differ.append(f"defaults {saved['defaults'][:16]} (here {defaults[:16]}: a default changed since it ran)")
     return differ
 
 
