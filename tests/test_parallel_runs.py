@@ -55,7 +55,7 @@ def test_a_run_from_before_a_default_changed_is_not_reused(monkeypatch):
     another file, so a table never mixes runs of the old defaults with the new."""
     before = _job(0)
     assert before.defaults == parallel.defaults_digest()
-    monkeypatch.setattr(parallel, "Config", lambda: load_config(None, ["node.adapt_share_nats=1.0"]))
+    monkeypatch.setattr(parallel, "Config", lambda: load_config(None, ["node.adapt_share_nats=0.5"]))
     after = _job(0)
     assert after.defaults != before.defaults and after.stem() != before.stem()
 
