@@ -35,8 +35,8 @@ noisy measure, and with a single threshold a far peer's gap dipped under it in a
 of rounds, each costing a round with half a batch of far samples (the band damps that).
 
 By default a node that shares its batch runs all three: the gap at 1.0 nats, the lead and the
-trail at 0.1, with `node.far_room` own. On the bench that left every member of the pairs and of
-the swarm of four non-inferior to itself alone at the same modelled time (twenty seeds), where
+trail at 0.1, with `node.far_room` own. On the bench that left every member of every setting, the
+two swarms included, non-inferior to itself alone at the same modelled time (twenty seeds), where
 without them a small generalist beside a specialist ended 0.04 below alone; near pairs still pay
 sooner, far pairs train nearly alone (docs/figures.md, "Far peers left out by default"). A node
 that generates its whole batch (`own_share` 1, its default) is untouched by them.
