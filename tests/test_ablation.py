@@ -45,9 +45,9 @@ from swarmnode.lab.ablation import (
 )
 from swarmnode.loop.share import SMOOTHING
 from swarmnode.ops.lines import RoundRecord
+from tests.test_intake import FAR_RULES_OFF
 
 # The gate and the far-peer rules (on by default with a shared batch) would make peers' counts vary.
-FAR_RULES_OFF = ("node.adapt_share_nats=0", "node.far_reward_lead=0", "node.far_reward_trail=0")
 FAST = Shape(rounds=3, prompts_per_round=4, group_size=4, max_new_tokens=6, eval_size=8, eval_points=1,
              overrides=("trust.likelihood_gate=false", *FAR_RULES_OFF))
 SAME = SETTINGS["same"]

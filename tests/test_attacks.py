@@ -22,6 +22,7 @@ from swarmnode.settings.config import load_config
 from swarmnode.swarm.base import NO_WAIT, GatherWait, SwarmLink
 from swarmnode.swarm.local import InMemoryHub
 from swarmnode.tasks import ArithmeticTask
+from tests.test_intake import FAR_RULES_OFF
 
 TASK = ArithmeticTask()
 
@@ -215,8 +216,7 @@ def test_a_three_times_slower_peer_is_used_in_most_rounds_and_never_struck(tmp_p
     until b's next is due, so it learns from b in most rounds; b uses a's newest batch; a's
     own rounds and prompts are its own; nobody is struck for being slow or fast."""
     hub = InMemoryHub()
-    half = ["node.own_share=0.5", "rollout.prompts_per_round=6", "trust.likelihood_gate=false",
-            "node.adapt_share_nats=0", "node.far_reward_lead=0", "node.far_reward_trail=0"]  # b stays near
+    half = ["node.own_share=0.5", "rollout.prompts_per_round=6", "trust.likelihood_gate=false", *FAR_RULES_OFF]
     with (
         assemble(_config(tmp_path, "a", *half), policy=make_policy(), join=lambda r, standing: hub.join("a", r, standing)) as a,
         assemble(_config(tmp_path, "b", *half), policy=make_policy(), join=lambda r, standing: hub.join("b", r, standing)) as b,

@@ -25,6 +25,7 @@ from swarmnode.rollout.hf import HFGenerator
 from swarmnode.settings.config import LoraSettings, ReportSettings, TrainSettings, load_config
 from swarmnode.swarm.local import InMemoryHub, solo_link
 from swarmnode.tasks import ArithmeticTask
+from tests.test_intake import FAR_RULES_OFF
 
 
 def _config(tmp_path, name, **sets):
@@ -177,8 +178,7 @@ def test_own_share_splits_the_batch_between_own_and_peers_groups(tmp_path, make_
     three, two of them its peers'; share 1 with the same peers: its own three plus as many of
     theirs by default (peers at most double a step), all six of theirs with max_peer_groups 6."""
     hub = InMemoryHub()
-    third = {"node.own_share": 1 / 3, "trust.likelihood_gate": False,  # the far-peer rules off: peers stay near
-             "node.adapt_share_nats": 0, "node.far_reward_lead": 0, "node.far_reward_trail": 0}
+    third = {"node.own_share": 1 / 3, "trust.likelihood_gate": False, **dict(rule.split("=") for rule in FAR_RULES_OFF)}
     nodes = [_node(tmp_path, make_policy, name, hub, sets=third) for name in ("a", "b", "c")]
     assert batch_split(nodes[0].config) == (1, 2)
     history = [_step_together(nodes, r) for r in range(2)]

@@ -15,13 +15,12 @@ from swarmnode.loop.pool import OfferedGroup
 from swarmnode.loop.share import AdaptiveShare
 from swarmnode.protocol.batches import batch_split
 from swarmnode.settings.config import load_config
-from tests.test_intake import _config, _groups, _scored_intake
+from tests.test_intake import FAR_RULES_OFF, _config, _groups, _scored_intake
 
 
 def _share(own_share: float, nats: float) -> AdaptiveShare:
     """The likelihood gap alone: the reward lead and trail (on by default) off."""
-    return AdaptiveShare(load_config(None, [f"node.own_share={own_share}", f"node.adapt_share_nats={nats}",
-                                            "node.far_reward_lead=0", "node.far_reward_trail=0"]))
+    return AdaptiveShare(load_config(None, [f"node.own_share={own_share}", *FAR_RULES_OFF, f"node.adapt_share_nats={nats}"]))
 
 
 def _own(logprob: float, samples: int = 4, tokens: int = 3, reward: float = 0.5) -> list[SimpleNamespace]:
@@ -299,8 +298,8 @@ def test_the_gaps_kept_are_bounded_and_a_broken_checkpoint_restores_to_nothing_w
 
 
 def _lead_share(lead: float = 0.1, nats: float = 0.0) -> AdaptiveShare:
-    return AdaptiveShare(load_config(None, ["node.own_share=0.5", f"node.adapt_share_nats={nats}",
-                                            f"node.far_reward_lead={lead}", "node.far_reward_trail=0"]))
+    return AdaptiveShare(load_config(None, ["node.own_share=0.5", *FAR_RULES_OFF, f"node.adapt_share_nats={nats}",
+                                            f"node.far_reward_lead={lead}"]))
 
 
 def test_a_peer_whose_samples_score_above_ours_is_far_from_a_prior_of_no_lead_and_comes_back_below_half():
@@ -368,8 +367,7 @@ def test_a_peer_scoring_above_us_takes_no_room_and_its_samples_are_never_measure
 
 
 def test_a_peer_whose_samples_trail_ours_is_far_only_with_the_trail_on_and_comes_back_below_half():
-    trail = AdaptiveShare(load_config(None, ["node.own_share=0.5", "node.far_reward_trail=0.1",
-                                             "node.far_reward_lead=0", "node.adapt_share_nats=0"]))
+    trail = AdaptiveShare(load_config(None, ["node.own_share=0.5", *FAR_RULES_OFF, "node.far_reward_trail=0.1"]))
     lead_only = _lead_share(0.1)
     assert trail.enabled and not trail.measures_gap, "the trail, like the lead, needs no forward under our model"
     for share in (trail, lead_only):
