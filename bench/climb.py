@@ -23,14 +23,15 @@ import json
 import statistics
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
 
 from swarmnode.lab.ablation import ALONE, Member, Setting, Shape, run_condition
-from swarmnode.lab.kernels import pinned_env
+from swarmnode.lab.kernels import pinned_env, pinned_path
 from swarmnode.lab.verdicts import still_climbing
-from swarmnode.model.tiny import TINY_PRESETS, TINY_SPEC, ensure_tiny
+from swarmnode.model.tiny import TINY_PRESETS, TINY_SPEC, ensure_tiny, weights_digest
 from swarmnode.settings.presets import TINY_CPU
 
 # label -> (preset spec overrides, None for the shipped preset named in the settings; settings)
@@ -47,6 +48,13 @@ CANDIDATES: dict[str, tuple[dict | None, tuple[str, ...]]] = {
     # a sixteenth with more room: the larger model, or tiny warmed up less (a lower start)
     "large-lr-sixteenth": (None, ("model.name=tiny-large", "train.lr=6.25e-6")),
     "warm-300-lr-sixteenth": ({"warmup_steps": 300}, ("train.lr=6.25e-6",)),
+    # a lower start, where a group's rare right answer makes the step small: an RL curve that
+    # speeds up as it rises (warm-300 at the full rate fell, at a sixteenth it barely moved)
+    "warm-300-lr-quarter": ({"warmup_steps": 300}, ("train.lr=2.5e-5",)),
+    "warm-400": ({"warmup_steps": 400}, ()),
+    "warm-400-lr-quarter": ({"warmup_steps": 400}, ("train.lr=2.5e-5",)),
+    "warm-400-lr-eighth": ({"warmup_steps": 400}, ("train.lr=1.25e-5",)),
+    "lr-64th": (None, ("train.lr=1.5625e-6",)),
     "large": (None, ("model.name=tiny-large",)),
     "warm-300": ({"warmup_steps": 300}, ()),
     "warm-199": ({"warmup_max_operand": 199}, ("task.max_operand=199",)),
@@ -64,6 +72,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--seeds", type=int, default=3, help="the verdict reads the mean curve over these seeds")
     parser.add_argument("--eval-size", type=int, default=200)
+    parser.add_argument("--jobs", type=int, default=1, help="seeds run side by side, one thread each (the figures do "
+                        "not change; with more jobs than cores the wall time does not fall)")
     parser.add_argument("--one", nargs=2, metavar=("LABEL", "SEED"), help=argparse.SUPPRESS)  # a child's job
     return parser.parse_args()
 
@@ -89,6 +99,26 @@ def run_one(label: str, seed: int, args: argparse.Namespace) -> dict:
             "half": member.accuracy_at(args.rounds // 2)}
 
 
+def preset_of(label: str) -> Path:
+    """The candidate's preset directory, built here first where it has a spec (once, not per child)."""
+    spec, settings = CANDIDATES[label]
+    if spec is not None:
+        return ensure_tiny({**TINY_SPEC, **spec})
+    named = [setting.split("=", 1)[1] for setting in settings if setting.startswith("model.name=")]
+    return ensure_tiny(TINY_PRESETS[named[-1] if named else TINY_CPU["model"]["name"]])
+
+
+def run_child(label: str, seed: int, args: argparse.Namespace) -> dict | None:
+    """One seed alone, in a child on the pinned kernels; None (and its error printed) where it failed."""
+    child = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--one", label, str(seed),
+                            "--rounds", str(args.rounds), "--eval-size", str(args.eval_size)],
+                           env=pinned_env(), capture_output=True, text=True, check=False)
+    if child.returncode != 0:
+        print(f"{label} seed {seed}: failed\n{child.stderr[-1500:]}", flush=True)
+        return None
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     args = parse_args()
     if args.one:
@@ -96,19 +126,15 @@ def main() -> None:
         return
     print(f"alone, {args.rounds} rounds of 16 prompts x 8 (unless the candidate sets fewer), greedy pass@1 on "
           f"{args.eval_size} held-out problems; qualifies: what the last half adds beyond a third of the gain, "
-          "paired over seeds, has its one-sided 95 % lower bound above 0 (Student's t)")
-    for label in args.only:
-        found = []
-        for seed in range(args.seeds):
-            child = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--one", label, str(seed),
-                                    "--rounds", str(args.rounds), "--eval-size", str(args.eval_size)],
-                                   env=pinned_env(), capture_output=True, text=True, check=False)
-            if child.returncode != 0:
-                print(f"{label} seed {seed}: failed\n{child.stderr[-1500:]}", flush=True)
-                continue
-            found.append(json.loads(child.stdout.strip().splitlines()[-1]))
-        if found:
-            print_curve(label, found)
+          f"paired over seeds, has its one-sided 95 % lower bound above 0 (Student's t); kernels {pinned_path()}",
+          flush=True)
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        for label in args.only:
+            digest = weights_digest(preset_of(label))[:16]
+            found = [run for run in pool.map(lambda seed, label=label: run_child(label, seed, args), range(args.seeds))
+                     if run is not None]
+            if found:
+                print_curve(f"{label} (preset {digest})", found)
 
 
 def print_curve(label: str, found: list[dict]) -> None:
@@ -122,7 +148,7 @@ def print_curve(label: str, found: list[dict]) -> None:
     beyond = still_climbing([run["before"] for run in found], [run["half"] for run in found],
                             [run["after"] for run in found])
     said = "qualifies" if beyond.ahead else "not shown"
-    print(f"{label:<15} {len(found)} seed(s): {curve} | gain {gain:+.3f}, last half {late:+.3f} ({share:.0%}); "
+    print(f"{label:<40} {len(found)} seed(s): {curve} | gain {gain:+.3f}, last half {late:+.3f} ({share:.0%}); "
           f"beyond a third of the gain {beyond.mean:+.3f} ({beyond.se:.3f}), 95 % lower {beyond.lower:+.3f}: {said}",
           flush=True)
 
