@@ -294,7 +294,8 @@ def _scored_intake(tmp_path, rewards: dict[int, list[float]], *sets: str) -> Int
     def score(group: OfferedGroup) -> Group:
         values = iter(rewards[group.prompt_id])
         task = SimpleNamespace(reward=lambda text, problem: next(values))
-        return score_group(task, SimpleNamespace(decode=str), group.peer_id, problem, [1], [completion] * 4, False)
+        return score_group(task, SimpleNamespace(decode=str), group.peer_id, problem, [1], [completion] * 4, False,
+                           baseline=intake._baseline)
 
     intake._score = score
     return intake
@@ -314,6 +315,21 @@ def test_zero_advantage_samples_take_no_room_yet_count_in_their_group_s_mean(tmp
     diluted = _scored_intake(tmp_path, rewards).take(0, _groups("p", 0, 2), own=[], timings={})
     assert [sample.advantage for sample in diluted.kept] == [0.0] * 4, "the default: the first group fills the share"
     assert diluted.uninformative == 0
+
+
+def test_a_peer_s_group_is_taken_against_our_own_reward_with_peer_baseline_own(tmp_path):
+    """A group a peer got all right teaches nothing against its own mean; against the mean
+    reward of our own samples that round it says what ours miss, and a wrong answer where ours
+    are right says what to avoid. With no own samples it falls back to the group's mean."""
+    completion = Completion(np.array([5], dtype=np.int32), np.array([-1.0], dtype=np.float32))
+    own = [Sample.of([1], completion, 0.0, reward=reward) for reward in (0.0, 1.0, 0.0, 0.0)]
+    rewards = {0: [1.0] * 4, 1: [0.0, 1.0, 1.0, 1.0]}
+    taken = _scored_intake(tmp_path, rewards, "loss.peer_baseline=own").take(0, _groups("p", 0, 2), own, timings={})
+    assert [sample.advantage for sample in taken.kept] == [0.75] * 4
+    group_mean = _scored_intake(tmp_path, rewards).take(0, _groups("p", 0, 2), own, timings={})
+    assert [sample.advantage for sample in group_mean.kept] == [0.0] * 4, "the default: the group's own mean"
+    alone = _scored_intake(tmp_path, rewards, "loss.peer_baseline=own").take(0, _groups("p", 0, 2), [], timings={})
+    assert [sample.advantage for sample in alone.kept] == [0.0] * 4
 
 
 def _own(advantages: list[float]) -> list[Sample]:

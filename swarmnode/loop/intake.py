@@ -103,6 +103,7 @@ class Intake:
         self.screener = Screener(config, policy)
         self.share = AdaptiveShare(config)
         self.unread: set[str] = set()  # tokenizers a peer sent that this node cannot read
+        self._baseline: float | None = None  # loss.peer_baseline own: our own samples' mean reward this round
         self.hub_tokenizers = HubTokenizers(offline=hub_offline())  # peers' tokenizers rebuilt from their hub ids
 
     @cached_property
@@ -232,6 +233,9 @@ class Intake:
         each peer's useful samples go to the ledger."""
         _, budget = batch_split(self.config, self.share.current())
         group_size = self.config.rollout.group_size
+        own_rewards = [sample.reward for sample in own]
+        self._baseline = (sum(own_rewards) / len(own_rewards)
+                          if own_rewards and self.config.loss.peer_baseline == "own" else None)
         # a useless peer's group on probation comes first (pool.fair_queue) and on top of the
         # share, so screening it again costs a proven peer nothing; no share, no probation
         first = offered[0].peer_id if offered else None
@@ -272,7 +276,7 @@ class Intake:
         if self.share.enabled:
             self._measure_far(far, measured, round_, max(1, room - len(on_top)))
             own_logprobs = self._own_logprobs(own) if self.share.measures_gap else []
-            self.share.observe(own_logprobs, measured.logprobs, [s.reward for s in own], measured.rewards)
+            self.share.observe(own_logprobs, measured.logprobs, own_rewards, measured.rewards)
         return taken
 
     def _screen_chunk(self, round_: int, chunk: list[OfferedGroup], screening: ScreeningRound, taken: Taken,
@@ -350,4 +354,5 @@ class Intake:
         sender = self.families.get(group.family) if group.family else None
         translation = (sender.tokenization, self.families.own.tokenization) if sender else None
         return score_group(self.task, self.policy, group.peer_id, problem, prompt, group.completions,
-                           self.config.loss.advantage_std, translation, self.config.rollout.max_new_tokens)
+                           self.config.loss.advantage_std, translation, self.config.rollout.max_new_tokens,
+                           self._baseline)

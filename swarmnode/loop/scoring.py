@@ -23,11 +23,13 @@ from swarmnode.tasks.base import Problem, Task
 def score_group(
     task: Task, policy: Policy, source: str, problem: Problem, prompt_ids: list[int], completions: list[Completion],
     advantage_std: bool, translation: tuple[Tokenization, Tokenization] | None = None, max_tokens: int | None = None,
+    baseline: float | None = None,
 ) -> Group:
     """The group of `completions` of `source` for `problem`: each decoded and scored with our
-    task, with its advantage in the group (`advantage_std`: divided by the group's std). With
-    `translation` (the sender's tokenizer, ours) the completions are first put into our
-    tokens, at most `max_tokens` of them; one that cannot be is left out (`untranslated`)."""
+    task, with its advantage in the group (`advantage_std`: divided by the group's std), or,
+    with a `baseline`, its reward minus that (`loss.peer_baseline` own). With `translation` (the
+    sender's tokenizer, ours) the completions are first put into our tokens, at most
+    `max_tokens` of them; one that cannot be is left out (`untranslated`)."""
     group = Group(source, problem, prompt_ids)
     if translation is None:
         read = [(c.tokens, c.logprobs, None) for c in completions]
@@ -38,7 +40,10 @@ def score_group(
     if not read:
         return group
     rewards = [task.reward(policy.decode(tokens), problem) for tokens, _, _ in read]
-    advantages = group_advantages(torch.tensor(rewards), advantage_std).tolist()
+    if baseline is None:
+        advantages = group_advantages(torch.tensor(rewards), advantage_std).tolist()
+    else:
+        advantages = [reward - baseline for reward in rewards]
     group.samples = [
         Sample(prompt_ids, tokens, logprobs, advantage, reward, source, spans=spans)
         for (tokens, logprobs, spans), reward, advantage in zip(read, rewards, advantages)

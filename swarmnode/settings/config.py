@@ -238,6 +238,12 @@ class LossSettings(_Section):
     log_ratio_clamp: float = Field(
         20.0, gt=0, description="log-ratios are clamped to +- this before exp (weights, the PPO ratio, divergences)"
     )
+    peer_baseline: Literal["group", "own"] = Field(
+        "group", description="group | own: what a peer's sample's advantage is taken against: its group's mean "
+        "reward (group, the paper's), or the mean reward of this node's own samples that round (own), so that a "
+        "group a stronger peer got all right still says what our own samples miss (off: an experiment, "
+        "docs/figures.md)",
+    )
 
 
 class TrainSettings(_Section):
