@@ -295,7 +295,7 @@ def _scored_intake(tmp_path, rewards: dict[int, list[float]], *sets: str) -> Int
         values = iter(rewards[group.prompt_id])
         task = SimpleNamespace(reward=lambda text, problem: next(values))
         return score_group(task, SimpleNamespace(decode=str), group.peer_id, problem, [1], [completion] * 4, False,
-                           baseline=intake._baseline)
+                           own_reward=intake._own_reward, peer_baseline=intake.config.loss.peer_baseline)
 
     intake._score = score
     return intake
@@ -319,8 +319,8 @@ def test_zero_advantage_samples_take_no_room_yet_count_in_their_group_s_mean(tmp
 
 def test_a_peer_s_group_is_taken_against_our_own_reward_with_peer_baseline_own(tmp_path):
     """A group a peer got all right teaches nothing against its own mean; against the mean
-    reward of our own samples that round it says what ours miss, and a wrong answer where ours
-    are right says what to avoid. With no own samples it falls back to the group's mean."""
+    reward of our own samples that round it says what ours miss. Under lower a group scoring
+    below our own keeps its own mean. With no own samples it falls back to the group's mean."""
     completion = Completion(np.array([5], dtype=np.int32), np.array([-1.0], dtype=np.float32))
     own = [Sample.of([1], completion, 0.0, reward=reward) for reward in (0.0, 1.0, 0.0, 0.0)]
     rewards = {0: [1.0] * 4, 1: [0.0, 1.0, 1.0, 1.0]}
@@ -330,6 +330,11 @@ def test_a_peer_s_group_is_taken_against_our_own_reward_with_peer_baseline_own(t
     assert [sample.advantage for sample in group_mean.kept] == [0.0] * 4, "the default: the group's own mean"
     alone = _scored_intake(tmp_path, rewards, "loss.peer_baseline=own").take(0, _groups("p", 0, 2), [], timings={})
     assert [sample.advantage for sample in alone.kept] == [0.0] * 4
+    lower = _scored_intake(tmp_path, rewards, "loss.peer_baseline=lower")
+    assert [s.advantage for s in lower.take(0, _groups("p", 0, 2), own, timings={}).kept] == [0.75] * 4
+    for rule, expected in (("lower", [0.0] * 4), ("own", [-0.25] * 4)):  # a group below our own mean (0.25)
+        weaker = _scored_intake(tmp_path, {0: [0.0] * 4}, f"loss.peer_baseline={rule}")
+        assert [s.advantage for s in weaker.take(0, _groups("p", 0, 1), own, timings={}).kept] == expected, rule
 
 
 def _own(advantages: list[float]) -> list[Sample]:

@@ -103,7 +103,7 @@ class Intake:
         self.screener = Screener(config, policy)
         self.share = AdaptiveShare(config)
         self.unread: set[str] = set()  # tokenizers a peer sent that this node cannot read
-        self._baseline: float | None = None  # loss.peer_baseline own: our own samples' mean reward this round
+        self._own_reward: float | None = None  # our own samples' mean reward this round (loss.peer_baseline)
         self.hub_tokenizers = HubTokenizers(offline=hub_offline())  # peers' tokenizers rebuilt from their hub ids
 
     @cached_property
@@ -234,8 +234,7 @@ class Intake:
         _, budget = batch_split(self.config, self.share.current())
         group_size = self.config.rollout.group_size
         own_rewards = [sample.reward for sample in own]
-        self._baseline = (sum(own_rewards) / len(own_rewards)
-                          if own_rewards and self.config.loss.peer_baseline == "own" else None)
+        self._own_reward = sum(own_rewards) / len(own_rewards) if own_rewards else None
         # a useless peer's group on probation comes first (pool.fair_queue) and on top of the
         # share, so screening it again costs a proven peer nothing; no share, no probation
         first = offered[0].peer_id if offered else None
@@ -355,4 +354,4 @@ class Intake:
         translation = (sender.tokenization, self.families.own.tokenization) if sender else None
         return score_group(self.task, self.policy, group.peer_id, problem, prompt, group.completions,
                            self.config.loss.advantage_std, translation, self.config.rollout.max_new_tokens,
-                           self._baseline)
+                           self._own_reward, self.config.loss.peer_baseline)

@@ -23,13 +23,14 @@ from swarmnode.tasks.base import Problem, Task
 def score_group(
     task: Task, policy: Policy, source: str, problem: Problem, prompt_ids: list[int], completions: list[Completion],
     advantage_std: bool, translation: tuple[Tokenization, Tokenization] | None = None, max_tokens: int | None = None,
-    baseline: float | None = None,
+    own_reward: float | None = None, peer_baseline: str = "group",
 ) -> Group:
     """The group of `completions` of `source` for `problem`: each decoded and scored with our
     task, with its advantage in the group (`advantage_std`: divided by the group's std), or,
-    with a `baseline`, its reward minus that (`loss.peer_baseline` own). With `translation` (the
-    sender's tokenizer, ours) the completions are first put into our tokens, at most
-    `max_tokens` of them; one that cannot be is left out (`untranslated`)."""
+    given our own samples' mean reward `own_reward`, taken against that (`peer_baseline` own)
+    or against the lower of it and the group's mean (lower). With `translation` (the sender's
+    tokenizer, ours) the completions are first put into our tokens, at most `max_tokens` of
+    them; one that cannot be is left out (`untranslated`)."""
     group = Group(source, problem, prompt_ids)
     if translation is None:
         read = [(c.tokens, c.logprobs, None) for c in completions]
@@ -40,10 +41,11 @@ def score_group(
     if not read:
         return group
     rewards = [task.reward(policy.decode(tokens), problem) for tokens, _, _ in read]
-    if baseline is None:
-        advantages = group_advantages(torch.tensor(rewards), advantage_std).tolist()
+    mean = sum(rewards) / len(rewards)
+    if own_reward is not None and (peer_baseline == "own" or (peer_baseline == "lower" and own_reward < mean)):
+        advantages = [reward - own_reward for reward in rewards]
     else:
-        advantages = [reward - baseline for reward in rewards]
+        advantages = group_advantages(torch.tensor(rewards), advantage_std).tolist()
     group.samples = [
         Sample(prompt_ids, tokens, logprobs, advantage, reward, source, spans=spans)
         for (tokens, logprobs, spans), reward, advantage in zip(read, rewards, advantages)

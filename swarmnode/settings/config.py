@@ -238,11 +238,11 @@ class LossSettings(_Section):
     log_ratio_clamp: float = Field(
         20.0, gt=0, description="log-ratios are clamped to +- this before exp (weights, the PPO ratio, divergences)"
     )
-    peer_baseline: Literal["group", "own"] = Field(
-        "group", description="group | own: what a peer's sample's advantage is taken against: its group's mean "
-        "reward (group, the paper's), or the mean reward of this node's own samples that round (own), so that a "
-        "group a stronger peer got all right still says what our own samples miss (off: an experiment, "
-        "docs/figures.md)",
+    peer_baseline: Literal["group", "own", "lower"] = Field(
+        "group", description="group | own | lower: what a peer's sample's advantage is taken against: its group's "
+        "mean reward (group, the paper's), the mean reward of this node's own samples that round (own), so that a "
+        "group a stronger peer got all right still says what our own samples miss, or the lower of the two "
+        "(lower) (an experiment: docs/figures.md)",
     )
 
 
