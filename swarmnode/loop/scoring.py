@@ -5,7 +5,8 @@ peer's completions in another tokenizer family are first put into our tokens, wi
 sender's log-probs by span (swarmnode.learn.alignment.translate); one that cannot be is left
 out of its group. Advantages are taken per (generator, prompt) group over all of its samples,
 before anything is screened out, so a sample dropped later still counts in its group's mean
-(as the F-TIS filter's do).
+(as the F-TIS filter's do). With `loss.peer_baseline` own or lower a peer's group may be taken
+against our own samples' mean reward that round instead (docs/figures.md).
 """
 
 from __future__ import annotations
