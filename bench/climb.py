@@ -9,11 +9,11 @@ least a third of its gain over the run, shown over the seeds: per seed, what the
 beyond a third of the whole gain, its one-sided 95 % lower bound above 0 (Student's t;
 swarmnode/lab/verdicts.still_climbing). Ten seeds' mean curve qualified `prompts-4` at 44 %
 where twenty seeds of two names in bench/ablation.py read 7-26 %. Each candidate is
-a tiny preset (a shipped one, or one built here from a spec, cached) and settings; each runs
-alone in a child process on the pinned kernels (swarmnode/lab/kernels.py), one at a time, and
-prints its curve, the mean over seeds (greedy pass@1 on --eval-size held-out problems at ten
-points): one seed's curve wanders by several points (tiny: 7 % or 42 % of its gain in the last
-half, by its prompts).
+a tiny preset (a shipped one, or one built here from a spec, cached) and settings; each seed runs
+alone in a child process on the pinned kernels (swarmnode/lab/kernels.py), `--jobs` of them side
+by side, one thread each, and the candidate prints its curve, the mean over seeds (greedy pass@1
+on --eval-size held-out problems at ten points): one seed's curve wanders by several points
+(tiny: 7 % or 42 % of its gain in the last half, by its prompts).
 """
 
 from __future__ import annotations

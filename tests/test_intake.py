@@ -294,8 +294,7 @@ def _scored_intake(tmp_path, rewards: dict[int, list[float]], *sets: str) -> Int
     def score(group: OfferedGroup) -> Group:
         values = iter(rewards[group.prompt_id])
         task = SimpleNamespace(reward=lambda text, problem: next(values))
-        return score_group(task, SimpleNamespace(decode=str), group.peer_id, problem, [1], [completion] * 4, False,
-                           own_reward=intake._own_reward, peer_baseline=intake.config.loss.peer_baseline)
+        return score_group(task, SimpleNamespace(decode=str), group.peer_id, problem, [1], [completion] * 4, False)
 
     intake._score = score
     return intake
@@ -317,24 +316,45 @@ def test_zero_advantage_samples_take_no_room_yet_count_in_their_group_s_mean(tmp
     assert diluted.uninformative == 0
 
 
-def test_a_peer_s_group_is_taken_against_our_own_reward_with_peer_baseline_own(tmp_path):
+def _graded_intake(tmp_path, monkeypatch, *sets: str) -> Intake:
+    """An Intake that scores peers' groups through its own `_score`: a completion [1] is right,
+    [0] wrong; room for two groups, which pass screening (gate and budget off)."""
+    monkeypatch.setattr("swarmnode.loop.intake.build_prompt", lambda task, problem, policy: [1])
+    config = _config(tmp_path, "a", "rollout.prompts_per_round=4", "node.own_share=0.5", "rollout.group_size=4",
+                     "trust.likelihood_gate=false", "trust.weight_budget=false", *sets)
+    task = SimpleNamespace(train_problem=lambda prompt_id: Problem(prompt_id, "1+1", "2"),
+                           reward=lambda text, problem: float(text == "1"))
+    policy = SimpleNamespace(decode=lambda tokens: str(int(tokens[0])))
+    return Intake(config, policy, task, "run", _RecordingExchange(), _Live([]), PeerLedger())
+
+
+def _answers(*right: int) -> list[Completion]:
+    return [Completion(np.array([r], dtype=np.int32), np.array([-1.0], dtype=np.float32)) for r in right]
+
+
+def test_a_peer_s_group_is_taken_against_our_own_reward_under_peer_baseline(tmp_path, monkeypatch):
     """A group a peer got all right teaches nothing against its own mean; against the mean
-    reward of our own samples that round it says what ours miss. Under lower a group scoring
-    below our own keeps its own mean. With no own samples it falls back to the group's mean."""
-    completion = Completion(np.array([5], dtype=np.int32), np.array([-1.0], dtype=np.float32))
-    own = [Sample.of([1], completion, 0.0, reward=reward) for reward in (0.0, 1.0, 0.0, 0.0)]
-    rewards = {0: [1.0] * 4, 1: [0.0, 1.0, 1.0, 1.0]}
-    taken = _scored_intake(tmp_path, rewards, "loss.peer_baseline=own").take(0, _groups("p", 0, 2), own, timings={})
-    assert [sample.advantage for sample in taken.kept] == [0.75] * 4
-    group_mean = _scored_intake(tmp_path, rewards).take(0, _groups("p", 0, 2), own, timings={})
-    assert [sample.advantage for sample in group_mean.kept] == [0.0] * 4, "the default: the group's own mean"
-    alone = _scored_intake(tmp_path, rewards, "loss.peer_baseline=own").take(0, _groups("p", 0, 2), [], timings={})
-    assert [sample.advantage for sample in alone.kept] == [0.0] * 4
-    lower = _scored_intake(tmp_path, rewards, "loss.peer_baseline=lower")
-    assert [s.advantage for s in lower.take(0, _groups("p", 0, 2), own, timings={}).kept] == [0.75] * 4
-    for rule, expected in (("lower", [0.0] * 4), ("own", [-0.25] * 4)):  # a group below our own mean (0.25)
-        weaker = _scored_intake(tmp_path, {0: [0.0] * 4}, f"loss.peer_baseline={rule}")
-        assert [s.advantage for s in weaker.take(0, _groups("p", 0, 1), own, timings={}).kept] == expected, rule
+    reward of our own samples that round (own) it counts, and a group below our own pushes down
+    on net. Under lower only a group scoring above our own is taken against it. With no own
+    samples that round, each group keeps its own mean."""
+    own = [Sample.of([1], _answers(0)[0], 0.0, reward=reward) for reward in (0.0, 1.0, 0.0, 1.0)]  # mean 0.5
+    offered = [OfferedGroup("p", 0, 0, _answers(1, 1, 1, 1)), OfferedGroup("p", 0, 1, _answers(0, 0, 0, 1))]
+    expected = {
+        "group": [0.0] * 4 + [-0.25, -0.25, -0.25, 0.75],
+        "own": [0.5] * 4 + [-0.5, -0.5, -0.5, 0.5],
+        "lower": [0.5] * 4 + [-0.25, -0.25, -0.25, 0.75],
+    }
+    for rule, advantages in expected.items():
+        taken = _graded_intake(tmp_path, monkeypatch, f"loss.peer_baseline={rule}").take(0, offered, own, timings={})
+        assert [sample.advantage for sample in taken.kept] == advantages, rule
+        alone = _graded_intake(tmp_path, monkeypatch, f"loss.peer_baseline={rule}").take(0, offered, [], timings={})
+        assert [sample.advantage for sample in alone.kept] == expected["group"], rule
+
+
+def test_a_peer_baseline_other_than_the_group_s_mean_refuses_std_division(tmp_path):
+    """An all-right group has no spread to divide by: the setting says which to change."""
+    with pytest.raises(ValueError, match="advantage_std"):
+        _config(tmp_path, "a", "loss.peer_baseline=lower", "loss.advantage_std=true")
 
 
 def _own(advantages: list[float]) -> list[Sample]:

@@ -18,18 +18,20 @@ from swarmnode.learn.loss import group_advantages
 from swarmnode.learn.sample import Group, Sample
 from swarmnode.model.policy import Policy
 from swarmnode.protocol.wire import Completion
+from swarmnode.settings.config import PeerBaseline
 from swarmnode.tasks.base import Problem, Task
 
 
 def score_group(
     task: Task, policy: Policy, source: str, problem: Problem, prompt_ids: list[int], completions: list[Completion],
     advantage_std: bool, translation: tuple[Tokenization, Tokenization] | None = None, max_tokens: int | None = None,
-    own_reward: float | None = None, peer_baseline: str = "group",
+    own_reward: float | None = None, peer_baseline: PeerBaseline | None = None,
 ) -> Group:
     """The group of `completions` of `source` for `problem`: each decoded and scored with our
     task, with its advantage in the group (`advantage_std`: divided by the group's std), or,
-    given our own samples' mean reward `own_reward`, taken against that (`peer_baseline` own)
-    or against the lower of it and the group's mean (lower). With `translation` (the sender's
+    for a peer's group with our own samples' mean reward `own_reward`, taken against that
+    (`peer_baseline` own) or against the lower of it and the group's mean (lower; None or group:
+    the group's mean, as for our own groups). With `translation` (the sender's
     tokenizer, ours) the completions are first put into our tokens, at most `max_tokens` of
     them; one that cannot be is left out (`untranslated`)."""
     group = Group(source, problem, prompt_ids)

@@ -106,6 +106,7 @@ class ModelSettings(_Section):
         return device
 
 
+PeerBaseline = Literal["group", "own", "lower"]  # what a peer's group's advantages are taken against
 AnswerFormat = Literal["answer_tag", "boxed", "think_answer"]  # how a completion states its answer
 Grader = Literal["numeric", "math-verify"]  # how an answer is compared with the reference
 
@@ -238,12 +239,21 @@ class LossSettings(_Section):
     log_ratio_clamp: float = Field(
         20.0, gt=0, description="log-ratios are clamped to +- this before exp (weights, the PPO ratio, divergences)"
     )
-    peer_baseline: Literal["group", "own", "lower"] = Field(
+    peer_baseline: PeerBaseline = Field(
         "group", description="group | own | lower: what a peer's sample's advantage is taken against: its group's "
-        "mean reward (group, the paper's), the mean reward of this node's own samples that round (own), so that a "
-        "group a stronger peer got all right still says what our own samples miss, or the lower of the two "
-        "(lower) (an experiment: docs/figures.md)",
+        "mean reward (group, the paper's), the mean reward of this node's own samples that round (own: a group a "
+        "stronger peer got all right then counts; a wrong group pushes down on net, which screening's balance "
+        "exists to stop), or the lower of the two (lower: a group's advantages never sum below 0). Experiments, "
+        "docs/figures.md; not with advantage_std",
     )
+
+    @model_validator(mode="after")
+    def _peer_baseline_without_std(self) -> LossSettings:
+        if self.peer_baseline != "group" and self.advantage_std:
+            # an all-right group has no spread to divide by, and our own groups would be scaled where peers' are not
+            raise ValueError("loss.peer_baseline own or lower takes rewards minus a mean, undivided: "
+                             "set loss.advantage_std false, or loss.peer_baseline group")
+        return self
 
 
 class TrainSettings(_Section):
