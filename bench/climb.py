@@ -83,7 +83,7 @@ def member_of(label: str) -> Member:
     spec, settings = CANDIDATES[label]
     if spec is None:
         return Member(label, settings)
-    path = ensure_tiny({**TINY_SPEC, **spec})
+    path = preset_of(label)
     # a directory is no preset name, so the tiny preset's settings come along explicitly
     preset = [f"{section}.{key}={json.dumps(value)}" for section, values in TINY_CPU.items() if section not in ("model", "node")
               for key, value in values.items()]
