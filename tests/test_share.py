@@ -148,12 +148,13 @@ def test_with_far_room_near_a_far_peer_s_room_goes_to_near_peers_or_stays_empty(
     assert taken.kept == [] and intake.share.current() == 0.5, "only far groups: the room stays empty"
 
 
-@pytest.mark.parametrize("far_room, trained_on_top", [("own", False), ("top", True)])
+@pytest.mark.parametrize("far_room, trained_on_top", [("own", False), ("top", True), ("top-scored", False)])
 def test_with_far_room_top_a_far_peer_s_groups_come_on_top_of_our_whole_batch_up_to_its_room(tmp_path, far_room,
                                                                                               trained_on_top):
     """node.far_room=top: the node generates in a far peer's place as under own, and its groups
     are still screened and trained on, beyond the batch but no more than the room they left
-    (one group here), however many it offers; under own only one group is measured, not kept."""
+    (one group here), however many it offers; under own, or top-scored for a peer far by
+    likelihood, only one group is measured, not kept."""
     intake = _measuring_intake(tmp_path, {"f": -3.0, "n": -1.0}, f"node.far_room={far_room}")
     intake.take(0, _groups("f", 0, 1), own=_own(-1.0), timings={})
     taken = intake.take(1, _groups("f", 1, 2) + _groups("n", 1, 2), own=_own(-1.0), timings={})
@@ -380,11 +381,12 @@ def test_a_peer_whose_samples_trail_ours_is_far_only_with_the_trail_on_and_comes
     assert -trail.leads["weak"] < 0.05 and not trail.is_far("weak"), "trailing by less than half: near again"
 
 
-@pytest.mark.parametrize("far_room, fifth_round", [("own", set()), ("top", {"w"})])
+@pytest.mark.parametrize("far_room, fifth_round", [("own", set()), ("top", {"w"}), ("top-scored", {"w"})])
 def test_a_peer_scoring_below_us_takes_no_room_and_under_top_comes_on_top(tmp_path, far_room, fifth_round):
     """Peer w's groups score 0.25 as we grade them, n's 0.5, our own 0.5: with the trail on, w's
     running trail passes 0.1 in the third round; then its room is ours, and under top its group
-    comes on top of our whole batch instead of in its place."""
+    comes on top of our whole batch instead of in its place (under top-scored too: w is far by
+    score, not by likelihood)."""
     intake = _scored_intake(tmp_path, {0: [0.0, 1.0, 0.0, 1.0], 1: [0.0, 0.0, 0.0, 1.0]},
                             "node.far_reward_trail=0.1", f"node.far_room={far_room}")
     taken_from = []
@@ -394,6 +396,32 @@ def test_a_peer_scoring_below_us_takes_no_room_and_under_top_comes_on_top(tmp_pa
         taken_from.append({s.source for s in taken.kept})
     assert taken_from == [{"w"}] * 3 + [{"n"}, fifth_round]
     assert intake.share.current() == 1.0 and intake.share.is_far("w") and not intake.share.is_far("n")
+
+
+def test_top_scored_puts_on_top_only_peers_far_by_score_and_keeps_far_by_likelihood_through_the_band():
+    """Peer f is 2 nats a token less likely than our own, w as likely but scoring 0.5 below us,
+    b both: all three are far; under top-scored only w comes on top. f stays far by likelihood
+    inside the band (gap 0.7), also across a checkpoint, and is near again below it."""
+    sets = ["node.own_share=0.5", *FAR_RULES_OFF, "node.adapt_share_nats=1.0", "node.far_reward_trail=0.1"]
+    shares = {room: AdaptiveShare(load_config(None, [*sets, f"node.far_room={room}"])) for room in ("own", "top", "top-scored")}
+    for share in shares.values():
+        for _ in range(2):
+            share.observe([np.full(2, -1.0)], {"f": [np.full(2, -3.0)], "w": [np.full(2, -1.0)], "b": [np.full(2, -3.0)]},
+                          [0.5], {"f": [0.5], "w": [0.0], "b": [0.0]})
+        assert share.far == {"f", "w", "b"}
+    assert {p for p in "fwb" if shares["own"].comes_on_top(p)} == set()
+    assert {p for p in "fwb" if shares["top"].comes_on_top(p)} == {"f", "w", "b"}
+    scored = shares["top-scored"]
+    assert {p for p in "fwb" if scored.comes_on_top(p)} == {"w"}, "far by likelihood: out, as under own"
+    scored.gaps["f"] = 0.7
+    scored._classify("f")
+    assert scored.is_far("f") and not scored.comes_on_top("f"), "inside the band: still far by likelihood"
+    restored = AdaptiveShare(load_config(None, [*sets, "node.far_room=top-scored"]))
+    restored.restore(scored.checkpoint_state())
+    assert restored.far_by_gap == {"f", "b"} and restored.comes_on_top("w") and not restored.comes_on_top("f")
+    for _ in range(3):
+        scored.observe([np.full(2, -1.0)], {"f": [np.full(2, -1.0)]}, [0.5], {"f": [0.5]})
+    assert scored.gaps["f"] < 0.5 and not scored.is_far("f") and "f" not in scored.far_by_gap
 
 
 @pytest.mark.parametrize("override, named", [

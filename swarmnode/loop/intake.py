@@ -229,7 +229,8 @@ class Intake:
         place (at most SCREEN_PASSES times), and a group on probation comes on top. Every group
         screened is used up; a picking peer's groups (screening.repeats) are not screened but
         on probation. Far peers' groups (loop.share) take no room; with `node.far_room` top they
-        are screened on top, up to the room generated in their place. Screening's strikes and
+        (top-scored: those far only by score) are screened on top, up to the room generated in
+        their place. Screening's strikes and
         each peer's useful samples go to the ledger."""
         _, budget = batch_split(self.config, self.share.current())
         group_size = self.config.rollout.group_size
@@ -252,12 +253,12 @@ class Intake:
         self.share.offered(g.peer_id for g in queue[:room])
         far = [g for g in queue if self.share.is_far(g.peer_id)]  # take no room (loop.share)
         queue = [g for g in queue if not self.share.is_far(g.peer_id)]
-        # with far_room top, far peers' groups come on top of the batch, up to the room this
-        # node generated in their place (loop.share): no more than they would have filled, and
-        # a useless far peer's group (first in a probation round) after proven far peers' groups
-        on_top: list[OfferedGroup] = []
-        if self.share.far_on_top:  # sorted is stable: the queue's order otherwise
-            on_top = sorted(far, key=lambda group: is_useless(self.ledger.standing(group.peer_id)))[:max(0, room - budget)]
+        # with far_room top (or top-scored, those far only by score), far peers' groups come on
+        # top of the batch, up to the room this node generated in their place (loop.share): no
+        # more than they would have filled, and a useless far peer's group (first in a probation
+        # round) after proven far peers' groups
+        topping = [group for group in far if self.share.comes_on_top(group.peer_id)]
+        on_top = sorted(topping, key=lambda group: is_useless(self.ledger.standing(group.peer_id)))[:max(0, room - budget)]
         timings["score_s"] = timings["screen_s"] = 0.0
         screening = self.screener.open_round(own, peers_coming=(bool(queue) and budget > 0) or bool(on_top))
         measured = Measured()  # peers' samples under our model and as we graded them (loop.share)

@@ -26,7 +26,11 @@ With `node.far_reward_trail` set, a peer whose samples trail our own by that muc
 beside three smaller peers a member generated a quarter of its batch and trained on peers'
 samples scoring 0.18 below its own for the rest, and ended about 0.02 below alone whatever else
 was tried (docs/figures.md, "A far peer on top"); under `node.far_room` top such a peer's groups
-still come, on top of the member's own whole batch instead of in its place.
+still come, on top of the member's own whole batch instead of in its place. `node.far_room`
+top-scored does so only for a peer far by what its samples score and not by likelihood: a peer
+whose samples are unlikely under our model cost a member on top too (the specialist beside a
+small generalist), while one near by likelihood that trails paid the larger member of the size
+pair there (docs/figures.md).
 
 One group of each far peer a round is still measured under our model (not trained on, unless
 it came on top under `node.far_room` top, which measures it as well), so a peer that comes near
@@ -79,13 +83,15 @@ class AdaptiveShare:
     def __init__(self, config: Config) -> None:
         self.floor = config.node.own_share
         self.far_gap = config.node.adapt_share_nats  # 0: off
-        self.generate_far_room = config.node.far_room in ("own", "top")  # else near peers' groups only, or nothing
-        self.far_on_top = config.node.far_room == "top"  # far peers' groups trained on beyond the batch
+        self.generate_far_room = config.node.far_room != "near"  # else near peers' groups only, or nothing
+        self.far_on_top = config.node.far_room in ("top", "top-scored")  # far peers' groups trained on beyond the batch
+        self.likely_only_on_top = config.node.far_room == "top-scored"  # not those far by likelihood
         self.lead_bar = config.node.far_reward_lead  # 0: off
         self.trail_bar = config.node.far_reward_trail  # 0: off
         self.gaps: dict[str, float] = {}  # peer -> nats a token, smoothed over rounds
         self.leads: dict[str, float] = {}  # peer -> its samples' mean reward over our own's, smoothed from 0
         self.far: set[str] = set()  # peers whose gap, lead or trail reached its setting and has not fallen back
+        self.far_by_gap: set[str] = set()  # of those, the peers whose gap reached it and has not fallen back
         self.far_part = 0.0  # of the peers' groups offered in the last round, the part from far peers
         self.measured_last: list[str] = []  # peers measured in the last round, for its record
 
@@ -116,6 +122,11 @@ class AdaptiveShare:
         setting and none has fallen below the band since. A peer not measured yet is near (its
         first groups are screened like anyone's)."""
         return self.enabled and peer_id in self.far
+
+    def comes_on_top(self, peer_id: str) -> bool:
+        """Whether a far peer's groups come on top of the batch (`node.far_room` top, or
+        top-scored for a peer far only by what its samples score, not by likelihood)."""
+        return self.far_on_top and not (self.likely_only_on_top and peer_id in self.far_by_gap)
 
     def far_peers(self) -> set[str]:
         """The peers whose groups take no room now (none when the rule is off)."""
@@ -174,6 +185,7 @@ class AdaptiveShare:
                 self.gaps.pop(forgotten, None)
                 self.leads.pop(forgotten, None)
                 self.far.discard(forgotten)
+                self.far_by_gap.discard(forgotten)
 
     def _beyond(self, peer: str, fraction: float) -> tuple[bool, bool, bool]:
         """Whether the peer's gap, its lead and its trail reach `fraction` of their settings (a
@@ -184,11 +196,17 @@ class AdaptiveShare:
                 self.trail_bar > 0 and lead is not None and -lead >= fraction * self.trail_bar)
 
     def _classify(self, peer: str) -> None:
-        """Far once any measure reaches its setting; near again once all are below the band."""
-        if any(self._beyond(peer, 1.0)):
+        """Far once any measure reaches its setting; near again once all are below the band. Far
+        by likelihood the same way, by the gap alone."""
+        reached, in_band = self._beyond(peer, 1.0), self._beyond(peer, RETURN_FRACTION)
+        if any(reached):
             self.far.add(peer)
-        elif not any(self._beyond(peer, RETURN_FRACTION)):
+        elif not any(in_band):
             self.far.discard(peer)
+        if reached[0]:
+            self.far_by_gap.add(peer)
+        elif not in_band[0]:
+            self.far_by_gap.discard(peer)
 
     def checkpoint_state(self) -> dict[str, Any]:
         """What a resumed node keeps (swarmnode.loop.checkpoints): each peer's running gap and
@@ -205,11 +223,14 @@ class AdaptiveShare:
         self.leads = _finite_by_peer(state.get("reward_leads"))
         far = state.get("far_peers")
         listed = {p for p in far if isinstance(p, str)} if isinstance(far, list) else set()
-        self.far = set()
+        self.far, self.far_by_gap = set(), set()
         for peer in dict.fromkeys([*self.gaps, *self.leads]):
-            if peer in listed:  # inside the band it stays far
-                if any(self._beyond(peer, RETURN_FRACTION)):
+            if peer in listed:  # inside the band it stays far, by likelihood where its gap is in it
+                in_band = self._beyond(peer, RETURN_FRACTION)
+                if any(in_band):
                     self.far.add(peer)
+                if in_band[0]:
+                    self.far_by_gap.add(peer)
             else:
                 self._classify(peer)
         self._forget_beyond_bound()

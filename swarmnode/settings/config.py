@@ -333,12 +333,13 @@ class NodeSettings(_Section):
         "than half this; with far_room top its groups then come on top of this node's own instead of in their "
         "place; 0 = off (swarmnode.loop.share; docs/figures.md)",
     )
-    far_room: Literal["own", "near", "top"] = Field(
+    far_room: Literal["own", "near", "top", "top-scored"] = Field(
         "own",
-        description="own | near | top: with adapt_share_nats, far_reward_lead or far_reward_trail, what takes a far peer's room in the batch: this node's own "
+        description="own | near | top | top-scored: with adapt_share_nats, far_reward_lead or far_reward_trail, what takes a far peer's room in the batch: this node's own "
         "generation (a generation cost), or near peers' groups only, what they leave staying empty (a smaller step, "
         "no generation added), or its own generation with the far peers' groups screened and trained on on top, up to "
-        "the room they left (a generation and a training cost)",
+        "the room they left (a generation and a training cost); top-scored: as top for a peer far only by what its "
+        "samples score (the lead or the trail), as own for one far by likelihood (adapt_share_nats)",
     )
     peer_quota: int = Field(64, ge=0, description="max peer groups from one peer per round")
     skip_uninformative: bool = Field(
