@@ -424,6 +424,36 @@ def test_top_scored_puts_on_top_only_peers_far_by_score_and_keeps_far_by_likelih
     assert scored.gaps["f"] < 0.5 and not scored.is_far("f") and "f" not in scored.far_by_gap
 
 
+def test_top_scored_far_by_likelihood_follows_the_gap_alone_across_a_restart_and_the_bound(monkeypatch):
+    """A peer far by score whose gap sits inside the band without ever reaching the setting stays
+    on top after a restart (a checkpoint written before far by likelihood was kept apart takes it
+    for far by likelihood); a peer far by likelihood whose gap falls below the band while its
+    trail stays inside it is far by score only, on top; a peer forgotten beyond the bound is
+    neither."""
+    sets = ["node.own_share=0.5", *FAR_RULES_OFF, "node.adapt_share_nats=1.0", "node.far_reward_trail=0.1",
+            "node.far_room=top-scored"]
+    share = AdaptiveShare(load_config(None, sets))
+    share.gaps, share.leads = {"w": 0.7, "f": 2.0}, {"w": -0.3, "f": -0.3}
+    for peer in ("w", "f"):
+        share._classify(peer)
+    assert share.far == {"w", "f"} and share.far_by_gap == {"f"} and share.comes_on_top("w")
+    restored = AdaptiveShare(load_config(None, sets))
+    restored.restore(share.checkpoint_state())
+    assert restored.far_by_gap == {"f"} and restored.comes_on_top("w") and not restored.comes_on_top("f")
+    older = {k: v for k, v in share.checkpoint_state().items() if k != "far_by_gap"}
+    restored.restore(older)
+    assert restored.far_by_gap == {"w", "f"}, "an older checkpoint: a far peer's gap in the band is far by likelihood"
+    share.gaps["f"], share.leads["f"] = 0.3, -0.08  # gap below the band, trail still inside it
+    share._classify("f")
+    assert share.is_far("f") and "f" not in share.far_by_gap and share.comes_on_top("f")
+    share.gaps["g"] = 2.0
+    share._classify("g")
+    assert "g" in share.far_by_gap
+    monkeypatch.setattr("swarmnode.loop.share.MAX_PEERS_MEASURED", 1)
+    share.observe([np.full(2, -1.0)], {"x": [np.full(2, -1.0)]}, [0.5], {"x": [0.5]})
+    assert share.far == set() and share.far_by_gap == set(), "forgotten beyond the bound: measured afresh"
+
+
 @pytest.mark.parametrize("override, named", [
     ("node.far_room=sideways", "far_room"), ("node.far_reward_lead=-0.1", "far_reward_lead"),
     ("node.far_reward_lead=much", "far_reward_lead"), ("node.far_reward_trail=-0.1", "far_reward_trail"),

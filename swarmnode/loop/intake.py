@@ -254,9 +254,10 @@ class Intake:
         far = [g for g in queue if self.share.is_far(g.peer_id)]  # take no room (loop.share)
         queue = [g for g in queue if not self.share.is_far(g.peer_id)]
         # with far_room top (or top-scored, those far only by score), far peers' groups come on
-        # top of the batch, up to the room this node generated in their place (loop.share): no
-        # more than they would have filled, and a useless far peer's group (first in a probation
-        # round) after proven far peers' groups
+        # top of the batch, up to the room this node generated in place of far peers (loop.share):
+        # no more than far peers' groups would have filled (under top-scored, peers far by score
+        # may fill what those far by likelihood left), and a useless far peer's group (first in a
+        # probation round) after proven far peers' groups
         topping = [group for group in far if self.share.comes_on_top(group.peer_id)]
         on_top = sorted(topping, key=lambda group: is_useless(self.ledger.standing(group.peer_id)))[:max(0, room - budget)]
         timings["score_s"] = timings["screen_s"] = 0.0

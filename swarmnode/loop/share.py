@@ -211,25 +211,28 @@ class AdaptiveShare:
     def checkpoint_state(self) -> dict[str, Any]:
         """What a resumed node keeps (swarmnode.loop.checkpoints): each peer's running gap and
         reward lead, and the far part of the last offer. Which peers are far follows from those,
-        except inside the band, so the far ones are kept by name."""
+        except inside the band, so the far ones are kept by name, and those far by likelihood."""
         return {"likelihood_gaps": dict(self.gaps), "reward_leads": dict(self.leads), "far_peers": sorted(self.far),
-                "far_part": self.far_part}
+                "far_by_gap": sorted(self.far_by_gap), "far_part": self.far_part}
 
     def restore(self, state: dict[str, Any]) -> None:
         """A checkpoint's gaps and leads; one written before gaps were kept a peer (a single
         pooled `likelihood_gap`) is measured afresh; one written before the band is classed by
-        its measures."""
+        its measures; one written before far by likelihood was kept apart takes a far peer whose
+        gap is in the band for far by likelihood."""
         self.gaps = _finite_by_peer(state.get("likelihood_gaps"))
         self.leads = _finite_by_peer(state.get("reward_leads"))
         far = state.get("far_peers")
         listed = {p for p in far if isinstance(p, str)} if isinstance(far, list) else set()
+        by_gap = state.get("far_by_gap")
+        listed_by_gap = {p for p in by_gap if isinstance(p, str)} if isinstance(by_gap, list) else None
         self.far, self.far_by_gap = set(), set()
         for peer in dict.fromkeys([*self.gaps, *self.leads]):
-            if peer in listed:  # inside the band it stays far, by likelihood where its gap is in it
+            if peer in listed:  # inside the band it stays far, and far by likelihood if it was
                 in_band = self._beyond(peer, RETURN_FRACTION)
                 if any(in_band):
                     self.far.add(peer)
-                if in_band[0]:
+                if in_band[0] and (listed_by_gap is None or peer in listed_by_gap):
                     self.far_by_gap.add(peer)
             else:
                 self._classify(peer)
