@@ -80,6 +80,7 @@ from swarmnode.lab.ablation import (  # noqa: E402
     Member,
     Setting,
     Shape,
+    alone_shape,
     area_gains,
     budget_gains,
     by_member,
@@ -390,12 +391,13 @@ def alone_setting(member: Member) -> Setting:
 def train(setting: Setting, conditions: list[str], args: argparse.Namespace, shape: Shape) -> list[ConditionRun]:
     """Every condition of the setting for every seed, `--jobs` runs at a time in processes of their
     own (on the pinned kernels), each kept in --runs so a stopped table resumes; alone is run per
-    member, so settings that share a member share its alone runs."""
+    member, so settings that share a member share its alone runs (and tables at every
+    `--gen-share` do: `alone_shape`)."""
     presets = preset_digests(setting, shape)
     print(f"{setting.name}: presets " + ", ".join(f"{name} {digest[:16]}" for name, digest in presets)
           + f"; defaults {defaults_digest()[:16]}", flush=True)
     seeds = range(args.first_seed, args.first_seed + args.seeds)
-    alone = [RunJob(alone_setting(m), ALONE, args.accounting, seed, shape, preset_digests(alone_setting(m), shape))
+    alone = [RunJob(alone_setting(m), ALONE, args.accounting, seed, alone_shape(shape), preset_digests(alone_setting(m), shape))
              for seed in seeds for m in setting.members] if ALONE in conditions else []
     together = [RunJob(setting, name, args.accounting, seed, shape, presets)
                 for seed in seeds for name in conditions if name != ALONE]

@@ -23,6 +23,7 @@ from swarmnode.lab.ablation import (
     MemberRun,
     Setting,
     Shape,
+    alone_shape,
     area_gains,
     budget_gains,
     control_judged,
@@ -43,6 +44,7 @@ from swarmnode.lab.ablation import (
     run_condition,
     running_lead,
 )
+from swarmnode.lab.fingerprint import records_digest
 from swarmnode.loop.share import SMOOTHING
 from swarmnode.ops.lines import RoundRecord
 from tests.test_intake import FAR_RULES_OFF
@@ -223,6 +225,19 @@ def test_time_matching_trains_the_rounds_that_fit_alone_s_modelled_time():
     assert matched_rounds("f-tis", "shared", 2, Shape(rounds=200)) == 200, "step-matched: the same rounds"
     assert matched_rounds("f-tis", "shared", 2, Shape(rounds=200, match="time", gen_share=0.0)) == 200
     assert CostModel(0.94).round_cost(50, 200, 100, 100) == pytest.approx(0.47 + 0.12)
+
+
+def test_an_alone_run_is_the_same_at_every_generation_share_so_one_is_kept_for_all():
+    """Alone trains its rounds whatever the cost model says (each costs one round alone), so
+    the run kept at the default share is the run a table at another `--gen-share` would make;
+    the share still sets how long a member together trains."""
+    shape = dataclasses.replace(FAST, match="time", gen_share=0.5)
+    at_half = run_condition(SAME, ALONE, "shared", 0, shape)
+    at_default = run_condition(SAME, ALONE, "shared", 0, alone_shape(shape))
+    assert alone_shape(shape).gen_share == Shape().gen_share != shape.gen_share
+    assert alone_shape(shape) == dataclasses.replace(shape, gen_share=Shape().gen_share), "nothing else changes"
+    assert records_digest([dataclasses.asdict(at_half)]) == records_digest([dataclasses.asdict(at_default)])
+    assert matched_rounds("f-tis", "shared", 2, shape) != matched_rounds("f-tis", "shared", 2, alone_shape(shape))
 
 
 def test_a_time_matched_run_is_judged_at_the_step_matched_round_and_at_its_end():

@@ -40,7 +40,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from scipy.stats import t as student_t
@@ -238,6 +238,13 @@ def matched_rounds(condition: str, accounting: str, members: int, shape: Shape) 
     alone, _ = expected_samples(ALONE, accounting, members, shape)
     per_round = CostModel(shape.gen_share).round_cost(own, own + peers, alone, alone)
     return max(1, round(shape.rounds / per_round))
+
+
+def alone_shape(shape: Shape) -> Shape:
+    """The shape an alone run is kept under: alone trains `shape.rounds` rounds and each costs
+    one round alone under every cost model, so its run is the same at every generation share,
+    and keyed at the default one it serves a table at any `--gen-share`."""
+    return replace(shape, gen_share=GEN_SHARE)
 
 
 def eval_rounds(shape: Shape, matched: int | None = None) -> list[int]:
