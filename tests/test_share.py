@@ -80,7 +80,7 @@ def test_by_default_a_sharing_node_leaves_far_peers_out_and_an_on_top_node_is_un
     """The defaults (docs/figures.md, "Far peers left out by default"): with own_share below 1 a
     peer is far by its likelihood gap, its lead or its trail; at own_share 1 nothing adapts."""
     sharing = AdaptiveShare(load_config(None, ["node.own_share=0.5"]))
-    assert sharing.enabled and sharing.measures_gap and sharing.generate_far_room and not sharing.far_on_top
+    assert sharing.enabled and sharing.measures_gap and sharing.generate_far_room and sharing.far_room == "own"
     for _ in range(2):
         sharing.observe([np.full(2, -1.0)],
                         {"unlikely": [np.full(2, -2.5)], "strong": [np.full(2, -1.2)], "weak": [np.full(2, -1.2)],

@@ -84,8 +84,7 @@ class AdaptiveShare:
         self.floor = config.node.own_share
         self.far_gap = config.node.adapt_share_nats  # 0: off
         self.generate_far_room = config.node.far_room != "near"  # else near peers' groups only, or nothing
-        self.far_on_top = config.node.far_room in ("top", "top-scored")  # far peers' groups trained on beyond the batch
-        self.likely_only_on_top = config.node.far_room == "top-scored"  # not those far by likelihood
+        self.far_room = config.node.far_room  # top, top-scored: far peers' groups trained on beyond the batch
         self.lead_bar = config.node.far_reward_lead  # 0: off
         self.trail_bar = config.node.far_reward_trail  # 0: off
         self.gaps: dict[str, float] = {}  # peer -> nats a token, smoothed over rounds
@@ -126,7 +125,7 @@ class AdaptiveShare:
     def comes_on_top(self, peer_id: str) -> bool:
         """Whether a far peer's groups come on top of the batch (`node.far_room` top, or
         top-scored for a peer far only by what its samples score, not by likelihood)."""
-        return self.far_on_top and not (self.likely_only_on_top and peer_id in self.far_by_gap)
+        return self.far_room == "top" or (self.far_room == "top-scored" and peer_id not in self.far_by_gap)
 
     def far_peers(self) -> set[str]:
         """The peers whose groups take no room now (none when the rule is off)."""
@@ -222,10 +221,8 @@ class AdaptiveShare:
         gap is in the band for far by likelihood."""
         self.gaps = _finite_by_peer(state.get("likelihood_gaps"))
         self.leads = _finite_by_peer(state.get("reward_leads"))
-        far = state.get("far_peers")
-        listed = {p for p in far if isinstance(p, str)} if isinstance(far, list) else set()
-        by_gap = state.get("far_by_gap")
-        listed_by_gap = {p for p in by_gap if isinstance(p, str)} if isinstance(by_gap, list) else None
+        listed = _names(state.get("far_peers")) or set()
+        listed_by_gap = _names(state.get("far_by_gap"))
         self.far, self.far_by_gap = set(), set()
         for peer in dict.fromkeys([*self.gaps, *self.leads]):
             if peer in listed:  # inside the band it stays far, and far by likelihood if it was
@@ -239,6 +236,11 @@ class AdaptiveShare:
         self._forget_beyond_bound()
         part = state.get("far_part", 0.0)
         self.far_part = float(part) if _is_number(part) and 0.0 <= part <= 1.0 else 0.0
+
+
+def _names(listed: Any) -> set[str] | None:
+    """The peer names of a checkpoint's list (anything else in it left out); None where there is no list."""
+    return {name for name in listed if isinstance(name, str)} if isinstance(listed, list) else None
 
 
 def smoothed(before: float, found: float) -> float:
