@@ -237,6 +237,7 @@ def test_an_alone_run_is_the_same_at_every_generation_share_so_one_is_kept_for_a
     assert alone_shape(shape).gen_share == Shape().gen_share != shape.gen_share
     assert alone_shape(shape) == dataclasses.replace(shape, gen_share=Shape().gen_share), "nothing else changes"
     assert records_digest([dataclasses.asdict(at_half)]) == records_digest([dataclasses.asdict(at_default)])
+    assert matched_rounds(ALONE, "shared", 1, shape) == matched_rounds(ALONE, "shared", 1, alone_shape(shape)) == 3
     assert matched_rounds("f-tis", "shared", 2, shape) != matched_rounds("f-tis", "shared", 2, alone_shape(shape))
 
 

@@ -6,7 +6,9 @@ would one after another; each child is started on the pinned kernel path (lab.ke
 its run as JSON and nothing else crosses between processes. A run's file is named by a digest of
 everything that shapes it, so a table started again picks up where it stopped and never reuses a
 run of another shape, setting, preset or set of defaults (a condition names only what it
-overrides, so a run of `f-tis` from before a default changed is another run). A change to the
+overrides, so a run of `f-tis` from before a default changed is another run); alone's runs are
+named at the default generation share, which they do not depend on (`ablation.alone_shape`), so
+tables at every `--gen-share` share them. A change to the
 code that keeps the defaults keeps the names, so each run records the code it ran (a digest of
 the package's source, `code_digest`) and the CPU code path it ran on (`kernels.kernel_path`:
 MKL's branch follows the CPU's maker), and the bench says which versions or paths a table mixes:
