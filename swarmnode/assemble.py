@@ -187,8 +187,9 @@ def compose_node(
     if config.trust.likelihood_gate and config.trust.anchor:
         policy.keep_reference()  # before any checkpoint is loaded: the weights the run started from
     intake = Intake(config, policy, task, run_id, exchange, membership, ledger)
-    # a resumed node keeps the anchored gate's bar, the order its peers earned and its share of the batch
-    keeps = [intake.screener, ledger, intake.share]
+    # a resumed node keeps the anchored gate's bar, the order its peers earned, its share of the
+    # batch and what its rounds cost
+    keeps = [intake.screener, ledger, intake.share, intake.costs]
     return Node(
         config, policy, generator, task,
         run_id=run_id,

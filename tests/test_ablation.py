@@ -45,6 +45,7 @@ from swarmnode.lab.ablation import (
     running_lead,
 )
 from swarmnode.lab.fingerprint import records_digest
+from swarmnode.loop.round_costs import RoundCosts
 from swarmnode.loop.share import SMOOTHING
 from swarmnode.ops.lines import RoundRecord
 from tests.test_intake import FAR_RULES_OFF
@@ -239,6 +240,15 @@ def test_an_alone_run_is_the_same_at_every_generation_share_so_one_is_kept_for_a
     assert records_digest([dataclasses.asdict(at_half)]) == records_digest([dataclasses.asdict(at_default)])
     assert matched_rounds(ALONE, "shared", 1, shape) == matched_rounds(ALONE, "shared", 1, alone_shape(shape)) == 3
     assert matched_rounds("f-tis", "shared", 2, shape) != matched_rounds("f-tis", "shared", 2, alone_shape(shape))
+
+
+def test_each_member_prices_groups_on_top_at_the_bench_s_generation_share_not_its_clock(monkeypatch):
+    """The bench prices rounds by its cost model, so a member's bound on groups on top
+    (loop.round_costs) takes the model's share, not what the CPU's clock says."""
+    pinned = []
+    monkeypatch.setattr(RoundCosts, "pin", lambda costs, share: pinned.append(share))
+    run_condition(SAME, "f-tis", "shared", 0, dataclasses.replace(FAST, gen_share=0.5))
+    assert pinned == [0.5, 0.5]
 
 
 def test_a_time_matched_run_is_judged_at_the_step_matched_round_and_at_its_end():

@@ -323,6 +323,8 @@ def test_checkpoint_resume_continues_where_it_stopped(tmp_path, make_policy):
     node.run(rounds=2)
     weights = [p.detach().clone() for p in node.policy.model.parameters()]
     evals = list(node.report.evals)
+    timed = node.intake.costs.checkpoint_state()
+    assert all(seconds > 0 for seconds in timed.values()), "each round's generation and training are timed"
     node.close()
     metrics = tmp_path / "solo" / "metrics.jsonl"
     with metrics.open("a") as file:
@@ -332,6 +334,7 @@ def test_checkpoint_resume_continues_where_it_stopped(tmp_path, make_policy):
     assert all(torch.equal(a, b) for a, b in zip(weights, again.policy.model.parameters()))
     assert again.policy.optimizer.state_dict()["state"], "optimizer state restored"
     assert len(evals) == 2 and again.report.status(2).evals == evals, "the heartbeat's evaluations survive a restart"
+    assert again.intake.costs.checkpoint_state() == timed, "and what its rounds cost (groups on top)"
     again.run(rounds=3)
     again.close()
     rounds = [m["round"] for m in round_lines(read_metrics(metrics))]

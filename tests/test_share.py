@@ -461,3 +461,16 @@ def test_top_scored_far_by_likelihood_follows_the_gap_alone_across_a_restart_and
 def test_a_bad_far_setting_is_a_clear_error_naming_it(override, named):
     with pytest.raises(ValueError, match=named):
         load_config(None, ["node.own_share=0.5", override])
+
+
+@pytest.mark.parametrize("gen_share, groups_on_top", [(0.93, 2), (0.7, 1), (0.5, 0)])
+def test_far_groups_on_top_are_no_more_than_a_tenth_of_a_round_pays_for(tmp_path, gen_share, groups_on_top):
+    """Two groups of room left by a far peer, four groups a batch: at generation 0.93 of a round
+    a tenth of it trains 5.7 groups more, so both come on top; at 0.7 it trains 1.3 (one), at
+    0.5 0.8 (none, and the far peer is still measured, one group)."""
+    intake = _measuring_intake(tmp_path, {"f": -3.0}, "node.far_room=top", "rollout.prompts_per_round=4")
+    intake.share.gaps, intake.share.far, intake.share.far_part = {"f": 2.0}, {"f"}, 1.0
+    intake.costs.pin(gen_share)
+    taken = intake.take(0, _groups("f", 0, 4), own=_own(-1.0), timings={})
+    assert [s.source for s in taken.kept] == ["f"] * 4 * groups_on_top
+    assert intake.measured.count("f") == 4 * max(1, groups_on_top), "on top, or one group measured"

@@ -329,7 +329,9 @@ def run_condition(
                         condition_overrides,
                     )
                     name = member.label  # the peer id, hence the prompts, are the member's in every condition
-                    nodes.append(stack.enter_context(assemble(config, join=lambda run, standing, n=name, h=hub: h.join(n, run, standing))))
+                    node = stack.enter_context(assemble(config, join=lambda run, standing, n=name, h=hub: h.join(n, run, standing)))
+                    node.intake.costs.pin(shape.gen_share)  # groups on top priced as the bench prices rounds
+                    nodes.append(node)
                 runs.update(_train_together(together, nodes, shape, matched, progress))
     return ConditionRun(condition, accounting, seed, [runs[m.label] for m in setting.members])
 

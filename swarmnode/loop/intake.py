@@ -20,6 +20,7 @@ import numpy as np
 from swarmnode.learn.sample import Group, Sample, samples_of
 from swarmnode.loop.ledger import PeerLedger
 from swarmnode.loop.pool import PROBATION_EVERY, OfferedGroup, PeerPool, fair_queue
+from swarmnode.loop.round_costs import RoundCosts
 from swarmnode.loop.scoring import score_group
 from swarmnode.loop.share import AdaptiveShare, Measured
 from swarmnode.loop.waiting import WaitRule
@@ -102,6 +103,7 @@ class Intake:
         self.waits = WaitRule(config)
         self.screener = Screener(config, policy)
         self.share = AdaptiveShare(config)
+        self.costs = RoundCosts()  # what groups on top cost this node's round (node.far_room top)
         self.unread: set[str] = set()  # tokenizers a peer sent that this node cannot read
         self._own_reward: float | None = None  # our own samples' mean reward this round (loss.peer_baseline)
         self.hub_tokenizers = HubTokenizers(offline=hub_offline())  # peers' tokenizers rebuilt from their hub ids
@@ -230,7 +232,7 @@ class Intake:
         screened is used up; a picking peer's groups (screening.repeats) are not screened but
         on probation. Far peers' groups (loop.share) take no room; with `node.far_room` top they
         (top-scored: those far only by score) are screened on top, up to the room generated in
-        their place. Screening's strikes and
+        their place and to what a tenth of a round pays for (loop.round_costs). Screening's strikes and
         each peer's useful samples go to the ledger."""
         _, budget = batch_split(self.config, self.share.current())
         group_size = self.config.rollout.group_size
@@ -257,9 +259,11 @@ class Intake:
         # top of the batch, up to the room this node generated in place of far peers (loop.share):
         # no more than far peers' groups would have filled (under top-scored, peers far by score
         # may fill what those far by likelihood left), and a useless far peer's group (first in a
-        # probation round) after proven far peers' groups
+        # probation round) after proven far peers' groups; and no more than ON_TOP_COST of a round
+        # pays for, at this node's generation share (loop.round_costs)
         topping = [group for group in far if self.share.comes_on_top(group.peer_id)]
-        on_top = sorted(topping, key=lambda group: is_useless(self.ledger.standing(group.peer_id)))[:max(0, room - budget)]
+        most = min(room - budget, self.costs.on_top_groups(self.config.rollout.prompts_per_round))
+        on_top = sorted(topping, key=lambda group: is_useless(self.ledger.standing(group.peer_id)))[:max(0, most)]
         timings["score_s"] = timings["screen_s"] = 0.0
         screening = self.screener.open_round(own, peers_coming=(bool(queue) and budget > 0) or bool(on_top))
         measured = Measured()  # peers' samples under our model and as we graded them (loop.share)

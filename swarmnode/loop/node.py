@@ -148,6 +148,7 @@ class Node:
         result = self.policy.train_step(own + taken.kept, self.config.loss, self.config.rollout.temperature, measure)
         self.intake.screener.agreement.observe(result.agreement)
         state.timings["train_s"] = time.perf_counter() - t
+        self.intake.costs.note(state.timings["generate_s"], len(own), state.timings["train_s"], len(own) + len(taken.kept))
         state.timings["sync_s"] = self.generator.sync_weights()
         self.report.trained(sample.source for sample in taken.kept)
         return self._record(round_, state, own, taken, result)

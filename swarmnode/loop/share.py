@@ -11,8 +11,8 @@ the part of the peers' share that far peers' groups made up among the groups off
 round, from `own_share` up to the whole batch (alone). With `node.far_room` near it generates
 nothing more: near peers' groups fill what they can of that room and the rest stays empty, a
 smaller step whose price is only its training. With `node.far_room` top it generates in their
-place and still screens and trains on the far peers' groups, on top of the batch and up to the
-room they left: beside a larger peer a member's own samples were worth more to that peer while
+place and still screens and trains on the far peers' groups, on top of the batch, up to the
+room they left and to what a tenth of a round pays for (swarmnode.loop.round_costs): beside a larger peer a member's own samples were worth more to that peer while
 the member trained on the peer's (docs/figures.md, the size pair under the lead rule), and a far
 peer's samples cost little where they do not take the member's own batch's place.
 

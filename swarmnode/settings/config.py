@@ -338,7 +338,8 @@ class NodeSettings(_Section):
         description="own | near | top | top-scored: with adapt_share_nats, far_reward_lead or far_reward_trail, what takes a far peer's room in the batch: this node's own "
         "generation (a generation cost), or near peers' groups only, what they leave staying empty (a smaller step, "
         "no generation added), or its own generation with the far peers' groups screened and trained on on top, up to "
-        "the room they left (a generation and a training cost); top-scored: as top for a peer far only by what its "
+        "the room they left and to what a tenth of a round pays for, at this node's timed generation share (a "
+        "generation and a training cost; swarmnode.loop.round_costs); top-scored: as top for a peer far only by what its "
         "samples score (the lead or the trail), as own for one far by likelihood (adapt_share_nats)",
     )
     peer_quota: int = Field(64, ge=0, description="max peer groups from one peer per round")

@@ -27,6 +27,11 @@ class CostModel:
     def round_cost(self, generated: float, trained: float, alone_generated: float, alone_trained: float) -> float:
         return self.gen_share * generated / max(alone_generated, 1e-9) + (1 - self.gen_share) * trained / max(alone_trained, 1e-9)
 
+    def trained_for(self, added_cost: float) -> float:
+        """How much a node may train beyond a round alone's batch, as a share of that batch, for
+        `added_cost` of a round alone: training is the part of a round that is not generation."""
+        return added_cost / max(1 - self.gen_share, 1e-9)
+
     def elapsed(self, rounds: Sequence[tuple[float, float]], alone: Sequence[tuple[float, float]]) -> list[float]:
         """The modelled time after each of `rounds`, each (tokens generated, samples trained), in
         rounds of a run alone whose rounds are `alone` (their means price a round alone); [] when
