@@ -245,10 +245,13 @@ def test_an_alone_run_is_the_same_at_every_generation_share_so_one_is_kept_for_a
 def test_each_member_prices_groups_on_top_at_the_bench_s_generation_share_not_its_clock(monkeypatch):
     """The bench prices rounds by its cost model, so a member's bound on groups on top
     (loop.round_costs) takes the model's share, not what the CPU's clock says."""
-    pinned = []
-    monkeypatch.setattr(RoundCosts, "pin", lambda costs, share: pinned.append(share))
+    priced_at, on_top_groups = [], RoundCosts.on_top_groups
+    def recording(costs, batch_groups):
+        priced_at.append(costs.pinned)
+        return on_top_groups(costs, batch_groups)
+    monkeypatch.setattr(RoundCosts, "on_top_groups", recording)
     run_condition(SAME, "f-tis", "shared", 0, dataclasses.replace(FAST, gen_share=0.5))
-    assert pinned == [0.5, 0.5]
+    assert len(priced_at) >= 2 * FAST.rounds and set(priced_at) == {0.5}, "every member's every round"
 
 
 def test_a_time_matched_run_is_judged_at_the_step_matched_round_and_at_its_end():

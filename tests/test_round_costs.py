@@ -1,4 +1,4 @@
-"""What groups on top cost a node's round (swarmnode.loop.round_costs): timed, pinned, kept."""
+"""What far groups on top cost a node's round (swarmnode.loop.round_costs): timed, pinned, kept."""
 
 from __future__ import annotations
 
@@ -6,53 +6,88 @@ import math
 
 import pytest
 
-from swarmnode.loop.round_costs import ON_TOP_COST, RoundCosts
+from swarmnode.loop.round_costs import ON_TOP_COST, RoundCosts, RoundTimes
 from swarmnode.sizing.cost import GEN_SHARE, CostModel
 
+# a round alone: 7 s generating, 3 s training on 3,000 own tokens (1 ms a token): 10 s
+ALONE = RoundTimes(generate_s=7.0, whole_batch=True, train_s=3.0, own_tokens=3000, trained_tokens=3000)
+# four far groups on top, 800 tokens kept, 0.4 s screening them; the step 4,000 tokens in 4 s
+ON_TOP = RoundTimes(generate_s=7.0, whole_batch=True, train_s=4.0, own_tokens=3000, trained_tokens=4000,
+                    on_top_groups=4, on_top_screen_s=0.4, on_top_tokens=800)
 
-def test_until_a_round_is_timed_the_cost_model_s_share_prices_groups_on_top():
+
+def _timed(*rounds: RoundTimes) -> RoundCosts:
     costs = RoundCosts()
-    assert costs.gen_share == GEN_SHARE
+    for times in (ALONE, *rounds):  # the first round is warm-up
+        costs.note(times)
+    return costs
+
+
+def test_until_its_work_is_timed_the_cost_model_s_share_prices_groups_on_top():
+    costs = RoundCosts()
+    costs.note(ALONE)
+    assert costs.alone_round_s is None, "the first round is warm-up"
     assert costs.on_top_groups(16) == math.floor(ON_TOP_COST / (1 - GEN_SHARE) * 16) == 22
 
 
-def test_the_share_follows_this_node_s_timings_a_running_mean():
-    """0.3 s a sequence and 0.1 s a sample: generation is 0.75 of a round alone, and a tenth of a
-    round trains 0.4 of a batch more (6 of 16 groups). A slower trainer then pays for fewer."""
-    costs = RoundCosts()
-    costs.note(generate_s=9.6, generated=32, train_s=6.4, trained=64)
-    assert costs.gen_share == pytest.approx(0.75)
-    assert costs.on_top_groups(16) == 6
+def test_a_tenth_of_a_round_alone_pays_for_the_groups_its_timings_price():
+    """A round alone 10 s; a group on top 0.1 s screening and 0.2 s of the step (200 tokens at
+    1 ms): 0.3 s, so a tenth of a round (1 s) pays for three."""
+    costs = _timed(ALONE, ON_TOP)
+    assert costs.alone_round_s == pytest.approx(10.0)
+    assert costs.on_top_group_s == pytest.approx(0.3)
+    assert costs.on_top_groups(16) == 3
+
+
+def test_longer_completions_on_top_buy_fewer_groups_and_the_means_run():
+    """A peer's groups twice as long cost twice the step: the running cost a group moves a
+    fifth of the way a round, and fewer groups come."""
+    longer = RoundTimes(generate_s=7.0, whole_batch=True, train_s=4.6, own_tokens=3000, trained_tokens=4600,
+                        on_top_groups=4, on_top_screen_s=0.4, on_top_tokens=1600)
+    costs = _timed(ALONE, ON_TOP, longer)
+    assert costs.on_top_group_s == pytest.approx(0.8 * 0.3 + 0.2 * 0.5)
+    assert costs.on_top_groups(16) == 2
     for _ in range(30):
-        costs.note(generate_s=9.6, generated=32, train_s=19.2, trained=64)  # 0.3 s a sample
-    assert costs.gen_share == pytest.approx(0.5, abs=0.01) and costs.on_top_groups(16) == 3
+        costs.note(longer)
+    assert costs.on_top_group_s == pytest.approx(0.5, abs=1e-3) and costs.on_top_groups(16) == 2
 
 
-@pytest.mark.parametrize("reading", [(0.0, 32, 1.0, 64), (1.0, 0, 1.0, 64), (1.0, 32, float("nan"), 64),
-                                     (1.0, 32, -1.0, 64), (1.0, 32, 1.0, 0)])
-def test_a_round_without_a_usable_timing_changes_nothing(reading):
-    costs = RoundCosts()
-    costs.note(*reading)
-    assert costs.generate_s_per_sequence is None and costs.gen_share == GEN_SHARE
+def test_a_round_alone_is_timed_only_where_the_whole_batch_was_generated():
+    """Generation at a share of the batch runs at another speed on a GPU: those rounds say
+    nothing of a round alone, though their groups on top are priced."""
+    half = RoundTimes(generate_s=2.0, whole_batch=False, train_s=4.0, own_tokens=1500, trained_tokens=4000,
+                      on_top_groups=4, on_top_screen_s=0.4, on_top_tokens=800)
+    costs = _timed(half)
+    assert costs.alone_round_s is None and costs.on_top_group_s == pytest.approx(0.3)
 
 
-def test_a_pinned_share_overrides_the_clock_and_a_bad_one_is_refused():
-    costs = RoundCosts()
-    costs.note(generate_s=9.6, generated=32, train_s=6.4, trained=64)
+@pytest.mark.parametrize("broken", [
+    RoundTimes(generate_s=7.0, whole_batch=True, train_s=0.0, own_tokens=3000, trained_tokens=3000),
+    RoundTimes(generate_s=7.0, whole_batch=True, train_s=float("nan"), own_tokens=3000, trained_tokens=3000),
+    RoundTimes(generate_s=-1.0, whole_batch=True, train_s=3.0, own_tokens=3000, trained_tokens=3000),
+    RoundTimes(generate_s=7.0, whole_batch=True, train_s=3.0, own_tokens=0, trained_tokens=0),
+])
+def test_a_round_without_a_usable_timing_changes_nothing(broken):
+    costs = _timed(broken)
+    assert costs.alone_round_s is None and costs.on_top_groups(16) == 22
+
+
+def test_a_pinned_share_prices_by_the_cost_model_not_the_clock():
+    costs = _timed(ALONE, ON_TOP)
     costs.pin(0.7)
-    assert costs.gen_share == 0.7 and costs.on_top_groups(16) == 5
-    assert CostModel(0.7).round_cost(16, 16 + 5, 16, 16) <= 1 + ON_TOP_COST, "what it takes costs at most a tenth"
+    assert costs.on_top_groups(16) == 5
+    assert CostModel(0.7).round_cost(16, 16 + 5, 16, 16) <= 1 + ON_TOP_COST < CostModel(0.7).round_cost(16, 16 + 6, 16, 16)
+    costs.pin(1.0)
+    assert costs.on_top_groups(16) >= 16, "generation is the whole round: training on top costs nothing"
     with pytest.raises(ValueError, match="generation's share"):
-        costs.pin(1.0)
+        costs.pin(1.5)
 
 
 def test_a_resumed_node_prices_as_it_left_off_and_times_afresh_after_a_bad_checkpoint():
-    costs = RoundCosts()
-    costs.note(generate_s=9.6, generated=32, train_s=6.4, trained=64)
+    costs = _timed(ALONE, ON_TOP)
     resumed = RoundCosts()
     resumed.restore(costs.checkpoint_state())
-    assert resumed.gen_share == pytest.approx(0.75)
-    for bad in ({}, {"generate_s_per_sequence": "x", "train_s_per_sample": 0.1},
-                {"generate_s_per_sequence": 0.3, "train_s_per_sample": float("inf")}):
+    assert resumed.on_top_groups(16) == 3
+    for bad in ({}, {"alone_round_s": "x", "on_top_group_s": 0.3}, {"alone_round_s": 10.0, "on_top_group_s": float("inf")}):
         resumed.restore(bad)
-        assert resumed.gen_share == GEN_SHARE
+        assert resumed.on_top_groups(16) == 22

@@ -474,3 +474,18 @@ def test_far_groups_on_top_are_no_more_than_a_tenth_of_a_round_pays_for(tmp_path
     taken = intake.take(0, _groups("f", 0, 4), own=_own(-1.0), timings={})
     assert [s.source for s in taken.kept] == ["f"] * 4 * groups_on_top
     assert intake.measured.count("f") == 4 * max(1, groups_on_top), "on top, or one group measured"
+
+
+def test_the_bound_on_top_is_a_tenth_of_a_round_alone_whatever_the_share_generated_this_round(tmp_path):
+    """Sixteen groups a batch, own_share 0.25, half the offered room far: the node generates ten
+    groups, a near peer fills six, and six are left on top; at generation 0.7 a tenth of a round
+    alone (sixteen groups) pays for five of them, not the three a tenth of ten would."""
+    intake = _scored_intake(tmp_path, {i: [0.0, 1.0, 0.0, 1.0] for i in range(16)}, "node.adapt_share_nats=1.0",
+                            "node.far_room=top", "rollout.prompts_per_round=16", "node.own_share=0.25")
+    intake._theta = lambda samples: [np.full(3, -3.0 if s.source == "f" else -1.0) for s in samples]
+    intake.share.gaps, intake.share.far, intake.share.far_part = {"f": 2.0, "n": 0.0}, {"f"}, 0.5
+    intake.costs.pin(0.7)
+    offered = _groups("n", 0, 8) + [OfferedGroup("f", 0, i, [], 0.0) for i in range(8, 16)]
+    taken = intake.take(0, offered, own=_own(-1.0), timings={})
+    assert [s.source for s in taken.kept].count("n") == 6 * 4 and [s.source for s in taken.kept].count("f") == 5 * 4
+    assert (taken.on_top_groups, taken.on_top_tokens) == (5, 5 * 4), "what the round's price is taken from"

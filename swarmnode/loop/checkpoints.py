@@ -3,7 +3,8 @@
 A checkpoint holds the trained weights (swarmnode.model.checkpoint) and, in its meta.json, the
 run id and the last round done, plus the state of each part that learned something about the
 run that the weights do not hold: the anchored gate's bar (the screener), the order its peers
-earned (the ledger's seniority) and the share of its batch it generates. Each such part says
+earned (the ledger's seniority), the share of its batch it generates and what its rounds cost
+(the running seconds that price far groups on top). Each such part says
 what it keeps (`checkpoint_state`) and takes it back (`restore`); a meta.json key it does not
 find is state it measures afresh.
 """

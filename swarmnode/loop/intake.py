@@ -51,6 +51,9 @@ class Taken:
     peers: set[str] = field(default_factory=set)  # whose groups were taken
     ages_s: list[float] = field(default_factory=list)  # per group taken: seconds since it arrived
     lags: list[int] = field(default_factory=list)  # per group taken: its sender's rounds since
+    on_top_groups: int = 0  # far peers' groups screened on top of the batch (node.far_room top)
+    on_top_screen_s: float = 0.0  # seconds scoring and screening them
+    on_top_tokens: int = 0  # completion tokens of their samples kept
 
     @property
     def kept(self) -> list[Sample]:
@@ -260,7 +263,7 @@ class Intake:
         # no more than far peers' groups would have filled (under top-scored, peers far by score
         # may fill what those far by likelihood left), and a useless far peer's group (first in a
         # probation round) after proven far peers' groups; and no more than ON_TOP_COST of a round
-        # pays for, at this node's generation share (loop.round_costs)
+        # alone pays for, as this node timed its work (loop.round_costs)
         topping = [group for group in far if self.share.comes_on_top(group.peer_id)]
         most = min(room - budget, self.costs.on_top_groups(self.config.rollout.prompts_per_round))
         on_top = sorted(topping, key=lambda group: is_useless(self.ledger.standing(group.peer_id)))[:max(0, most)]
@@ -275,7 +278,10 @@ class Intake:
             chunk, queue = queue[:count], queue[count:]
             self._screen_chunk(round_, chunk, screening, taken, timings, measured)
         if on_top:
+            t, before = time.perf_counter(), len(taken.passes)
             self._screen_chunk(round_, on_top, screening, taken, timings, measured)
+            taken.on_top_groups, taken.on_top_screen_s = len(on_top), time.perf_counter() - t
+            taken.on_top_tokens = sum(len(sample.tokens) for done in taken.passes[before:] for sample in done.kept)
             topped = {group.peer_id for group in on_top}
             far = [group for group in far if group.peer_id not in topped]  # measured already
         if self.share.enabled:

@@ -28,6 +28,7 @@ from swarmnode.loop.evaluation import Evaluator
 from swarmnode.loop.intake import Intake, Taken
 from swarmnode.loop.ledger import PeerLedger
 from swarmnode.loop.report import NodeReport
+from swarmnode.loop.round_costs import RoundTimes
 from swarmnode.loop.scoring import score_group
 from swarmnode.model.batching import OutOfMemory
 from swarmnode.model.policy import Policy, StepResult
@@ -148,10 +149,24 @@ class Node:
         result = self.policy.train_step(own + taken.kept, self.config.loss, self.config.rollout.temperature, measure)
         self.intake.screener.agreement.observe(result.agreement)
         state.timings["train_s"] = time.perf_counter() - t
-        self.intake.costs.note(state.timings["generate_s"], len(own), state.timings["train_s"], len(own) + len(taken.kept))
+        self.intake.costs.note(self._times(state, own, taken))
         state.timings["sync_s"] = self.generator.sync_weights()
         self.report.trained(sample.source for sample in taken.kept)
         return self._record(round_, state, own, taken, result)
+
+    def _times(self, state: RoundState, own: list[Sample], taken: Taken) -> RoundTimes:
+        """What this round's work took, for pricing far groups on top (loop.round_costs)."""
+        own_tokens = sum(len(sample.tokens) for sample in own)
+        return RoundTimes(
+            generate_s=state.timings["generate_s"],
+            whole_batch=len(state.own_groups) == self.config.rollout.prompts_per_round,
+            train_s=state.timings["train_s"],
+            own_tokens=own_tokens,
+            trained_tokens=own_tokens + sum(len(sample.tokens) for sample in taken.kept),
+            on_top_groups=taken.on_top_groups,
+            on_top_screen_s=taken.on_top_screen_s,
+            on_top_tokens=taken.on_top_tokens,
+        )
 
     def _record(
         self, round_: int, state: RoundState, own: list[Sample], taken: Taken, result: StepResult

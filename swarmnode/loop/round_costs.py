@@ -1,19 +1,30 @@
-"""What training on top of its own batch costs this node: generation's share of its round, timed.
+"""What training far peers' groups on top of its own batch costs this node, from its own clock.
 
 A node that trains far peers' groups on top of its whole batch (`node.far_room` top or
-top-scored) pays for them in training time only. How much of a round that is depends on the
-machine and the batch: on a GPU generation is 0.66-0.95 of a round (docs/gpu.md), so the same
-groups on top cost a round 2 % at one shape and 15 % at another. A lever that runs by default
-may add at most a tenth to a round (`ON_TOP_COST`), so the node times its own rounds, seconds a
-sequence generated and seconds a sample trained (running means), and takes on top only what
-that tenth pays for. Until it has timed a round it takes the cost model's share (GPU's, at 24
-sequences); the lab, which prices rounds by the model rather than by its clock, pins the share
-it prices with. Only this node's own clock enters: nothing a peer says.
+top-scored) pays for them in screening and training time. How much of a round that is depends on
+the machine, the batch and the completions' lengths: on a GPU generation is 0.66-0.95 of a round
+(docs/gpu.md), so the same groups on top cost a round 2 % at one shape and 15 % at another. A
+lever that runs by default may add at most a tenth to a round (`ON_TOP_COST`), so the node times
+its own work and takes on top only the groups that tenth pays for:
+
+- a round alone, in the rounds that generated its whole batch (generation is timed at the batch
+  it runs; a share of it runs at another speed on a GPU): the generation's seconds and the
+  step's part that its own samples took, by tokens;
+- a group on top, in the rounds that took some: the seconds screening them took and the step's
+  part their kept samples took, by tokens, over the groups.
+
+Each is a running mean; a node's first round (warm-up) is not timed. A peer's completions move
+what one of its groups costs, and so how many come, not the time they take on average. Until
+both are timed the cost model's share (GEN_SHARE) prices a group. The lab prices rounds by its
+cost model rather than its clock, so it pins the share it prices with: a group on top then costs
+(1 - share) / groups-a-batch of a round alone, as the model says. A probation group (one a round
+at most, loop.intake) is the ledger's, not this bound's.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from swarmnode.loop.share import smoothed
@@ -22,55 +33,69 @@ from swarmnode.sizing.cost import GEN_SHARE, CostModel
 ON_TOP_COST = 0.1  # the most far peers' groups on top may add to a round, as a share of a round alone
 
 
+@dataclass(frozen=True)
+class RoundTimes:
+    """One round's work as this node timed it (seconds) and counted it (tokens of our own)."""
+
+    generate_s: float
+    whole_batch: bool  # it generated every group of its batch
+    train_s: float
+    own_tokens: int  # completion tokens of its own samples trained on
+    trained_tokens: int  # completion tokens of every sample trained on
+    on_top_groups: int = 0  # far peers' groups screened on top
+    on_top_screen_s: float = 0.0  # seconds scoring and screening them
+    on_top_tokens: int = 0  # completion tokens of their samples kept
+
+
 class RoundCosts:
-    """Generation's share of this node's round, from its own timings (or pinned), and how many
-    groups on top it pays for."""
+    """A round alone and a group on top, in this node's seconds (or the lab's pinned model), and
+    how many groups on top a tenth of a round pays for."""
 
     def __init__(self) -> None:
-        self.generate_s_per_sequence: float | None = None
-        self.train_s_per_sample: float | None = None
-        self.pinned: float | None = None  # the lab's modelled share; never checkpointed
+        self.alone_round_s: float | None = None
+        self.on_top_group_s: float | None = None
+        self.pinned: float | None = None  # the lab's modelled generation share; never checkpointed
+        self._warm = False  # the first round timed after a start is warm-up
 
     def pin(self, gen_share: float) -> None:
-        """Price rounds by `gen_share` instead of this node's clock (the lab's cost model)."""
-        if not 0.0 <= gen_share < 1.0:
-            raise ValueError(f"generation's share of a round must be in [0, 1), got {gen_share}")
+        """Price groups on top by the cost model at `gen_share` instead of this node's clock."""
+        if not 0.0 <= gen_share <= 1.0:
+            raise ValueError(f"generation's share of a round must be in [0, 1], got {gen_share}")
         self.pinned = gen_share
 
-    def note(self, generate_s: float, generated: int, train_s: float, trained: int) -> None:
-        """One round's timings: `generated` sequences in `generate_s`, `trained` samples in
-        `train_s`. A round without either, or with a clock reading that is not a positive
-        number, changes nothing."""
-        if generated > 0 and trained > 0 and _positive(generate_s) and _positive(train_s):
-            self.generate_s_per_sequence = _running(self.generate_s_per_sequence, generate_s / generated)
-            self.train_s_per_sample = _running(self.train_s_per_sample, train_s / trained)
-
-    @property
-    def gen_share(self) -> float:
-        """Generation's share of a round alone (as many samples trained as sequences generated)."""
-        if self.pinned is not None:
-            return self.pinned
-        if self.generate_s_per_sequence is None or self.train_s_per_sample is None:
-            return GEN_SHARE
-        return self.generate_s_per_sequence / (self.generate_s_per_sequence + self.train_s_per_sample)
+    def note(self, times: RoundTimes) -> None:
+        """One round's timings (a first round, or a clock reading that is not a positive number,
+        changes nothing)."""
+        if not self._warm:
+            self._warm = True
+            return
+        if not (_positive(times.train_s) and times.trained_tokens > 0):
+            return
+        step_s_per_token = times.train_s / times.trained_tokens
+        if times.whole_batch and times.own_tokens > 0 and _positive(times.generate_s):
+            self.alone_round_s = _running(self.alone_round_s, times.generate_s + step_s_per_token * times.own_tokens)
+        if times.on_top_groups > 0 and times.on_top_screen_s >= 0:
+            spent = times.on_top_screen_s + step_s_per_token * times.on_top_tokens
+            if _positive(spent):
+                self.on_top_group_s = _running(self.on_top_group_s, spent / times.on_top_groups)
 
     def on_top_groups(self, batch_groups: int) -> int:
-        """The most groups this node may train on beyond its batch of `batch_groups` for
-        ON_TOP_COST of a round alone."""
-        share = CostModel(self.gen_share).trained_for(ON_TOP_COST)
-        return max(0, math.floor(share * batch_groups + 1e-9))
+        """The most far peers' groups this node may screen and train on beyond its batch of
+        `batch_groups` for ON_TOP_COST of a round alone."""
+        if self.pinned is None and self.alone_round_s is not None and self.on_top_group_s is not None:
+            return max(0, math.floor(ON_TOP_COST * self.alone_round_s / self.on_top_group_s + 1e-9))
+        share = GEN_SHARE if self.pinned is None else self.pinned
+        return max(0, math.floor(CostModel(share).trained_for(ON_TOP_COST) * batch_groups + 1e-9))
 
     def checkpoint_state(self) -> dict[str, Any]:
         """The running seconds, so a resumed node prices its first rounds as it left off."""
-        return {"generate_s_per_sequence": self.generate_s_per_sequence, "train_s_per_sample": self.train_s_per_sample}
+        return {"alone_round_s": self.alone_round_s, "on_top_group_s": self.on_top_group_s}
 
     def restore(self, state: dict[str, Any]) -> None:
-        """A checkpoint's running seconds; a missing or unusable pair is timed afresh."""
-        generate, train = state.get("generate_s_per_sequence"), state.get("train_s_per_sample")
-        if _positive(generate) and _positive(train):
-            self.generate_s_per_sequence, self.train_s_per_sample = float(generate), float(train)
-        else:
-            self.generate_s_per_sequence = self.train_s_per_sample = None
+        """A checkpoint's running seconds; a missing or unusable one is timed afresh."""
+        alone, group = state.get("alone_round_s"), state.get("on_top_group_s")
+        self.alone_round_s = float(alone) if _positive(alone) else None
+        self.on_top_group_s = float(group) if _positive(group) else None
 
 
 def _positive(value: object) -> bool:
