@@ -424,6 +424,19 @@ def test_against_a_time_matched_nois_run_step_means_alone_s_round_count_on_both_
     assert step[ALONE].gain == pytest.approx(0.10), "alone at 20 against nois at 20"
 
 
+def test_time_matched_against_an_objective_whose_rounds_cost_more_both_sides_are_taken_where_alone_s_time_ends():
+    """On top, a round costs more than alone's: the runs train alone's 20 rounds and spend alone's
+    time at round 18. Time-matched against f-tis, both are read at round 18, not the candidate at
+    18 and f-tis at 20 (which would credit f-tis with two rounds it had no time for)."""
+    runs = [
+        ConditionRun(ALONE, "on-top", 0, [_curved("a", [(20, 0.60)], 20)]),
+        ConditionRun("f-tis", "on-top", 0, [_curved("a", [(18, 0.62), (20, 0.70)], 20, matched=18)]),
+        ConditionRun("nois", "on-top", 0, [_curved("a", [(18, 0.63), (20, 0.64)], 20, matched=18)]),
+    ]
+    time = {g.condition: g for g in paired_gains(runs, baseline="f-tis", match="time")}
+    assert time["nois"].gain == pytest.approx(0.01)
+
+
 @pytest.mark.parametrize("scale", ["0", "-1", "nan", "half"])
 def test_the_bench_refuses_a_rate_scale_that_is_not_above_zero_before_training(scale, tmp_path):
     bench = Path(__file__).resolve().parents[1] / "bench" / "ablation.py"

@@ -466,7 +466,8 @@ def paired_gains(runs: list[ConditionRun], baseline: str = ALONE, match: str = "
     """Every (condition, member) against the same member under `baseline` (alone, or an
     objective such as nois), seed by seed; [] when no run has that condition. `step`: at
     alone's round count (a time-matched run is evaluated there on its way), the baseline too;
-    `time`: at the end of each run (a time-matched run ends when its modelled time is spent).
+    `time`: where each run's modelled time equals alone's (its end, or before it where its
+    rounds cost more than alone's: on top).
     A seed either side was not evaluated at is left out, and counted (`Gain.unevaluated`): step-
     matched, a run whose rounds cost more than alone's spends its modelled time before alone's
     round count and has no point there. A row that leaves out every seed is still returned, with
@@ -484,7 +485,8 @@ def paired_gains(runs: list[ConditionRun], baseline: str = ALONE, match: str = "
                 continue
             a = base[(seed, label)]
             at = steps.get((seed, label), len(a.rounds)) if match == "step" else m.time_matched_at or len(m.rounds)
-            baseline_accuracy = a.accuracy_at(at) if match == "step" else a.after
+            # time-matched, the baseline where its own modelled time ends (on top, before its last round)
+            baseline_accuracy = a.accuracy_at(at if match == "step" else a.time_matched_at or len(a.rounds))
             if not (math.isnan(m.accuracy_at(at)) or math.isnan(baseline_accuracy)):
                 pairs.append((m, a))
                 upto.append(at)
