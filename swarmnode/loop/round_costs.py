@@ -74,7 +74,7 @@ class RoundCosts:
         step_s_per_token = times.train_s / times.trained_tokens
         if times.whole_batch and times.own_tokens > 0 and _positive(times.generate_s):
             self.alone_round_s = _running(self.alone_round_s, times.generate_s + step_s_per_token * times.own_tokens)
-        if times.on_top_groups > 0 and times.on_top_screen_s >= 0:
+        if times.on_top_groups > 0:
             spent = times.on_top_screen_s + step_s_per_token * times.on_top_tokens
             if _positive(spent):
                 self.on_top_group_s = _running(self.on_top_group_s, spent / times.on_top_groups)

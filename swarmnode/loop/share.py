@@ -12,9 +12,10 @@ round, from `own_share` up to the whole batch (alone). With `node.far_room` near
 nothing more: near peers' groups fill what they can of that room and the rest stays empty, a
 smaller step whose price is only its training. With `node.far_room` top it generates in their
 place and still screens and trains on the far peers' groups, on top of the batch, up to the
-room they left and to what a tenth of a round pays for (swarmnode.loop.round_costs): beside a larger peer a member's own samples were worth more to that peer while
-the member trained on the peer's (docs/figures.md, the size pair under the lead rule), and a far
-peer's samples cost little where they do not take the member's own batch's place.
+room they left and to what a tenth of a round pays for (swarmnode.loop.round_costs): beside a
+larger peer a member's own samples were worth more to that peer while the member trained on the
+peer's (docs/figures.md, the size pair under the lead rule), and a far peer's samples cost little
+where they do not take the member's own batch's place.
 
 A peer can also be far by what its samples score: with `node.far_reward_lead` set, a peer whose
 samples' mean reward under our own grading leads our own samples' by that much (a running mean a
