@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from swarmnode.loop.share import smoothed
+from swarmnode.loop.share import is_number, smoothed
 from swarmnode.sizing.cost import GEN_SHARE, CostModel
 
 ON_TOP_COST = 0.1  # the most far peers' groups on top may add to a round, as a share of a round alone
@@ -99,7 +99,7 @@ class RoundCosts:
 
 
 def _positive(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    return is_number(value) and math.isfinite(value) and value > 0
 
 
 def _running(before: float | None, found: float) -> float:

@@ -236,7 +236,7 @@ class AdaptiveShare:
                 self._classify(peer)
         self._forget_beyond_bound()
         part = state.get("far_part", 0.0)
-        self.far_part = float(part) if _is_number(part) and 0.0 <= part <= 1.0 else 0.0
+        self.far_part = float(part) if is_number(part) and 0.0 <= part <= 1.0 else 0.0
 
 
 def _names(listed: Any) -> set[str] | None:
@@ -252,7 +252,7 @@ def smoothed(before: float, found: float) -> float:
 def _finite_by_peer(value: object) -> dict[str, float]:
     """A checkpoint's {peer: number}, without what is not one (or not finite)."""
     items = value.items() if isinstance(value, dict) else ()
-    return {str(p): float(v) for p, v in items if _is_number(v) and np.isfinite(v)}
+    return {str(p): float(v) for p, v in items if is_number(v) and np.isfinite(v)}
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -260,7 +260,8 @@ def _mean(values: Sequence[float]) -> float | None:
     return mean if mean is not None and np.isfinite(mean) else None
 
 
-def _is_number(value: object) -> bool:
+def is_number(value: object) -> bool:
+    """A checkpoint's int or float (a bool is neither, though Python calls it an int)."""
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
