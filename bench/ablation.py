@@ -279,6 +279,14 @@ def print_control(runs: list[ConditionRun], args: argparse.Namespace) -> None:
                 word = "equivalent" if pooled.equivalent else "equivalence not shown"
                 print(f"  {'pooled':<12} {condition:<22} {pooled.mean:+.3f} ({pooled.se:.3f}), {pooled.seeds} seed(s), "
                       f"[{low:+.3f}, {high:+.3f}]: {word} (the members are one model: their rows, averaged per seed)")
+        if args.versus in {g.condition for g in gains}:  # a lever against what it changes: judged against 0
+            for condition in dict.fromkeys(g.condition for g in gains if g.condition != args.versus):
+                pooled = pooled_gain(runs, condition, match, baseline=args.versus)
+                if pooled is not None:
+                    low, high = pooled.interval
+                    word = "equivalent" if pooled.equivalent else "equivalence not shown"
+                    print(f"  {'pooled':<12} {condition:<22} vs {args.versus}: {pooled.mean:+.3f} ({pooled.se:.3f}), "
+                          f"{pooled.seeds} seed(s), [{low:+.3f}, {high:+.3f}]: {word}")
         if not control_judged(args.accounting, match):
             print("  not judged against 0: here a copy brings more samples a step or more rounds, and what it is "
                   "worth is the yardstick for the setting's rows")

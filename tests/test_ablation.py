@@ -405,6 +405,31 @@ def test_the_control_s_pooled_gain_averages_its_members_per_seed():
     assert pooled_gain(runs, "nois") is None
 
 
+def test_the_pooled_gain_against_an_objective_reads_both_where_alone_s_rounds_or_time_end():
+    """On top, two members a seed: alone trains 20 rounds, f-tis and lower 20 as well but spend
+    alone's time at round 18. Against f-tis, step-matched pools the members' differences at round
+    20 (seed 0: +0.02 and +0.04, seed 1: +0.02 and 0.00: +0.03 and +0.01 a seed), time-matched at
+    round 18 on both sides (+0.01 and -0.01 a seed), never lower's 18 against f-tis's 20 (-0.09 and
+    -0.11)."""
+    def seeded(seed: int, fits: tuple[float, float], lower: tuple[float, float]) -> list[ConditionRun]:
+        def members(accuracies: tuple[float, float], late: float) -> list[MemberRun]:
+            return [_curved(label, [(18, acc), (20, acc + late)], 20, matched=18) for label, acc in zip("ab", accuracies)]
+        return [
+            ConditionRun(ALONE, "on-top", seed, [_curved("a", [(20, 0.5)], 20), _curved("b", [(20, 0.5)], 20)]),
+            ConditionRun("f-tis", "on-top", seed, members(fits, 0.10)),
+            ConditionRun("lower", "on-top", seed, members(lower, 0.12)),
+        ]
+
+    runs = seeded(0, (0.60, 0.60), (0.60, 0.62)) + seeded(1, (0.60, 0.62), (0.60, 0.60))
+    step = pooled_gain(runs, "lower", "step", baseline="f-tis")
+    time = pooled_gain(runs, "lower", "time", baseline="f-tis")
+    assert step.seeds == time.seeds == 2
+    assert step.mean == pytest.approx(0.02) and step.se == pytest.approx(0.01)
+    assert time.mean == pytest.approx(0.0) and time.se == pytest.approx(0.01)
+    assert pooled_gain(runs, "lower", "time").mean == pytest.approx((0.11 + 0.10) / 2), "lower at 18, alone at its end"
+    assert pooled_gain(runs, "lower", baseline="nois") is None
+
+
 def test_against_a_time_matched_nois_run_step_means_alone_s_round_count_on_both_sides():
     """Alone trains 20 rounds, nois and f-tis 40 in that time (evaluated at 20 on the way).
     Step-matched against nois compares both at round 20, time-matched at their ends; a seed

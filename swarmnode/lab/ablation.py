@@ -556,19 +556,25 @@ def budget_gains(runs: list[ConditionRun]) -> list[BudgetGain]:
     return gains
 
 
-def pooled_gain(runs: list[ConditionRun], condition: str, match: str = "step") -> Verdict | None:
-    """The condition's gain against alone with every member's pooled per seed (their mean), judged
-    over seeds: the control's one figure, since its two members train as one model and their rows
-    differ only in their alone runs. `step`: at alone's round count; `time`: at the run's end."""
+def pooled_gain(runs: list[ConditionRun], condition: str, match: str = "step", baseline: str = ALONE) -> Verdict | None:
+    """The condition's gain against `baseline` (alone, or an objective such as the one a lever
+    changes) with every member's pooled per seed (their mean), judged over seeds: the control's
+    one figure, since its two members train as one model and their rows differ only in their
+    alone runs. `step`: both at alone's round count; `time`: each where its modelled time equals
+    alone's (its end, or before it on top), as paired_gains reads them."""
     alone = {r.seed: r for r in runs if r.condition == ALONE}
+    base = {r.seed: r for r in runs if r.condition == baseline}
     per_seed = []
     for run in runs:
-        if run.condition != condition or run.seed not in alone:
+        if run.condition != condition or run.seed not in base or run.seed not in alone:
             continue
         diffs = []
-        for member, by_itself in zip(run.members, alone[run.seed].members, strict=True):
-            at = len(by_itself.rounds) if match == "step" else member.time_matched_at or len(member.rounds)
-            diffs.append(member.accuracy_at(at) - by_itself.after)
+        for member, theirs, by_itself in zip(run.members, base[run.seed].members, alone[run.seed].members, strict=True):
+            if match == "step":
+                at = theirs_at = len(by_itself.rounds)
+            else:
+                at, theirs_at = member.time_matched_at or len(member.rounds), theirs.time_matched_at or len(theirs.rounds)
+            diffs.append(member.accuracy_at(at) - theirs.accuracy_at(theirs_at))
         if not any(math.isnan(d) for d in diffs):
             per_seed.append(statistics.mean(diffs))
     return verdict(per_seed) if per_seed else None
