@@ -107,7 +107,7 @@ from swarmnode.lab.parallel import (  # noqa: E402
     run_codes,
     run_jobs,
 )
-from swarmnode.lab.verdicts import EQUIVALENCE_LEVEL, EQUIVALENCE_MARGIN, NON_INFERIORITY_MARGIN  # noqa: E402
+from swarmnode.lab.verdicts import EQUIVALENCE_LEVEL, EQUIVALENCE_MARGIN, NON_INFERIORITY_MARGIN, Verdict  # noqa: E402
 from swarmnode.model.tiny import TINY_PRESETS, tiny_path, weights_digest  # noqa: E402
 from swarmnode.sizing.cost import GEN_SHARE, CostModel  # noqa: E402
 
@@ -257,6 +257,15 @@ def print_budgets(runs: list[ConditionRun], title: str = "time-matched at every 
         print(f"{label:<12} {condition:<22}" + "".join(f"{cells.get(b, '-'):>17}" for b in budgets))
 
 
+def print_pooled(what: str, pooled: Verdict | None, note: str = "") -> None:
+    """One pooled control line: the mean (SE), its 90 % interval and whether that lies inside the margin."""
+    if pooled is not None:
+        low, high = pooled.interval
+        word = "equivalent" if pooled.equivalent else "equivalence not shown"
+        print(f"  {'pooled':<12} {what} {pooled.mean:+.3f} ({pooled.se:.3f}), {pooled.seeds} seed(s), "
+              f"[{low:+.3f}, {high:+.3f}]: {word}{note}")
+
+
 def print_control(runs: list[ConditionRun], args: argparse.Namespace) -> None:
     """The `same` setting's gains against alone, and a warning for each that is off."""
     cost = CostModel(args.gen_share)
@@ -273,20 +282,11 @@ def print_control(runs: list[ConditionRun], args: argparse.Namespace) -> None:
             print(f"  {gain.label:<12} {gain.condition:<22} {gain.gain:+.3f} ({gain.se:.3f}), {gain.seeds} seed(s), "
                   f"[{low:+.3f}, {high:+.3f}]: {word}")
         for condition in dict.fromkeys(g.condition for g in gains):
-            pooled = pooled_gain(runs, condition, match)
-            if pooled is not None:
-                low, high = pooled.interval
-                word = "equivalent" if pooled.equivalent else "equivalence not shown"
-                print(f"  {'pooled':<12} {condition:<22} {pooled.mean:+.3f} ({pooled.se:.3f}), {pooled.seeds} seed(s), "
-                      f"[{low:+.3f}, {high:+.3f}]: {word} (the members are one model: their rows, averaged per seed)")
+            print_pooled(f"{condition:<22}", pooled_gain(runs, condition, match),
+                         " (the members are one model: their rows, averaged per seed)")
         if args.versus in {g.condition for g in gains}:  # a lever against what it changes: judged against 0
             for condition in dict.fromkeys(g.condition for g in gains if g.condition != args.versus):
-                pooled = pooled_gain(runs, condition, match, baseline=args.versus)
-                if pooled is not None:
-                    low, high = pooled.interval
-                    word = "equivalent" if pooled.equivalent else "equivalence not shown"
-                    print(f"  {'pooled':<12} {condition:<22} vs {args.versus}: {pooled.mean:+.3f} ({pooled.se:.3f}), "
-                          f"{pooled.seeds} seed(s), [{low:+.3f}, {high:+.3f}]: {word}")
+                print_pooled(f"{condition:<22} vs {args.versus}:", pooled_gain(runs, condition, match, baseline=args.versus))
         if not control_judged(args.accounting, match):
             print("  not judged against 0: here a copy brings more samples a step or more rounds, and what it is "
                   "worth is the yardstick for the setting's rows")

@@ -461,6 +461,14 @@ def by_member(runs: list[ConditionRun]) -> dict[tuple[str, str], list[tuple[int,
     return grouped
 
 
+def read_rounds(member: MemberRun, baseline: MemberRun, alone_rounds: int, match: str) -> tuple[int, int]:
+    """Where a member and its baseline are read: `step`, both at alone's round count; `time`,
+    each where its own modelled time equals alone's (its end, or before it on top)."""
+    if match == "step":
+        return alone_rounds, alone_rounds
+    return member.time_matched_at or len(member.rounds), baseline.time_matched_at or len(baseline.rounds)
+
+
 def paired_gains(runs: list[ConditionRun], baseline: str = ALONE, match: str = "step",
                  cost: CostModel | None = None) -> list[Gain]:
     """Every (condition, member) against the same member under `baseline` (alone, or an
@@ -484,9 +492,8 @@ def paired_gains(runs: list[ConditionRun], baseline: str = ALONE, match: str = "
             if (seed, label) not in base:
                 continue
             a = base[(seed, label)]
-            at = steps.get((seed, label), len(a.rounds)) if match == "step" else m.time_matched_at or len(m.rounds)
-            # time-matched, the baseline where its own modelled time ends (on top, before its last round)
-            baseline_accuracy = a.accuracy_at(at if match == "step" else a.time_matched_at or len(a.rounds))
+            at, baseline_at = read_rounds(m, a, steps.get((seed, label), len(a.rounds)), match)
+            baseline_accuracy = a.accuracy_at(baseline_at)
             if not (math.isnan(m.accuracy_at(at)) or math.isnan(baseline_accuracy)):
                 pairs.append((m, a))
                 upto.append(at)
@@ -570,10 +577,7 @@ def pooled_gain(runs: list[ConditionRun], condition: str, match: str = "step", b
             continue
         diffs = []
         for member, theirs, by_itself in zip(run.members, base[run.seed].members, alone[run.seed].members, strict=True):
-            if match == "step":
-                at = theirs_at = len(by_itself.rounds)
-            else:
-                at, theirs_at = member.time_matched_at or len(member.rounds), theirs.time_matched_at or len(theirs.rounds)
+            at, theirs_at = read_rounds(member, theirs, len(by_itself.rounds), match)
             diffs.append(member.accuracy_at(at) - theirs.accuracy_at(theirs_at))
         if not any(math.isnan(d) for d in diffs):
             per_seed.append(statistics.mean(diffs))
