@@ -352,9 +352,12 @@ def test_a_peer_s_group_is_taken_against_our_own_reward_under_peer_baseline(tmp_
 
 
 def test_a_peer_baseline_other_than_the_group_s_mean_refuses_std_division(tmp_path):
-    """An all-right group has no spread to divide by: the setting says which to change."""
-    with pytest.raises(ValueError, match="advantage_std"):
-        _config(tmp_path, "a", "loss.peer_baseline=lower", "loss.advantage_std=true")
+    """An all-right group has no spread to divide by: the setting says which to change. `lower` is
+    the default, so GRPO's division alone is refused, and allowed with the group's mean."""
+    for sets in (["loss.peer_baseline=lower"], ["loss.peer_baseline=own"], []):
+        with pytest.raises(ValueError, match="set loss.peer_baseline group"):
+            _config(tmp_path, "a", *sets, "loss.advantage_std=true")
+    assert _config(tmp_path, "a", "loss.peer_baseline=group", "loss.advantage_std=true").loss.advantage_std
 
 
 def _own(advantages: list[float]) -> list[Sample]:

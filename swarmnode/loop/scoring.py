@@ -5,8 +5,10 @@ peer's completions in another tokenizer family are first put into our tokens, wi
 sender's log-probs by span (swarmnode.learn.alignment.translate); one that cannot be is left
 out of its group. Advantages are taken per (generator, prompt) group over all of its samples,
 before anything is screened out, so a sample dropped later still counts in its group's mean
-(as the F-TIS filter's do). With `loss.peer_baseline` own or lower a peer's group may be taken
-against our own samples' mean reward that round instead (docs/figures.md).
+(as the F-TIS filter's do). By default (`loss.peer_baseline` lower) a peer's group whose mean
+reward is above our own samples' that round is taken against ours instead: what a stronger peer
+got right counts for as much as our own right answers do, where against its own mean an all-right
+group teaches nothing (docs/figures.md). With own, every peer's group is taken against ours.
 """
 
 from __future__ import annotations

@@ -40,11 +40,14 @@ noisy measure, and with a single threshold a far peer's gap dipped under it in a
 of rounds, each costing a round with half a batch of far samples (the band damps that).
 
 By default a node that shares its batch runs all three: the gap at 1.0 nats, the lead and the
-trail at 0.1, with `node.far_room` own. On the bench that left every member of every setting, the
-two swarms included, non-inferior to itself alone at the same modelled time (twenty seeds), where
-without them a small generalist beside a specialist ended 0.04 below alone; near pairs still pay
-sooner, far pairs train nearly alone (docs/figures.md, "Far peers left out by default"). A node
-that generates its whole batch (`own_share` 1, its default) is untouched by them.
+trail at 0.1, with `node.far_room` top-scored. With `own` in its place (the default until
+2026-12-04) every member of every bench setting was non-inferior to itself alone at the same
+modelled time, where without the rules a small generalist beside a specialist ended 0.04 below
+alone, but the size pair left each other out and trained nearly alone; with top-scored (and
+`loss.peer_baseline` lower) the size pair, the family pair and the swarms get there sooner too,
+and every member stays non-inferior, at generation 0.93 and 0.7 (docs/figures.md, "A stronger
+peer on top, by default"). A node that generates its whole batch (`own_share` 1, its default)
+is untouched by them.
 
 The measures are the node's own (its model's log-probs, its own grading): nothing a peer claims
 enters them, and they only move the share between `own_share` and 1, so the worst a crowd of far

@@ -240,19 +240,20 @@ class LossSettings(_Section):
         20.0, gt=0, description="log-ratios are clamped to +- this before exp (weights, the PPO ratio, divergences)"
     )
     peer_baseline: PeerBaseline = Field(
-        "group", description="group | own | lower: what a peer's sample's advantage is taken against: its group's "
+        "lower", description="group | own | lower: what a peer's sample's advantage is taken against: its group's "
         "mean reward (group, the paper's), the mean reward of this node's own samples that round (own: a group a "
         "stronger peer got all right then counts; a wrong group pushes down on net, which screening's balance "
-        "exists to stop), or the lower of the two (lower: a group's advantages never sum below 0). Experiments, "
-        "docs/figures.md; not with advantage_std",
+        "exists to stop), or the lower of the two (lower: a group's advantages never sum below 0; a stronger "
+        "peer's group counts, a weaker one's is taken as the paper takes it). docs/figures.md; not with "
+        "advantage_std",
     )
 
     @model_validator(mode="after")
     def _peer_baseline_without_std(self) -> LossSettings:
         if self.peer_baseline != "group" and self.advantage_std:
             # an all-right group has no spread to divide by, and our own groups would be scaled where peers' are not
-            raise ValueError("loss.peer_baseline own or lower takes rewards minus a mean, undivided: "
-                             "set loss.advantage_std false, or loss.peer_baseline group")
+            raise ValueError(f"loss.peer_baseline {self.peer_baseline} (lower is the default) takes rewards minus a "
+                             "mean, undivided: with loss.advantage_std true set loss.peer_baseline group")
         return self
 
 
@@ -334,7 +335,7 @@ class NodeSettings(_Section):
         "place; 0 = off (swarmnode.loop.share; docs/figures.md)",
     )
     far_room: Literal["own", "near", "top", "top-scored"] = Field(
-        "own",
+        "top-scored",
         description="own | near | top | top-scored: with adapt_share_nats, far_reward_lead or far_reward_trail, what takes a far peer's room in the batch: this node's own "
         "generation (a generation cost), or near peers' groups only, what they leave staying empty (a smaller step, "
         "no generation added), or its own generation with the far peers' groups screened and trained on on top, up to "
