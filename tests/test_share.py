@@ -77,7 +77,7 @@ def test_off_and_on_top_never_adapt():
 
 
 def test_by_default_a_sharing_node_leaves_far_peers_out_and_an_on_top_node_is_untouched():
-    """The defaults (docs/figures.md, "Far peers left out by default", "top-scored by default"):
+    """The defaults (docs/figures.md, "Far peers left out by default", "... a stronger peer on top by default"):
     with own_share below 1 a peer is far by its likelihood gap, its lead or its trail, and one far
     only by score comes on top; at own_share 1 nothing adapts."""
     sharing = AdaptiveShare(load_config(None, ["node.own_share=0.5"]))

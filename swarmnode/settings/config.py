@@ -234,7 +234,8 @@ class LossSettings(_Section):
         "authors' code); false = the raw ratio as weight (unbounded)",
     )
     advantage_std: bool = Field(
-        False, description="divide group advantages by the group's std (GRPO); the paper's authors do not"
+        False, description="divide group advantages by the group's std (GRPO); the paper's authors do not. Needs "
+        "loss.peer_baseline group (the default, lower, takes rewards minus a mean, undivided)"
     )
     log_ratio_clamp: float = Field(
         20.0, gt=0, description="log-ratios are clamped to +- this before exp (weights, the PPO ratio, divergences)"
@@ -331,8 +332,8 @@ class NodeSettings(_Section):
         0.1, ge=0,
         description="with own_share below 1: a peer whose samples' mean reward, as this node grades them, trails its "
         "own samples' by this much (the running mean far_reward_lead keeps) is far as well, until it trails by less "
-        "than half this; with far_room top its groups then come on top of this node's own instead of in their "
-        "place; 0 = off (swarmnode.loop.share; docs/figures.md)",
+        "than half this; with far_room top or top-scored (the default) its groups then come on top of this "
+        "node's own instead of in their place; 0 = off (swarmnode.loop.share; docs/figures.md)",
     )
     far_room: Literal["own", "near", "top", "top-scored"] = Field(
         "top-scored",
