@@ -3,6 +3,8 @@ for one job is the same to the last digit, and a table started again trains noth
 
 import json
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -124,3 +126,21 @@ def test_no_runs_at_once_is_refused_before_anything_starts(tmp_path):
     with pytest.raises(ValueError, match="at least 1"):
         run_jobs([_job(0)], tmp_path / "runs", 0)
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_job_imports_the_package_of_the_bench_that_started_it_whatever_its_working_directory(tmp_path):
+    """A checkout in the working directory (another version of the package) is not what a job
+    runs: it runs the code the bench imported and named its runs by."""
+    decoy = tmp_path / "swarmnode"
+    (decoy / "lab").mkdir(parents=True)
+    (decoy / "__init__.py").write_text("")
+    (decoy / "lab" / "__init__.py").write_text("")
+    (decoy / "lab" / "parallel.py").write_text("raise SystemExit('the decoy ran')\n")
+    command = parallel.child_command(tmp_path / "no-such-spec.json")
+    probe = [*command[:-3], "-c", "import swarmnode.lab.parallel as p; print(p.__file__)"]
+    imported = subprocess.run(probe, cwd=tmp_path, env=parallel.child_env(), capture_output=True, text=True,
+                              check=True).stdout.strip()
+    assert Path(imported) == Path(parallel.__file__).resolve()
+    unpinned = subprocess.run([sys.executable, "-m", "swarmnode.lab.parallel"], cwd=tmp_path, capture_output=True,
+                              text=True)
+    assert "the decoy ran" in unpinned.stderr, "without -P the working directory's copy is imported"

@@ -55,6 +55,21 @@ PACKAGE = Path(__file__).resolve().parents[1]  # the swarmnode package a run imp
 UNRECORDED = "unrecorded"  # the code of a run written before runs recorded theirs
 
 
+def child_command(spec: Path) -> list[str]:
+    """How a job's process is started: `-P` keeps the working directory off its path, so it
+    imports the package this process imported (child_env), not one a checkout there holds."""
+    return [sys.executable, "-P", "-m", "swarmnode.lab.parallel", str(spec)]
+
+
+def child_env() -> dict[str, str]:
+    """A job's environment: the pinned kernels, and this process's package first on the path.
+    A bench started from one tree with an environment installed from another once ran its jobs
+    on the other tree's code, under names made from this one's defaults."""
+    env = pinned_env()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(PACKAGE.parent), env.get("PYTHONPATH"))))
+    return env
+
+
 @functools.cache
 def code_digest(package: Path = PACKAGE) -> str:
     """A digest of the package's Python source (each file's path and bytes): what a run records
@@ -149,8 +164,7 @@ def run_jobs(jobs: list[RunJob], directory: Path, parallel: int,
             spec = directory / f"{job.stem()}.job.json"
             spec.write_text(json.dumps(asdict(job)))
             log = (directory / f"{job.stem()}.log").open("w")
-            child = subprocess.Popen([sys.executable, "-m", "swarmnode.lab.parallel", str(spec)], stdout=log,
-                                     stderr=subprocess.STDOUT, env=pinned_env())
+            child = subprocess.Popen(child_command(spec), stdout=log, stderr=subprocess.STDOUT, env=child_env())
             running.append((job, child, time.perf_counter(), log))
         time.sleep(0.5)
         for entry in list(running):
