@@ -46,8 +46,8 @@ modelled time, where without the rules a small generalist beside a specialist en
 alone, but the size pair left each other out and trained nearly alone; with top-scored (and
 `loss.peer_baseline` lower) the size pair, the family pair and the swarms get there sooner too,
 and every member stays non-inferior, at generation 0.93 and 0.7 (docs/figures.md, "The swarms
-bounded at 0.7, and a stronger peer on top by default"). A node that generates its whole batch (`own_share` 1, its default)
-is untouched by them.
+bounded at 0.7, and a stronger peer on top by default"). A node that generates its whole batch
+(`own_share` 1, its default) is untouched by them.
 
 The measures are the node's own (its model's log-probs, its own grading): nothing a peer claims
 enters them, and they only move the share between `own_share` and 1, so the worst a crowd of far
