@@ -8,6 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from safetensors import SafetensorError
 
 from swarmnode.assemble import compose_node, run_id_for
+from swarmnode.learn.sample import OWN
 from swarmnode.loop.ledger import PeerLedger
 from swarmnode.model import checkpoint
 from swarmnode.model.batching import OutOfMemory
@@ -195,6 +196,29 @@ def test_own_share_splits_the_batch_between_own_and_peers_groups(tmp_path, make_
     on_top = [_node(tmp_path, make_policy, f"{name}3", hub3, sets=wider) for name in ("a", "b", "c")]
     records = _step_together(on_top, 0)
     assert [(r.own_samples, r.peer_samples) for r in records] == [(12, 24)] * 3
+
+
+@pytest.mark.parametrize("on_top_step", ["batch", "own"])
+def test_far_groups_on_top_train_in_the_batch_s_step_or_in_one_of_their_own(tmp_path, make_policy, on_top_step):
+    """node.on_top_step: the groups intake screened on top (here, as if every peer's were) train
+    in the one step with the node's own samples (batch), or in a second step after it (own); the
+    round's record counts every sample either way."""
+    hub = InMemoryHub()
+    sets = {"trust.likelihood_gate": False, "node.on_top_step": on_top_step}
+    a, b = (_node(tmp_path, make_policy, name, hub, sets=sets) for name in ("a", "b"))
+    take = a.intake.take
+    def all_on_top(*args, **kwargs):
+        taken = take(*args, **kwargs)
+        taken.on_top_from = 0
+        return taken
+    a.intake.take = all_on_top
+    steps, train_step = [], a.policy.train_step
+    a.policy.train_step = lambda samples, *rest: steps.append([s.source for s in samples]) or train_step(samples, *rest)
+    states = [node.produce(0) for node in (a, b)]
+    record = a.consume(0, states[0])
+    own, peer = [OWN] * 12, [b.peer_id] * 12
+    assert steps == ([own + peer] if on_top_step == "batch" else [own, peer])
+    assert (record.own_samples, record.peer_samples) == (12, 12) and record.divergence_mean > 0
 
 
 def test_a_smaller_own_share_uses_a_prefix_of_the_same_assignment():

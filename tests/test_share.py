@@ -182,6 +182,8 @@ def test_with_far_room_top_near_groups_fill_the_share_and_far_ones_only_the_room
     interleaved = [g for pair in zip(_groups("n", 2, 3), _groups("f", 2, 3)) for g in pair]
     taken = intake.take(2, interleaved, own=_own(-1.0), timings={})
     assert sorted(s.source for s in taken.kept) == ["f"] * 4 + ["n"] * 4, "one near group in the share, one far on top"
+    assert [s.source for s in taken.in_batch] == ["n"] * 4 and [s.source for s in taken.on_top] == ["f"] * 4, \
+        "the node can tell the samples on top from those in the share (node.on_top_step)"
 
 
 def test_with_far_room_top_a_useless_far_peer_s_group_comes_on_top_only_after_proven_far_peers(tmp_path):

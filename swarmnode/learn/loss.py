@@ -220,6 +220,7 @@ class ObjectiveStats:
     filtered_frac: float = 0.0
     divergence_mean: float = 0.0
     sequences: int = 0
+    tokens: int = 0
 
     @staticmethod
     def combine(parts: list[ObjectiveTerms]) -> ObjectiveStats:
@@ -235,4 +236,22 @@ class ObjectiveStats:
             filtered_frac=filtered / max(sequences, 1),
             divergence_mean=div_sum / max(sequences, 1),
             sequences=sequences,
+            tokens=tokens,
+        )
+
+    def merged(self, other: ObjectiveStats) -> ObjectiveStats:
+        """The diagnostics of two steps a round took as if of one (per token and per sequence
+        weighted as in `combine`), so a round's record counts every sample it trained on."""
+        tokens, sequences = self.tokens + other.tokens, self.sequences + other.sequences
+        filtered = self.filtered + other.filtered
+        return ObjectiveStats(
+            weight_mean=(self.weight_mean * self.tokens + other.weight_mean * other.tokens) / max(tokens, 1),
+            weight_max=max(self.weight_max, other.weight_max),
+            truncated_frac=(self.truncated_frac * self.tokens + other.truncated_frac * other.tokens) / max(tokens, 1),
+            filtered=filtered,
+            filtered_frac=filtered / max(sequences, 1),
+            divergence_mean=(self.divergence_mean * self.sequences + other.divergence_mean * other.sequences)
+            / max(sequences, 1),
+            sequences=sequences,
+            tokens=tokens,
         )

@@ -54,10 +54,23 @@ class Taken:
     on_top_groups: int = 0  # far peers' groups screened on top of the batch (node.far_room top)
     on_top_screen_s: float = 0.0  # seconds scoring and screening them
     on_top_tokens: int = 0  # completion tokens of their samples kept
+    on_top_from: int | None = None  # the first of `passes` that screened groups on top
 
     @property
     def kept(self) -> list[Sample]:
         return [sample for done in self.passes for sample in done.kept]
+
+    @property
+    def in_batch(self) -> list[Sample]:
+        """The samples kept that fill the batch's room (all of `kept` but those on top)."""
+        return [sample for done in self.passes[: self.on_top_from] for sample in done.kept]
+
+    @property
+    def on_top(self) -> list[Sample]:
+        """The samples kept from far peers' groups screened on top of the batch."""
+        if self.on_top_from is None:
+            return []
+        return [sample for done in self.passes[self.on_top_from :] for sample in done.kept]
 
     @property
     def gated(self) -> int:
@@ -281,6 +294,7 @@ class Intake:
             t, before = time.perf_counter(), len(taken.passes)
             self._screen_chunk(round_, on_top, screening, taken, timings, measured)
             taken.on_top_groups, taken.on_top_screen_s = len(on_top), time.perf_counter() - t
+            taken.on_top_from = before
             taken.on_top_tokens = sum(len(sample.tokens) for done in taken.passes[before:] for sample in done.kept)
             topped = {group.peer_id for group in on_top}
             far = [group for group in far if group.peer_id not in topped]  # measured already

@@ -15,7 +15,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -140,14 +140,20 @@ class Node:
         return state
 
     def consume(self, round_: int, state: RoundState) -> RoundRecord:
-        """Gather peers' groups, screen them, take one optimiser step on everything, log it."""
+        """Gather peers' groups, screen them, take an optimiser step on everything (with
+        `node.on_top_step` own, far peers' groups on top in a second step), log it."""
         offered = self.intake.collect(round_, state.timings["generate_s"], state.timings)
         own = samples_of(state.own_groups)
         taken = self.intake.take(round_, offered, own, state.timings)
         t = time.perf_counter()
         measure = self.config.node.weight_by_agreement
-        result = self.policy.train_step(own + taken.kept, self.config.loss, self.config.rollout.temperature, measure)
+        separate = taken.on_top if self.config.node.on_top_step == "own" else []
+        batch = own + (taken.in_batch if separate else taken.kept)
+        result = self.policy.train_step(batch, self.config.loss, self.config.rollout.temperature, measure)
         self.intake.screener.agreement.observe(result.agreement)
+        if separate:
+            after = self.policy.train_step(separate, self.config.loss, self.config.rollout.temperature)
+            result = replace(result, stats=result.stats.merged(after.stats))
         state.timings["train_s"] = time.perf_counter() - t
         self.intake.costs.note(self._times(state, own, taken))
         state.timings["sync_s"] = self.generator.sync_weights()
