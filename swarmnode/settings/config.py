@@ -346,10 +346,10 @@ class NodeSettings(_Section):
     )
     on_top_step: Literal["batch", "own"] = Field(
         "batch",
-        description="batch | own: with far_room top or top-scored, where far peers' groups on top are trained: in "
-        "the batch's one optimiser step (a step over more samples), or in a step of their own after it (one "
-        "more step a round, for the same training time: steps are what a node that learns slowly lacks; "
-        "docs/figures.md)",
+        description="batch | own: with own_share below 1 and far_room top or top-scored, where far peers' groups "
+        "on top are trained: in the batch's one optimiser step (a step over more samples), or in a step of their "
+        "own after it (one more step a round, for the same training time: steps are what a node that learns "
+        "slowly lacks; docs/figures.md)",
     )
     peer_quota: int = Field(64, ge=0, description="max peer groups from one peer per round")
     skip_uninformative: bool = Field(
