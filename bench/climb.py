@@ -34,6 +34,7 @@ from swarmnode.lab.verdicts import still_climbing
 from swarmnode.model.tiny import TINY_PRESETS, TINY_SPEC, ensure_tiny, weights_digest
 from swarmnode.settings.presets import TINY_CPU
 
+CHAIN = ("model.name=tiny-chain", "task.name=rg:chain_sum", "task.options.max_terms=2", "task.options.max_digits=2")
 # label -> (preset spec overrides, None for the shipped preset named in the settings; settings)
 CANDIDATES: dict[str, tuple[dict | None, tuple[str, ...]]] = {
     "default": (None, ()),
@@ -63,6 +64,13 @@ CANDIDATES: dict[str, tuple[dict | None, tuple[str, ...]]] = {
     # fewer prompts a round: the step size does not limit tiny (lr-quarter), so the samples may
     "prompts-4": (None, ("rollout.prompts_per_round=4",)),
     "prompts-8": (None, ("rollout.prompts_per_round=8",)),
+    # a reasoning-gym task at its own rate and at twice and half it: room that a node alone could
+    # not take by raising its rate (a slower rate's room it could: docs/figures.md)
+    "chain": (None, CHAIN),
+    "chain-lr-double": (None, (*CHAIN, "train.lr=2e-4")),
+    "chain-lr-half": (None, (*CHAIN, "train.lr=5e-5")),
+    # the arithmetic task at twice the rate: is tiny's 1e-4 its best rate at 100 rounds?
+    "lr-double": (None, ("train.lr=2e-4",)),
 }
 
 
