@@ -7,7 +7,8 @@ A swarm that buys a member more rounds in the same modelled time can pay at the 
 only where alone has not levelled off by then. A shape qualifies when alone's last half adds at
 least a third of its gain over the run, shown over the seeds: per seed, what the last half adds
 beyond a third of the whole gain, its one-sided 95 % lower bound above 0 (Student's t;
-swarmnode/lab/verdicts.still_climbing). Ten seeds' mean curve qualified `prompts-4` at 44 %
+swarmnode/lab/verdicts.still_climbing). Beside it, whether the last half adds anything shown
+above 0 (still_rising): room alone left at the end, however little. Ten seeds' mean curve qualified `prompts-4` at 44 %
 where twenty seeds of two names in bench/ablation.py read 7-26 %. Each candidate is
 a tiny preset (a shipped one, or one built here from a spec, cached) and settings; each seed runs
 alone in a child process on the pinned kernels (swarmnode/lab/kernels.py), `--jobs` of them side
@@ -30,7 +31,7 @@ import torch
 
 from swarmnode.lab.ablation import ALONE, Member, Setting, Shape, run_condition
 from swarmnode.lab.kernels import pinned_env, pinned_path
-from swarmnode.lab.verdicts import still_climbing
+from swarmnode.lab.verdicts import still_climbing, still_rising
 from swarmnode.model.tiny import TINY_PRESETS, TINY_SPEC, ensure_tiny, weights_digest
 from swarmnode.settings.presets import TINY_CPU
 
@@ -71,6 +72,12 @@ CANDIDATES: dict[str, tuple[dict | None, tuple[str, ...]]] = {
     "chain-lr-half": (None, (*CHAIN, "train.lr=5e-5")),
     # the arithmetic task at twice the rate: is tiny's 1e-4 its best rate at 100 rounds?
     "lr-double": (None, ("train.lr=2e-4",)),
+    # operands to 199 at twice and half its rate: is its slow late rise (a sixth of its gain,
+    # docs/figures.md) room a node alone could take by raising its rate?
+    "operands-199-lr-double": (None, ("task.max_operand=199", "train.lr=2e-4")),
+    "operands-199-lr-half": (None, ("task.max_operand=199", "train.lr=5e-5")),
+    # the chain task at four times its rate: twice it put more of the same gain late
+    "chain-lr-quadruple": (None, (*CHAIN, "train.lr=4e-4")),
 }
 
 
@@ -155,10 +162,12 @@ def print_curve(label: str, found: list[dict]) -> None:
     curve = " ".join(f"{done}:{acc:.2f}" for done, acc in zip(points, mean))
     beyond = still_climbing([run["before"] for run in found], [run["half"] for run in found],
                             [run["after"] for run in found])
+    rising = still_rising([run["half"] for run in found], [run["after"] for run in found])
     said = "qualifies" if beyond.ahead else "not shown"
     print(f"{label:<40} {len(found)} seed(s): {curve} | gain {gain:+.3f}, last half {late:+.3f} ({share:.0%}); "
-          f"beyond a third of the gain {beyond.mean:+.3f} ({beyond.se:.3f}), 95 % lower {beyond.lower:+.3f}: {said}",
-          flush=True)
+          f"beyond a third of the gain {beyond.mean:+.3f} ({beyond.se:.3f}), 95 % lower {beyond.lower:+.3f}: {said}; "
+          f"last half {rising.mean:+.3f} ({rising.se:.3f}), 95 % lower {rising.lower:+.3f}: "
+          f"{'still rising' if rising.ahead else 'not shown rising'}", flush=True)
 
 
 if __name__ == "__main__":

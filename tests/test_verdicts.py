@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from swarmnode.lab.verdicts import Verdict, non_inferior_power, still_climbing, verdict
+from swarmnode.lab.verdicts import Verdict, non_inferior_power, still_climbing, still_rising, verdict
 
 
 def test_the_bounds_use_student_s_t_with_one_degree_of_freedom_fewer_than_seeds():
@@ -65,3 +65,14 @@ def test_still_climbing_is_what_the_last_half_adds_beyond_a_third_of_the_gain_ov
     assert levelled.mean < 0 and not levelled.ahead
     with pytest.raises(ValueError, match="a seed"):
         still_climbing([0.4], [0.5, 0.5], [0.6])
+
+
+def test_still_rising_is_what_the_last_half_adds_over_seeds_whatever_the_first_half_gained():
+    # last halves adding 0.01-0.02 after a first half of 0.10: a tenth of the gain, and still rising
+    rising = still_rising([0.50, 0.51, 0.50], [0.52, 0.52, 0.51])
+    assert rising.mean == pytest.approx(0.0133, abs=1e-4) and rising.ahead
+    assert not still_climbing([0.4] * 3, [0.50, 0.51, 0.50], [0.52, 0.52, 0.51]).ahead
+    levelled = still_rising([0.52, 0.50, 0.51], [0.51, 0.52, 0.51])
+    assert not levelled.ahead
+    with pytest.raises(ValueError, match="a seed"):
+        still_rising([0.5, 0.5], [0.6])
