@@ -156,18 +156,16 @@ def print_curve(label: str, found: list[dict]) -> None:
     """The mean curve over seeds and its verdict: one seed's curve wanders by several points."""
     points = [done for done, _ in found[0]["curve"]]
     mean = [statistics.mean(dict(run["curve"])[done] for run in found) for done in points]
-    before, after = statistics.mean(run["before"] for run in found), statistics.mean(run["after"] for run in found)
-    gain, late = after - before, after - statistics.mean(run["half"] for run in found)
-    share = late / gain if gain > 0 else float("nan")
+    befores, halves, afters = ([run[key] for run in found] for key in ("before", "half", "after"))
+    beyond, rising = still_climbing(befores, halves, afters), still_rising(halves, afters)
+    gain = statistics.mean(afters) - statistics.mean(befores)
+    share = rising.mean / gain if gain > 0 else float("nan")
     curve = " ".join(f"{done}:{acc:.2f}" for done, acc in zip(points, mean))
-    beyond = still_climbing([run["before"] for run in found], [run["half"] for run in found],
-                            [run["after"] for run in found])
-    rising = still_rising([run["half"] for run in found], [run["after"] for run in found])
     said = "qualifies" if beyond.ahead else "not shown"
-    print(f"{label:<40} {len(found)} seed(s): {curve} | gain {gain:+.3f}, last half {late:+.3f} ({share:.0%}); "
-          f"beyond a third of the gain {beyond.mean:+.3f} ({beyond.se:.3f}), 95 % lower {beyond.lower:+.3f}: {said}; "
-          f"last half {rising.mean:+.3f} ({rising.se:.3f}), 95 % lower {rising.lower:+.3f}: "
-          f"{'still rising' if rising.ahead else 'not shown rising'}", flush=True)
+    print(f"{label:<40} {len(found)} seed(s): {curve} | gain {gain:+.3f}, last half {rising.mean:+.3f} "
+          f"({rising.se:.3f}, {share:.0%} of the gain), 95 % lower {rising.lower:+.3f}: "
+          f"{'still rising' if rising.ahead else 'not shown rising'}; beyond a third of the gain "
+          f"{beyond.mean:+.3f} ({beyond.se:.3f}), 95 % lower {beyond.lower:+.3f}: {said}", flush=True)
 
 
 if __name__ == "__main__":
