@@ -78,6 +78,8 @@ CANDIDATES: dict[str, tuple[dict | None, tuple[str, ...]]] = {
     "operands-199-lr-half": (None, ("task.max_operand=199", "train.lr=5e-5")),
     # the chain task at four times its rate: twice it put more of the same gain late
     "chain-lr-quadruple": (None, (*CHAIN, "train.lr=4e-4")),
+    # the larger model on operands to 199: is there room at the end for another size to fill?
+    "large-operands-199": (None, ("model.name=tiny-large", "task.max_operand=199")),
 }
 
 
