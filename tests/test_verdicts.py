@@ -5,7 +5,14 @@ import math
 import numpy as np
 import pytest
 
-from swarmnode.lab.verdicts import Verdict, non_inferior_power, still_climbing, still_rising, verdict
+from swarmnode.lab.verdicts import (
+    Verdict,
+    climbing_by_a_third,
+    non_inferior_power,
+    still_climbing,
+    still_rising,
+    verdict,
+)
 
 
 def test_the_bounds_use_student_s_t_with_one_degree_of_freedom_fewer_than_seeds():
@@ -65,6 +72,14 @@ def test_still_climbing_is_what_the_last_half_adds_beyond_a_third_of_the_gain_ov
     assert levelled.mean < 0 and not levelled.ahead
     with pytest.raises(ValueError, match="a seed"):
         still_climbing([0.4], [0.5, 0.5], [0.6])
+
+
+def test_a_curve_that_dips_and_comes_back_is_not_climbing_by_a_third():
+    # 0.13 -> 0.11 -> 0.13: the last half beats a third of a gain of nothing, which proves no climb
+    dipped = ([0.13, 0.12, 0.14], [0.11, 0.10, 0.12], [0.13, 0.12, 0.135])
+    assert still_climbing(*dipped).ahead and not climbing_by_a_third(*dipped)
+    assert climbing_by_a_third([0.4] * 3, [0.46, 0.47, 0.465], [0.52, 0.52, 0.52])
+    assert not climbing_by_a_third([0.4] * 3, [0.51, 0.50, 0.52], [0.52, 0.52, 0.53])  # levelled off
 
 
 def test_still_rising_is_what_the_last_half_adds_over_seeds_whatever_the_first_half_gained():

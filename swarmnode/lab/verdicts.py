@@ -84,6 +84,14 @@ def still_climbing(before: list[float], half: list[float], after: list[float]) -
     return verdict([(a - h) - (a - b) / 3 for b, h, a in zip(before, half, after)])
 
 
+def climbing_by_a_third(before: list[float], half: list[float], after: list[float]) -> bool:
+    """Alone still climbing at the end, as target 3 asks: a gain over the run shown above 0, and its
+    last half adding beyond a third of it. Without the first, a curve that dips and comes back to
+    where it started (a gain of nothing, a third of which any recovery beats) would qualify."""
+    gained = verdict([a - b for b, a in zip(before, after)])
+    return gained.ahead and still_climbing(before, half, after).ahead
+
+
 def still_rising(half: list[float], after: list[float]) -> Verdict:
     """Per seed, what the last half of a run alone adds: where that is ahead, alone still had room
     at the end. A weaker bar than still_climbing's third, which asks a curve rising as a power of
