@@ -82,6 +82,7 @@ CANDIDATES: dict[str, tuple[dict | None, tuple[str, ...]]] = {
     "large-operands-199": (None, ("model.name=tiny-large", "task.max_operand=199")),
     "large-operands-199-lr-half": (None, ("model.name=tiny-large", "task.max_operand=199", "train.lr=5e-5")),
     "large-operands-199-lr-double": (None, ("model.name=tiny-large", "task.max_operand=199", "train.lr=2e-4")),
+    "large-operands-199-lr-quarter": (None, ("model.name=tiny-large", "task.max_operand=199", "train.lr=2.5e-5")),
 }
 
 
