@@ -49,7 +49,9 @@ Printed: per member and condition, greedy pass@1 on --eval-size held-out problem
 after, the gain against the same member alone with its standard error paired over seeds, and
 the tokens it generated and its modelled time against alone (step-matched; with `--match
 time`, a second table at the modelled time of alone; under a table, the seeds a row left out
-because a run was never evaluated at its point); then the per-round diagnostics (importance weights,
+because a run was never evaluated at its point); whether alone's own runs still climb at the end
+(swarmnode/lab/alone_climb.py: where they do not, the swarm can pay only sooner); then the
+per-round diagnostics (importance weights,
 truncation, filter, divergence, gated share, samples trained on, the peers' reward lead). Written to --out: the curves
 against rounds, tokens generated and modelled time (ablation.png) and every round's record
 (ablation.json). Above the tables, `SETTING records:` is a digest of every round's record but the
@@ -98,6 +100,7 @@ from swarmnode.lab.ablation import (  # noqa: E402
     run_from_json,
     setting_from_json,
 )
+from swarmnode.lab.alone_climb import alone_climbs  # noqa: E402
 from swarmnode.lab.fingerprint import records_digest  # noqa: E402
 from swarmnode.lab.kernels import pinned_path  # noqa: E402
 from swarmnode.lab.parallel import (  # noqa: E402
@@ -306,6 +309,21 @@ def print_control(runs: list[ConditionRun], args: argparse.Namespace) -> None:
         print_areas(area_gains(runs), f"control ({CONTROL}), budget gain")
 
 
+def print_alone_climb(runs: list[ConditionRun], rounds: int) -> None:
+    """Whether this table's own alone runs still climb at the end: where they do not, the swarm
+    can pay only sooner, whatever it is worth."""
+    print(f"\nalone, still climbing at the end? per seed, at 0, {rounds / 2:g} and {rounds} rounds (half-way read "
+          "between the evaluations around it); qualifies = a gain shown and its last half beyond a third of it")
+    print(f"{'member':<12} {'seeds':>5} {'gain':>16} {'last half':>16} {'95% lower':>10} {'beyond a third':>16} "
+          f"{'95% lower':>10}  verdict")
+    for climb in alone_climbs(runs, rounds):
+        said = ("qualifies" if climb.qualifies else "still rising" if climb.last_half.ahead
+                else "not shown rising")
+        print(f"{climb.label:<12} {climb.gain.seeds:>5} {climb.gain.mean:>+8.3f} ({climb.gain.se:.3f}) "
+              f"{climb.last_half.mean:>+8.3f} ({climb.last_half.se:.3f}) {climb.last_half.lower:>+10.3f} "
+              f"{climb.beyond_third.mean:>+8.3f} ({climb.beyond_third.se:.3f}) {climb.beyond_third.lower:>+10.3f}  {said}")
+
+
 def print_diagnostics(runs: list[ConditionRun]) -> None:
     print("\nper-round diagnostics, mean over rounds and seeds (weight max: the largest seen; lead: the median of "
           "the running reward lead of the peers' samples trained on, as node.far_reward_lead keeps it)")
@@ -463,6 +481,7 @@ def main() -> None:
         setting, saved_args, runs = load_saved(args.saved)
         print(f"{setting.name} records: {records_digest([asdict(run) for run in runs])}", flush=True)
         print_gains(setting, saved_args, runs)
+        print_alone_climb(runs, saved_args.rounds)
         print_diagnostics(runs)
         if setting.name == CONTROL:
             print_control(runs, saved_args)
@@ -484,6 +503,7 @@ def main() -> None:
     runs = train(setting, conditions, args, shape)
     save(args.out / "ablation.json", setting, args.accounting, shape, runs)  # first: a failure below loses no run
     print_gains(setting, args, runs)
+    print_alone_climb(runs, args.rounds)
     print_diagnostics(runs)
     if setting.name == CONTROL or control:
         print_control(runs if setting.name == CONTROL else control, args)
