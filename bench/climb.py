@@ -83,6 +83,10 @@ CANDIDATES: dict[str, tuple[dict | None, tuple[str, ...]]] = {
     "large-operands-199-lr-half": (None, ("model.name=tiny-large", "task.max_operand=199", "train.lr=5e-5")),
     "large-operands-199-lr-double": (None, ("model.name=tiny-large", "task.max_operand=199", "train.lr=2e-4")),
     "large-operands-199-lr-quarter": (None, ("model.name=tiny-large", "task.max_operand=199", "train.lr=2.5e-5")),
+    # the LoRA member (rank 16 at 3e-4, as bench/ablation.py's) on operands to 199, where its own alone runs
+    # there climb by a third: at its rate and twice it, is that room it could take by raising its rate?
+    "lora-operands-199": (None, ("model.lora.rank=16", "train.lr=3e-4", "task.max_operand=199")),
+    "lora-operands-199-lr-double": (None, ("model.lora.rank=16", "train.lr=6e-4", "task.max_operand=199")),
 }
 
 
