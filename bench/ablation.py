@@ -479,6 +479,7 @@ def main() -> None:
     args = parse_args()
     if args.saved is not None:
         setting, saved_args, runs = load_saved(args.saved)
+        saved_args.versus = args.versus  # not in the files: what a lever is judged against is asked here
         print(f"{setting.name} records: {records_digest([asdict(run) for run in runs])}", flush=True)
         print_gains(setting, saved_args, runs)
         print_alone_climb(runs, saved_args.rounds)

@@ -517,3 +517,20 @@ def test_the_bench_refuses_a_control_of_another_shape_before_training(tmp_path):
                            "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
     assert done.returncode != 0 and "not this table's control" in done.stderr and "gen_share 0.93 (here 0.7)" in done.stderr
     assert not (tmp_path / "out" / "runs").exists()  # refused before any run was trained
+
+
+def test_a_saved_control_is_read_back_with_its_equivalence(tmp_path):
+    """`--from` a control's file (or `--control-from` it) prints its step-matched verdicts, pooled."""
+    def member(label: str, before: float, after: float) -> dict:
+        return dataclasses.asdict(MemberRun(label, before, after, [(0, 0, before), (FAST.rounds, 100, after)]))
+
+    runs = [dataclasses.asdict(ConditionRun(condition, "shared", seed, []))
+            | {"members": [member("tiny", 0.4, 0.6 + shift), member("tiny-b", 0.4, 0.61 - shift)]}
+            for seed, shift in enumerate((0.0, 0.01, -0.01)) for condition in (ALONE, "f-tis")]
+    saved = tmp_path / "same.json"
+    saved.write_text(json.dumps(_saved_control(SETTINGS["same"], "shared", FAST) | {"runs": runs}))
+    bench = Path(__file__).resolve().parents[1] / "bench" / "ablation.py"
+    done = subprocess.run([sys.executable, str(bench), "--from", str(saved), "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "pooled       f-tis                  +0.000 (0.000), 3 seed(s)" in done.stdout
