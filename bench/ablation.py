@@ -272,12 +272,21 @@ def print_pooled(what: str, pooled: Verdict | None, note: str = "") -> None:
               f"[{low:+.3f}, {high:+.3f}]: {word}{note}")
 
 
+def control_about(runs: list[ConditionRun]) -> str:
+    """What the control's runs are: the `same` setting's words only where its members ran, so a
+    control of other copies (`--control-from` a custom table) is not printed as copies of tiny."""
+    labels = [m.label for m in runs[0].members]
+    if labels == [m.label for m in SETTINGS[CONTROL].members]:
+        return f"{CONTROL}: {SETTINGS[CONTROL].about}"
+    return f"{', '.join(labels)}, read as copies of one model"
+
+
 def print_control(runs: list[ConditionRun], args: argparse.Namespace) -> None:
     """The `same` setting's gains against alone, and a warning for each that is off."""
     cost = CostModel(args.gen_share)
     for match in ("step", "time") if args.match == "time" else ("step",):
         gains = [g for g in paired_gains(runs, match=match, cost=cost) if g.condition != ALONE]
-        print(f"\ncontrol ({CONTROL}: {SETTINGS[CONTROL].about}), {match}-matched: gain against alone (SE), "
+        print(f"\ncontrol ({control_about(runs)}), {match}-matched: gain against alone (SE), "
               f"its {EQUIVALENCE_LEVEL:.0%} interval and whether that lies inside +-{EQUIVALENCE_MARGIN}")
         for gain in gains:
             if not gain.seeds:
