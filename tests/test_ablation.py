@@ -519,23 +519,26 @@ def test_the_bench_refuses_a_control_of_another_shape_before_training(tmp_path):
     assert not (tmp_path / "out" / "runs").exists()  # refused before any run was trained
 
 
-@pytest.mark.parametrize(("labels", "header"), [
-    (("tiny", "tiny-b"), "control (same: two copies of tiny"),
-    (("tiny-large", "tiny-large-b"), "control (tiny-large, tiny-large-b, read as copies of one model)"),
+LARGE_COPIES = Setting("custom", "copies", (Member("tiny-large", ("model.name=tiny-large",)),
+                                            Member("tiny-large-b", ("model.name=tiny-large",))))
+
+
+@pytest.mark.parametrize(("setting", "header"), [
+    (SETTINGS["same"], "control (same: two copies of tiny"),
+    (LARGE_COPIES, "control (tiny-large, tiny-large-b, read as copies of one model)"),
 ])
-def test_a_saved_control_is_read_back_with_its_equivalence(tmp_path, labels, header):
+def test_a_saved_control_is_read_back_with_its_equivalence(tmp_path, setting, header):
     """`--from` a control's file (or `--control-from` it) prints its step-matched verdicts, pooled,
     under the name of the members it ran, not always the `same` setting's."""
     def member(label: str, before: float, after: float) -> dict:
         return dataclasses.asdict(MemberRun(label, before, after, [(0, 0, before), (FAST.rounds, 100, after)]))
 
+    first, second = (m.label for m in setting.members)
     runs = [dataclasses.asdict(ConditionRun(condition, "shared", seed, []))
-            | {"members": [member(labels[0], 0.4, 0.6 + shift), member(labels[1], 0.4, 0.61 - shift)]}
+            | {"members": [member(first, 0.4, 0.6 + shift), member(second, 0.4, 0.61 - shift)]}
             for seed, shift in enumerate((0.0, 0.01, -0.01)) for condition in (ALONE, "f-tis")]
     saved = tmp_path / "same.json"
-    setting = Setting("custom", "copies", tuple(Member(label, ("model.name=tiny-large",)) for label in labels))
-    saved.write_text(json.dumps(_saved_control(SETTINGS["same"] if labels[0] == "tiny" else setting, "shared", FAST)
-                                | {"runs": runs}))
+    saved.write_text(json.dumps(_saved_control(setting, "shared", FAST) | {"runs": runs}))
     bench = Path(__file__).resolve().parents[1] / "bench" / "ablation.py"
     done = subprocess.run([sys.executable, str(bench), "--from", str(saved), "--control-from", str(saved),
                            "--out", str(tmp_path / "out")],
