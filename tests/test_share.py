@@ -151,15 +151,13 @@ def test_with_far_room_near_a_far_peer_s_room_goes_to_near_peers_or_stays_empty(
     assert taken.kept == [] and intake.share.current() == 0.5, "only far groups: the room stays empty"
 
 
-@pytest.mark.parametrize("far_room, trained_on_top", [("own", False), ("top", True), ("top-scored", False),
-                                                       ("top-unless-leading", True)])
+@pytest.mark.parametrize("far_room, trained_on_top", [("own", False), ("top", True), ("top-scored", False)])
 def test_with_far_room_top_a_far_peer_s_groups_come_on_top_of_our_whole_batch_up_to_its_room(tmp_path, far_room,
                                                                                               trained_on_top):
     """node.far_room=top: the node generates in a far peer's place as under own, and its groups
     are still screened and trained on, beyond the batch but no more than the room they left
     (one group here), however many it offers; under own, or top-scored for a peer far by
-    likelihood, only one group is measured, not kept (top-unless-leading: kept, as the far peer's
-    samples score as ours do)."""
+    likelihood, only one group is measured, not kept."""
     intake = _measuring_intake(tmp_path, {"f": -3.0, "n": -1.0}, f"node.far_room={far_room}")
     intake.take(0, _groups("f", 0, 1), own=_own(-1.0), timings={})
     taken = intake.take(1, _groups("f", 1, 2) + _groups("n", 1, 2), own=_own(-1.0), timings={})
@@ -358,13 +356,12 @@ def test_the_leads_survive_a_restart_and_a_broken_one_is_dropped():
     assert resumed.leads == {"r": 0.2} and resumed.far == {"r"}
 
 
-@pytest.mark.parametrize("far_room, fifth_round", [("own", set()), ("top-scored", {"s"}), ("top-unless-leading", {"s"})])
+@pytest.mark.parametrize("far_room, fifth_round", [("own", set()), ("top-scored", {"s"})])
 def test_a_peer_scoring_above_us_takes_no_room_and_its_samples_are_never_measured_under_our_model(
         tmp_path, far_room, fifth_round):
     """Reward lead only: our grading of its groups makes it far, and no forward is spent. Peer s's
-    groups score 0.75 as we grade them, n's 0.5, our own 0.5; under top-scored (the default) and
-    top-unless-leading (it is not far by likelihood) its group then comes on top of our whole
-    batch, still unmeasured."""
+    groups score 0.75 as we grade them, n's 0.5, our own 0.5; under top-scored (the default) its
+    group then comes on top of our whole batch, still unmeasured."""
     intake = _scored_intake(tmp_path, {0: [0.0, 1.0, 0.0, 1.0], 1: [1.0, 1.0, 1.0, 0.0]},
                             "node.adapt_share_nats=0", "node.far_reward_lead=0.1", f"node.far_room={far_room}")
     intake._theta = lambda samples: pytest.fail("measured under our model with the likelihood gap off")
@@ -407,34 +404,6 @@ def test_a_peer_scoring_below_us_takes_no_room_and_under_top_comes_on_top(tmp_pa
         taken_from.append({s.source for s in taken.kept})
     assert taken_from == [{"w"}] * 3 + [{"n"}, fifth_round]
     assert intake.share.current() == 1.0 and intake.share.is_far("w") and not intake.share.is_far("n")
-
-
-def test_top_unless_leading_leaves_out_only_a_peer_far_by_likelihood_whose_samples_lead_ours():
-    """Peer s is 2 nats a token less likely than our own and scores 0.5 above us (a specialist), f
-    as unlikely and scoring as we do (a smaller model), w as likely as ours and trailing: all three
-    are far; under top-unless-leading f and w come on top and s is left out. Once s's running lead
-    falls inside the lead rule's band (half its bar) it comes on top too; its lead only, not how
-    unlikely its samples are, decides."""
-    sets = ["node.own_share=0.5", *FAR_RULES_OFF, "node.adapt_share_nats=1.0", "node.far_reward_lead=0.1",
-            "node.far_reward_trail=0.1", "node.far_room=top-unless-leading"]
-    share = AdaptiveShare(load_config(None, sets))
-    for _ in range(3):
-        share.observe([np.full(2, -1.0)], {"s": [np.full(2, -3.0)], "f": [np.full(2, -3.0)], "w": [np.full(2, -1.0)]},
-                      [0.5], {"s": [1.0], "f": [0.5], "w": [0.0]})
-    assert share.far == {"s", "f", "w"} and share.far_by_gap == {"s", "f"}
-    assert {p for p in "sfw" if share.comes_on_top(p)} == {"f", "w"}
-    share.leads["s"] = 0.06
-    assert not share.comes_on_top("s"), "above half the lead bar: still leading"
-    share.leads["s"] = 0.04
-    assert share.comes_on_top("s") and share.is_far("s"), "inside the band: far by likelihood, on top"
-    lead_off = AdaptiveShare(load_config(None, [*sets, "node.far_reward_lead=0"]))
-    lead_off.observe([np.full(2, -1.0)], {"s": [np.full(2, -3.0)], "f": [np.full(2, -3.0)]}, [0.5], {"s": [1.0], "f": [0.5]})
-    assert lead_off.far_by_gap == {"s", "f"} and not lead_off.comes_on_top("s") and lead_off.comes_on_top("f"), \
-        "with the lead rule off, any lead above 0 leaves a peer far by likelihood out"
-    restored = AdaptiveShare(load_config(None, sets))
-    restored.restore({"likelihood_gaps": {"s": 2.0}, "far_peers": ["s"], "far_by_gap": ["s"]})
-    assert restored.far_by_gap == {"s"} and restored.comes_on_top("s"), \
-        "a checkpoint without leads: no lead measured, the prior's none, so on top"
 
 
 def test_top_scored_puts_on_top_only_peers_far_by_score_and_keeps_far_by_likelihood_through_the_band():

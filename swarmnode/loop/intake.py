@@ -247,8 +247,7 @@ class Intake:
         place (at most SCREEN_PASSES times), and a group on probation comes on top. Every group
         screened is used up; a picking peer's groups (screening.repeats) are not screened but
         on probation. Far peers' groups (loop.share) take no room; with `node.far_room` top they
-        (top-scored: those far only by score; top-unless-leading: all but those far by likelihood
-        that lead us by more than half the lead's bar) are screened on top, up to the room generated in
+        (top-scored: those far only by score) are screened on top, up to the room generated in
         their place and to what a tenth of a round pays for (loop.round_costs). Screening's strikes and
         each peer's useful samples go to the ledger."""
         _, budget = batch_split(self.config, self.share.current())
@@ -272,7 +271,7 @@ class Intake:
         self.share.offered(g.peer_id for g in queue[:room])
         far = [g for g in queue if self.share.is_far(g.peer_id)]  # take no room (loop.share)
         queue = [g for g in queue if not self.share.is_far(g.peer_id)]
-        # with far_room top (top-scored, top-unless-leading: some of them), far peers' groups come on
+        # with far_room top (or top-scored, those far only by score), far peers' groups come on
         # top of the batch, up to the room this node generated in place of far peers (loop.share):
         # no more than far peers' groups would have filled (under top-scored, peers far by score
         # may fill what those far by likelihood left), and a useless far peer's group (first in a

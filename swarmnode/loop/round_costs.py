@@ -1,7 +1,7 @@
 """What training far peers' groups on top of its own batch costs this node, from its own clock.
 
-A node that trains far peers' groups on top of its whole batch (`node.far_room` top,
-top-scored or top-unless-leading) pays for them in screening and training time. How much of a round that is depends on
+A node that trains far peers' groups on top of its whole batch (`node.far_room` top or
+top-scored) pays for them in screening and training time. How much of a round that is depends on
 the machine, the batch and the completions' lengths: on a GPU generation is 0.66-0.95 of a round
 (docs/gpu.md), so the same groups on top cost a round 2 % at one shape and 15 % at another. A
 lever that runs by default may add at most a tenth to a round (`ON_TOP_COST`), so the node times

@@ -31,15 +31,7 @@ still come, on top of the member's own whole batch instead of in its place. `nod
 top-scored does so only for a peer far by what its samples score and not by likelihood: a peer
 whose samples are unlikely under our model cost a member on top too (the specialist beside a
 small generalist), while one near by likelihood that trails paid the larger member of the size
-pair there (docs/figures.md). `node.far_room` top-unless-leading puts every far peer on top but
-one far by likelihood whose samples lead our own by more than half the lead rule's bar: the two
-cases a gap could not part both sit near 1.2-1.5 nats a token, the specialist's samples at tiny
-and tiny's at a larger member on operands to 199, but the specialist's lead ours (a median of
-+0.07 to +0.13 across tables) and tiny's do not (+0.01), and on the bench a peer whose samples
-scored above ours taught nothing (docs/figures.md, "A far peer on top unless it leads").
-Its lead has no band of its own: a lead that hovers near the half bar puts the peer on top in
-some rounds and not others, each bounded as under top. A new peer's lead starts from the
-prior of none, so a far specialist comes on top for its first far round or two.
+pair there (docs/figures.md).
 
 One group of each far peer a round is still measured under our model (not trained on, unless
 it came on top under `node.far_room` top, which measures it as well), so a peer that comes near
@@ -96,7 +88,7 @@ class AdaptiveShare:
         self.floor = config.node.own_share
         self.far_gap = config.node.adapt_share_nats  # 0: off
         self.generate_far_room = config.node.far_room != "near"  # else near peers' groups only, or nothing
-        self.far_room = config.node.far_room  # top, top-scored, top-unless-leading: far groups on top of the batch
+        self.far_room = config.node.far_room  # top, top-scored: far peers' groups trained on beyond the batch
         self.lead_bar = config.node.far_reward_lead  # 0: off
         self.trail_bar = config.node.far_reward_trail  # 0: off
         self.gaps: dict[str, float] = {}  # peer -> nats a token, smoothed over rounds
@@ -135,18 +127,9 @@ class AdaptiveShare:
         return self.enabled and peer_id in self.far
 
     def comes_on_top(self, peer_id: str) -> bool:
-        """Whether a far peer's groups come on top of the batch (`node.far_room` top; top-scored
-        for a peer far only by what its samples score, not by likelihood; top-unless-leading for
-        any far peer except one far by likelihood whose samples lead our own)."""
-        if self.far_room == "top-unless-leading":
-            return peer_id not in self.far_by_gap or not self.leads_own(peer_id)
+        """Whether a far peer's groups come on top of the batch (`node.far_room` top, or
+        top-scored for a peer far only by what its samples score, not by likelihood)."""
         return self.far_room == "top" or (self.far_room == "top-scored" and peer_id not in self.far_by_gap)
-
-    def leads_own(self, peer_id: str) -> bool:
-        """Whether the peer's samples score above our own by more than the lead rule's band (half
-        `node.far_reward_lead`; above 0 with that rule off), by its running lead. Not measured
-        yet: no lead, the lead's prior."""
-        return self.leads.get(peer_id, 0.0) > RETURN_FRACTION * self.lead_bar
 
     def far_peers(self) -> set[str]:
         """The peers whose groups take no room now (none when the rule is off)."""
@@ -154,7 +137,7 @@ class AdaptiveShare:
 
     def current(self) -> float:
         """own_share, raised by the part of the peers' share that far peers' groups filled
-        (`node.far_room` own or any top; with near, own_share: that part is left to near peers' groups)."""
+        (`node.far_room` own or top; with near, own_share: that part is left to near peers' groups)."""
         if not self.enabled or not self.generate_far_room:
             return self.floor
         return self.floor + (1.0 - self.floor) * self.far_part

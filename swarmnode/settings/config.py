@@ -332,24 +332,21 @@ class NodeSettings(_Section):
         0.1, ge=0,
         description="with own_share below 1: a peer whose samples' mean reward, as this node grades them, trails its "
         "own samples' by this much (the running mean far_reward_lead keeps) is far as well, until it trails by less "
-        "than half this; with far_room top, top-scored (the default) or top-unless-leading its groups then come on top of this "
+        "than half this; with far_room top or top-scored (the default) its groups then come on top of this "
         "node's own instead of in their place; 0 = off (swarmnode.loop.share; docs/figures.md)",
     )
-    far_room: Literal["own", "near", "top", "top-scored", "top-unless-leading"] = Field(
+    far_room: Literal["own", "near", "top", "top-scored"] = Field(
         "top-scored",
-        description="own | near | top | top-scored | top-unless-leading: with adapt_share_nats, far_reward_lead or far_reward_trail, what takes a far peer's room in the batch: this node's own "
+        description="own | near | top | top-scored: with adapt_share_nats, far_reward_lead or far_reward_trail, what takes a far peer's room in the batch: this node's own "
         "generation (a generation cost), or near peers' groups only, what they leave staying empty (a smaller step, "
         "no generation added), or its own generation with the far peers' groups screened and trained on on top, up to "
         "the room they left and to what a tenth of a round alone pays for, as this node times its work (a "
         "generation and a training cost; swarmnode.loop.round_costs); top-scored: as top for a peer far only by what its "
-        "samples score (the lead or the trail), as own for one far by likelihood (adapt_share_nats); "
-        "top-unless-leading: as top, except as own for a peer far by likelihood whose samples lead this node's "
-        "own by more than half far_reward_lead, any lead with that rule off (a specialist's; a smaller or weaker "
-        "model's still come on top)",
+        "samples score (the lead or the trail), as own for one far by likelihood (adapt_share_nats)",
     )
     on_top_step: Literal["batch", "own"] = Field(
         "batch",
-        description="batch | own: with own_share below 1 and far_room top, top-scored or top-unless-leading, where far peers' groups "
+        description="batch | own: with own_share below 1 and far_room top or top-scored, where far peers' groups "
         "on top are trained: in the batch's one optimiser step (a step over more samples), or in a step of their "
         "own after it (one more step a round, for the same training time: steps are what a node that learns "
         "slowly lacks; docs/figures.md)",
