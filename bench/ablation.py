@@ -14,12 +14,13 @@ expertise (tiny + tiny-add, warmed up on addition only), lora (tiny full + tiny 
 swarm4 (all four kinds), family (tiny + tiny-llama: another tokenizer, trained on by span),
 swarm5 (swarm4 and tiny-llama: every kind, another family among them).
 `--accounting shared`: the batch stays --prompts groups and each of N members generates 1/N
-of it (node.own_share = 1/N), and a member leaves out peers it finds far and generates their
-part itself (the far-peer rules, on by default with a shared batch, under every objective:
-node.adapt_share_nats, node.far_reward_lead, node.far_reward_trail), while a peer far only by
-score comes on top (node.far_room top-scored), a stronger peer's groups taken against the
-member's own mean reward (loss.peer_baseline lower). For the tables of docs/figures.md before
-2026-12-04 set `f-tis:node.far_room=own:loss.peer_baseline=group` in a condition, before
+of it (node.own_share = 1/N), and a member generates the part of peers it finds far itself
+(the far-peer rules, on by default with a shared batch, under every objective:
+node.adapt_share_nats, node.far_reward_lead, node.far_reward_trail) and takes their groups on
+top of it (node.far_room top), a stronger peer's groups taken against the member's own mean
+reward (loss.peer_baseline lower). For the tables of docs/figures.md before 2026-12-05 set
+`f-tis:node.far_room=top-scored` in a condition, before
+2026-12-04 `f-tis:node.far_room=own:loss.peer_baseline=group`, before
 2026-12-03 the rules to 0 as well (`...:node.adapt_share_nats=0:node.far_reward_lead=0:
 node.far_reward_trail=0`); `on-top`: each generates its whole batch, peers' groups come on top.
 Alone = each member by itself with its whole batch.

@@ -28,10 +28,12 @@ beside three smaller peers a member generated a quarter of its batch and trained
 samples scoring 0.18 below its own for the rest, and ended about 0.02 below alone whatever else
 was tried (docs/figures.md, "A far peer on top"); under `node.far_room` top such a peer's groups
 still come, on top of the member's own whole batch instead of in its place. `node.far_room`
-top-scored does so only for a peer far by what its samples score and not by likelihood: a peer
-whose samples are unlikely under our model cost a member on top too (the specialist beside a
-small generalist), while one near by likelihood that trails paid the larger member of the size
-pair there (docs/figures.md).
+top-scored does so only for a peer far by what its samples score and not by likelihood: under
+the group baseline a peer whose samples are unlikely under our model cost a member on top (the
+specialist beside a small generalist); since a stronger peer's groups are taken against our own
+mean reward (`loss.peer_baseline` lower) it no longer does, and on a task where alone still
+climbs a smaller peer far by likelihood, on top, put the larger member ahead (docs/figures.md,
+"A far peer on top by default").
 
 One group of each far peer a round is still measured under our model (not trained on, unless
 it came on top under `node.far_room` top, which measures it as well), so a peer that comes near
@@ -40,14 +42,16 @@ noisy measure, and with a single threshold a far peer's gap dipped under it in a
 of rounds, each costing a round with half a batch of far samples (the band damps that).
 
 By default a node that shares its batch runs all three: the gap at 1.0 nats, the lead and the
-trail at 0.1, with `node.far_room` top-scored. With `own` in its place (the default until
-2026-12-04) every member of every bench setting was non-inferior to itself alone at the same
-modelled time, where without the rules a small generalist beside a specialist ended 0.04 below
-alone, but the size pair left each other out and trained nearly alone; with top-scored (and
-`loss.peer_baseline` lower) the size pair, the family pair and the swarms get there sooner too,
-and every member stays non-inferior, at generation 0.93 and 0.7 (docs/figures.md, "The swarms
-bounded at 0.7, and a stronger peer on top by default"). A node that generates its whole batch
-(`own_share` 1, its default) is untouched by them.
+trail at 0.1, with `node.far_room` top. With `own` in its place (the default until 2026-12-04)
+every member of every bench setting was non-inferior to itself alone at the same modelled time,
+where without the rules a small generalist beside a specialist ended 0.04 below alone, but the
+size pair left each other out and trained nearly alone; with top-scored (and
+`loss.peer_baseline` lower, the default until 2026-12-05) the size pair, the family pair and the
+swarms got there sooner too, every member non-inferior, at generation 0.93 and 0.7
+(docs/figures.md, "The swarms bounded at 0.7, and a stronger peer on top by default"); with top
+the size pair is ahead at the end where alone still climbs as well (docs/figures.md, "A far peer
+on top by default"). A node that generates its whole batch (`own_share` 1, its default) is
+untouched by them.
 
 The measures are the node's own (its model's log-probs, its own grading): nothing a peer claims
 enters them, and they only move the share between `own_share` and 1, so the worst a crowd of far

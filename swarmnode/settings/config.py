@@ -332,11 +332,11 @@ class NodeSettings(_Section):
         0.1, ge=0,
         description="with own_share below 1: a peer whose samples' mean reward, as this node grades them, trails its "
         "own samples' by this much (the running mean far_reward_lead keeps) is far as well, until it trails by less "
-        "than half this; with far_room top or top-scored (the default) its groups then come on top of this "
+        "than half this; with far_room top (the default) or top-scored its groups then come on top of this "
         "node's own instead of in their place; 0 = off (swarmnode.loop.share; docs/figures.md)",
     )
     far_room: Literal["own", "near", "top", "top-scored"] = Field(
-        "top-scored",
+        "top",
         description="own | near | top | top-scored: with adapt_share_nats, far_reward_lead or far_reward_trail, what takes a far peer's room in the batch: this node's own "
         "generation (a generation cost), or near peers' groups only, what they leave staying empty (a smaller step, "
         "no generation added), or its own generation with the far peers' groups screened and trained on on top, up to "
