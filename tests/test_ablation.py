@@ -379,7 +379,8 @@ def test_a_time_matched_member_that_goes_alone_stops_where_it_spent_alone_s_time
     whole batch; it spends alone's 3 rounds' time in 4 rounds (0.535 + 0.535 + 1 + 1), not in
     the 6 that a fixed half share takes, is evaluated there and judged there."""
     shape = Shape(rounds=3, prompts_per_round=4, group_size=4, max_new_tokens=6, eval_size=8, eval_points=1,
-                  overrides=("trust.likelihood_gate=false", *FAR_RULES_OFF, "node.adapt_share_nats=0.5"), match="time")
+                  overrides=("trust.likelihood_gate=false", *FAR_RULES_OFF, "node.adapt_share_nats=0.5",
+                             "node.far_room=own"), match="time")
     expertise = SETTINGS["expertise"]
     run = run_condition(expertise, "f-tis", "shared", seed=0, shape=shape)
     alone = run_condition(expertise, ALONE, "shared", seed=0, shape=shape)

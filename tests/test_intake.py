@@ -267,8 +267,10 @@ def test_useless_groups_in_the_pool_do_not_stop_the_wait_for_a_proven_peer(tmp_p
 
 def test_a_far_peer_is_not_waited_for(tmp_path):
     """A far peer's groups take no room (node.adapt_share_nats), so waiting for its next batch
-    buys nothing: a short round waits for the near proven peer only."""
-    config = _config(tmp_path, "a", "rollout.prompts_per_round=8", "node.own_share=0.5", "node.adapt_share_nats=1.0")
+    buys no room in the share: a short round waits for the near proven peer only (under
+    far_room own here; under top its groups come on top if they are there, unwaited for)."""
+    config = _config(tmp_path, "a", "rollout.prompts_per_round=8", "node.own_share=0.5", "node.adapt_share_nats=1.0",
+                     "node.far_room=own")
     ledger = PeerLedger()
     for peer in ("near", "far"):
         ledger.delivered(peer)

@@ -120,8 +120,9 @@ def _measuring_intake(tmp_path, peer_logprob: dict[str, float], *sets: str):
 def test_a_far_peer_takes_no_room_yet_one_group_of_it_is_measured_and_a_near_one_fills_the_share(tmp_path):
     """Peer f's tokens are 2 nats less likely than our own (far at 1), n's as likely: once f's gap
     is known its groups are left out, one of them measured and used up, n's group is taken, and the
-    next round generates the far part of the offer itself."""
-    intake = _measuring_intake(tmp_path, {"f": -3.0, "n": -1.0})
+    next round generates the far part of the offer itself (far_room own: under top its groups
+    would come on top of that part)."""
+    intake = _measuring_intake(tmp_path, {"f": -3.0, "n": -1.0}, "node.far_room=own")
     taken = intake.take(0, _groups("f", 0, 1), own=_own(-1.0), timings={})
     assert len(taken.kept) == 4 and intake.share.gaps["f"] == pytest.approx(2.0), "unmeasured: screened like anyone"
     intake.measured.clear()
@@ -275,21 +276,25 @@ def test_a_checkpoint_with_the_old_pooled_gap_is_measured_afresh():
     assert share.is_far("r"), "a checkpoint from before the band is classed by its gaps"
 
 
-@pytest.mark.parametrize("far_room, on_top", [("own", 0), ("top", 1)])
-def test_far_identities_cost_no_more_scoring_than_the_share_and_each_is_measured_in_turn(tmp_path, far_room, on_top):
+@pytest.mark.parametrize("far_room, on_top", [("own", 0), ("top", 2)])
+def test_far_identities_cost_no_more_scoring_than_the_share_and_one_probe_and_each_is_measured_in_turn(
+        tmp_path, far_room, on_top):
     """Every far peer's probe was scored every round, so a crowd of far identities grew the
-    node's compute without bound: now at most the peers' share at own_share (one group here),
-    under top as groups on top, with one probe a round beside them."""
+    node's compute without bound: now at most the peers' share at own_share (two groups here),
+    under top as groups on top, less those on top but at least one."""
     peers = [f"f{i}" for i in range(5)]
-    intake = _measuring_intake(tmp_path, dict.fromkeys(peers, -4.0), f"node.far_room={far_room}")
+    intake = _measuring_intake(tmp_path, dict.fromkeys(peers, -4.0), f"node.far_room={far_room}",
+                               "rollout.prompts_per_round=4")
     intake.share.observe([np.full(2, -1.0)], {peer: [np.full(2, -4.0)] for peer in peers})
     measured = set()
     for round_ in range(5):
         intake.measured.clear()
         offered = [g for peer in peers for g in _groups(peer, round_, 1)]
         kept = intake.take(round_, offered, own=_own(-1.0), timings={}).kept
-        assert len(kept) == 4 * (on_top if round_ else 0), "on top only up to the room generated in their place"
-        assert len(intake.measured) == 4 * (1 + (on_top if round_ else 0)), "a group on top and one probe, not five"
+        topped = on_top if round_ else 0  # the room is generated from the round after they were found far
+        assert len(kept) == 4 * topped, "on top only up to the room generated in their place"
+        probes = max(1, 2 - topped)
+        assert len(intake.measured) == 4 * (topped + probes), "the share's worth scored, and one probe at least"
         measured.update(intake.measured)
     assert sorted(measured) == peers, "each far peer measured in turn"
 
@@ -360,12 +365,12 @@ def test_the_leads_survive_a_restart_and_a_broken_one_is_dropped():
     assert resumed.leads == {"r": 0.2} and resumed.far == {"r"}
 
 
-@pytest.mark.parametrize("far_room, fifth_round", [("own", set()), ("top-scored", {"s"})])
+@pytest.mark.parametrize("far_room, fifth_round", [("own", set()), ("top", {"s"}), ("top-scored", {"s"})])
 def test_a_peer_scoring_above_us_takes_no_room_and_its_samples_are_never_measured_under_our_model(
         tmp_path, far_room, fifth_round):
     """Reward lead only: our grading of its groups makes it far, and no forward is spent. Peer s's
-    groups score 0.75 as we grade them, n's 0.5, our own 0.5; under top-scored (the default) its
-    group then comes on top of our whole batch, still unmeasured."""
+    groups score 0.75 as we grade them, n's 0.5, our own 0.5; under top (the default) or
+    top-scored its group then comes on top of our whole batch, still unmeasured."""
     intake = _scored_intake(tmp_path, {0: [0.0, 1.0, 0.0, 1.0], 1: [1.0, 1.0, 1.0, 0.0]},
                             "node.adapt_share_nats=0", "node.far_reward_lead=0.1", f"node.far_room={far_room}")
     intake._theta = lambda samples: pytest.fail("measured under our model with the likelihood gap off")

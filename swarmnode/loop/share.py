@@ -45,8 +45,8 @@ By default a node that shares its batch runs all three: the gap at 1.0 nats, the
 trail at 0.1, with `node.far_room` top. With `own` in its place (the default until 2026-12-04)
 every member of every bench setting was non-inferior to itself alone at the same modelled time,
 where without the rules a small generalist beside a specialist ended 0.04 below alone, but the
-size pair left each other out and trained nearly alone; with top-scored (and
-`loss.peer_baseline` lower, the default until 2026-12-05) the size pair, the family pair and the
+size pair left each other out and trained nearly alone; with top-scored (the default from
+2026-12-04 to 2026-12-05), with `loss.peer_baseline` lower, the size pair, the family pair and the
 swarms got there sooner too, every member non-inferior, at generation 0.93 and 0.7
 (docs/figures.md, "The swarms bounded at 0.7, and a stronger peer on top by default"); with top
 the size pair is ahead at the end where alone still climbs as well (docs/figures.md, "A far peer

@@ -319,7 +319,7 @@ class NodeSettings(_Section):
         description="with own_share below 1: a peer whose samples' tokens are this many nats less likely under our "
         "model than our own samples' (a running mean a peer) is far until its gap falls below half this: its "
         "groups take no room, and this node generates the part of the batch they filled, up to all of it "
-        "(far_room; swarmnode.loop.share); 0 = off; 1.0 drops "
+        "(far_room; swarmnode.loop.share); 0 = off; 1.0 finds far "
         "only peers far beyond any near one measured (docs/figures.md)",
     )
     far_reward_lead: float = Field(
