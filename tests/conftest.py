@@ -13,6 +13,7 @@ from swarmnode.model.tiny import build_model, build_tokenizer
 from swarmnode.settings.config import LoraSettings, SwarmSettings, TrainSettings
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+PATIENT_REQUEST_S = 60.0  # how long a payload server started here waits for a request (`start_runtime`)
 
 
 @pytest.fixture(scope="session")
@@ -56,11 +57,19 @@ def make_policy(tokenizer):
 
 
 @pytest.fixture
-def start_runtime(tmp_path):
+def start_runtime(tmp_path, monkeypatch):
     """`start(name, initial_peers)`: a SwarmRuntime (p2p daemon and DHT node) listening on
     127.0.0.1 only, so its daemon maps no port on the gateway; every one started is shut down
-    after the test."""
-    from swarmnode.swarm.hivemind.runtime import SwarmRuntime  # hivemind: only for the tests that start one
+    after the test.
+
+    Payload servers started in these tests wait up to PATIENT_REQUEST_S for a request, not
+    the node's 2 s: on a loaded machine a request took longer than that to cross the two
+    daemons, the server closed the stream, and a test that asserts an answer failed on the
+    timer. The timer itself is tested with its own value (test_swarm_payloads.py)."""
+    from swarmnode.swarm.hivemind import payloads  # hivemind: only for the tests that start one
+    from swarmnode.swarm.hivemind.runtime import SwarmRuntime
+
+    monkeypatch.setattr(payloads, "REQUEST_TIMEOUT_S", PATIENT_REQUEST_S)
 
     started: list[SwarmRuntime] = []
 

@@ -186,6 +186,27 @@ def test_idle_payload_streams_from_one_identity_block_no_one(start_runtime, monk
     )
 
 
+def test_a_stream_that_says_nothing_is_closed_after_the_request_timeout_and_frees_its_place(start_runtime, monkeypatch):
+    """The timer the other tests here stretch (tests/conftest.py): a stream whose request does
+    not come within REQUEST_TIMEOUT_S is closed, and the requester's places are free again."""
+    a = start_runtime("a")
+    rogue = start_runtime("rogue", a.visible_maddrs())
+    ex_a = link(a).exchange
+    payload = b"F" * 100
+    ex_a.publish(0, payload, 1)
+    monkeypatch.setattr(payloads, "REQUEST_TIMEOUT_S", 0.5)
+    refused, idle = rogue.call(_open_silent_streams(rogue, a.peer_id, MAX_STREAMS_PER_PEER), timeout=EVENT_TIMEOUT_S)
+    assert refused == 0
+    wait_until(lambda: rogue.call(_closed(idle), timeout=10) == MAX_STREAMS_PER_PEER, "every silent stream closed by the server")
+    assert a.call(_streams_of(ex_a.server, rogue.peer_id), timeout=10) == (0, 0), "its places freed"
+    monkeypatch.setattr(payloads, "REQUEST_TIMEOUT_S", 60.0)  # the fetch below is not about the timer
+    fetched = rogue.call(
+        fetch_payload(rogue.p2p, a.peer_id, RUN, 0, len(payload), payload_digest(payload), EVENT_TIMEOUT_S),
+        timeout=EVENT_TIMEOUT_S + 10,
+    )
+    assert fetched == fetch.Batch(0, payload), "served again once its silent streams are gone"
+
+
 def test_streams_over_the_limit_are_held_not_closed_so_reopening_them_gains_nothing(start_runtime, monkeypatch):
     """Closing a stream over a requester's limit at once let one identity re-open sixteen in a
     loop, a stream a moment (4x the honest round): they are held unread for TARPIT_S instead,
