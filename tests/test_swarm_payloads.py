@@ -28,6 +28,7 @@ from swarmnode.swarm.hivemind import fetch, payloads
 from swarmnode.swarm.hivemind.dht import payload_digest
 from swarmnode.swarm.hivemind.fetch import fetch_payload
 from swarmnode.swarm.hivemind.payloads import MAX_STREAMS_PER_PEER, PAYLOAD_PROTOCOL, PayloadServer
+from tests.conftest import PATIENT_REQUEST_S
 from tests.swarm_helpers import EVENT_TIMEOUT_S, RUN, link, wait_until
 
 
@@ -199,7 +200,7 @@ def test_a_stream_that_says_nothing_is_closed_after_the_request_timeout_and_free
     assert refused == 0
     wait_until(lambda: rogue.call(_closed(idle), timeout=10) == MAX_STREAMS_PER_PEER, "every silent stream closed by the server")
     assert a.call(_streams_of(ex_a.server, rogue.peer_id), timeout=10) == (0, 0), "its places freed"
-    monkeypatch.setattr(payloads, "REQUEST_TIMEOUT_S", 60.0)  # the fetch below is not about the timer
+    monkeypatch.setattr(payloads, "REQUEST_TIMEOUT_S", PATIENT_REQUEST_S)  # the fetch below is not about the timer
     fetched = rogue.call(
         fetch_payload(rogue.p2p, a.peer_id, RUN, 0, len(payload), payload_digest(payload), EVENT_TIMEOUT_S),
         timeout=EVENT_TIMEOUT_S + 10,
