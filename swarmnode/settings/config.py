@@ -80,7 +80,8 @@ class LoraSettings(_Section):
 class ModelSettings(_Section):
     name: str = Field(
         "tiny",
-        description="'tiny', 'tiny-large', 'tiny-add' or 'tiny-llama' (built locally), a hub id (Qwen/Qwen2.5-3B), "
+        description="'tiny', 'tiny-large', 'tiny-add', 'tiny-llama' or 'tiny-chain' (built locally; tiny-chain needs "
+        "reasoning-gym), a hub id (Qwen/Qwen2.5-3B), "
         "a short name (Qwen2.5-3B) or a local directory",
         json_schema_extra=join_flag("--model", envvar="SWARMNODE_MODEL", doctor=True),
     )

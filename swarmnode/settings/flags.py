@@ -27,7 +27,7 @@ JOIN_FLAGS: dict[str, Flag] = {  # the command's parameter (the option in snake 
         option="--model",
         setting="model.name",
         kind="str",
-        description="'tiny', 'tiny-large', 'tiny-add' or 'tiny-llama' (built locally), a hub id (Qwen/Qwen2.5-3B), a short name (Qwen2.5-3B) or a local directory",
+        description="'tiny', 'tiny-large', 'tiny-add', 'tiny-llama' or 'tiny-chain' (built locally; tiny-chain needs reasoning-gym), a hub id (Qwen/Qwen2.5-3B), a short name (Qwen2.5-3B) or a local directory",
         envvar="SWARMNODE_MODEL",
         doctor=True,
     ),
