@@ -87,6 +87,10 @@ CANDIDATES: dict[str, tuple[dict | None, tuple[str, ...]]] = {
     # there climb by a third: at its rate and twice it, is that room it could take by raising its rate?
     "lora-operands-199": (None, ("model.lora.rank=16", "train.lr=3e-4", "task.max_operand=199")),
     "lora-operands-199-lr-double": (None, ("model.lora.rank=16", "train.lr=6e-4", "task.max_operand=199")),
+    # between 199 (tiny still rising, short of a third) and 999 (nothing learnt): is there a width
+    # where tiny itself climbs late, so that target 3 can judge tiny beside another size?
+    "operands-299": (None, ("task.max_operand=299",)),
+    "operands-499": (None, ("task.max_operand=499",)),
 }
 
 
