@@ -68,8 +68,13 @@ def test_a_dht_lookup_that_never_answers_costs_a_gather_its_deadline_only(start_
         return await real_get(keys, *args, **kwargs)
 
     monkeypatch.setattr(a.dht, "get_many", stalls)
-    ex_b.publish(0, b"D" * 100, 1)
+    # b publishes only once nothing started before the patches can still bring its batch: a
+    # lookup through the stalled DHT has begun (the exchange runs one lookup at a time, so none
+    # through the real DHT is in flight), and no pull a poll started when b was still live or
+    # met directly is in flight
     assert stalled.wait(EVENT_TIMEOUT_S), "a's lookup for manifests never reached the DHT"
+    wait_until(lambda: not a.call(in_flight(ex_a), timeout=10), "pulls started before the patches to end")
+    ex_b.publish(0, b"D" * 100, 1)
     with caplog.at_level(logging.WARNING, logger=exchange_module.__name__):
         assert ex_a.gather(GatherWait(timeout_s=1.0, wait_for={b.peer_id})) == []
     assert "past its deadline" not in caplog.text, "the gather waited on the lookup (it ran into its grace)"
