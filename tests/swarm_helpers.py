@@ -125,3 +125,10 @@ def store_times(runtime: SwarmRuntime, family: str, monkeypatch) -> list[float]:
 async def in_flight(exchange) -> list:
     """The exchange's downloads in flight, read on its loop."""
     return list(exchange.downloads.running)
+
+
+def pulls_ended(runtime: SwarmRuntime, exchange) -> None:
+    """Until the exchange has no download in flight: after a test cuts the exchange off from a
+    peer (its heartbeats, its asking us), a pull of that peer a poll started before the cut
+    would still bring what the peer publishes next."""
+    wait_until(lambda: not runtime.call(in_flight(exchange), timeout=10), "the pulls in flight to end")

@@ -33,8 +33,8 @@ from tests.swarm_helpers import (
     RUN,
     gather_until,
     hangs,
-    in_flight,
     link,
+    pulls_ended,
     wait_for_polls,
     wait_until,
 )
@@ -70,10 +70,9 @@ def test_a_dht_lookup_that_never_answers_costs_a_gather_its_deadline_only(start_
     monkeypatch.setattr(a.dht, "get_many", stalls)
     # b publishes only once nothing started before the patches can still bring its batch: a
     # lookup through the stalled DHT has begun (the exchange runs one lookup at a time, so none
-    # through the real DHT is in flight), and no pull a poll started when b was still live or
-    # met directly is in flight
+    # through the real DHT is in flight), and no pull started before them is in flight
     assert stalled.wait(EVENT_TIMEOUT_S), "a's lookup for manifests never reached the DHT"
-    wait_until(lambda: not a.call(in_flight(ex_a), timeout=10), "pulls started before the patches to end")
+    pulls_ended(a, ex_a)
     ex_b.publish(0, b"D" * 100, 1)
     with caplog.at_level(logging.WARNING, logger=exchange_module.__name__):
         assert ex_a.gather(GatherWait(timeout_s=1.0, wait_for={b.peer_id})) == []
@@ -154,7 +153,17 @@ def test_a_peer_seen_in_heartbeats_is_pulled_directly_while_its_manifests_stay_h
     seen: list[str] = []
     ex_a.live_peers = lambda: seen
     ex_a.met_directly = list  # b, which sees a's heartbeat, asks a for batches: not this path
-    monkeypatch.setattr(a.dht, "get_many", hangs)
+    stalled = threading.Event()
+
+    async def hangs_seen(keys, *args, **kwargs):
+        if any(key.startswith(manifest_family(RUN)) for key in keys):
+            stalled.set()
+        await hangs()
+
+    monkeypatch.setattr(a.dht, "get_many", hangs_seen)
+    # as in the first test: no lookup through the real DHT, nor a pull from before, in flight
+    assert stalled.wait(EVENT_TIMEOUT_S), "a's lookup for manifests never reached the DHT"
+    pulls_ended(a, ex_a)
     ex_b.publish(0, b"heard of by heartbeat", 1)
     wait_for_polls(ex_a, 6, "with b unheard of")
     assert ex_a.gather(GatherWait(timeout_s=0.5, wait_for={b.peer_id})) == [], "no manifest, no heartbeat: not found"
@@ -230,7 +239,7 @@ def test_a_useless_peer_is_asked_for_more_only_once_its_groups_are_used(start_ru
     held = frozenset({junk.peer_id})
     assert ex.gather(GatherWait(timeout_s=0, held=held)) == []
     # a pull started before the gather above finishes first
-    wait_until(lambda: not honest.call(in_flight(ex), timeout=10), "the pulls in flight to end")
+    pulls_ended(honest, ex)
     asked.clear()
     wait_for_polls(ex, 8, "while junk's groups are held")
     assert asked == [], "held: not asked in eight polls"
@@ -283,6 +292,7 @@ def test_publishing_never_waits_on_a_dht_store_and_the_newest_manifest_wins(star
         return await real_store(keys, *args, **kwargs)
 
     monkeypatch.setattr(b.dht, "store_many", stalls)
+    pulls_ended(a, ex_a)  # none of b from before the cut brings round 0
     _returns(lambda: ex_b.publish(0, b"round 0", 1), "publishing round 0")
     # round 0's store is under way before rounds 1 and 2 come, so which round the stalled store
     # holds is not a race: 1 and 2 both wait behind it, and only the newer of them is announced
@@ -322,6 +332,7 @@ def test_manifests_are_stored_once_a_discovery_interval_and_a_stranger_still_fet
     pinned: list[tuple[int, float]] = []  # (round, when): each manifest the announcer took to store
     real_pin = ex_b.server.pin
     ex_b.server.pin = lambda round_: pinned.append((round_, time.monotonic())) or real_pin(round_)
+    pulls_ended(a, ex_a)  # none of b from before the cut brings a later round
     ex_b.publish(0, b"round 0", 1)
     wait_until(lambda: stored, "round 0's manifest store to begin")
     for round_ in range(1, 12):  # eleven fast rounds, within the interval
@@ -354,7 +365,7 @@ def test_a_round_waiting_for_a_known_peer_asks_it_at_once_not_at_the_next_poll(s
     ex_a.ledger.screened(b.peer_id, 8, 8, 0)  # ... and of samples that proved useful
     background_pulls: list[int] = []
     ex_a._pull_known = lambda: background_pulls.append(1)  # the polls ask nobody from now on
-    wait_until(lambda: not a.call(in_flight(ex_a), timeout=10), "a pull started by a poll to end")
+    pulls_ended(a, ex_a)
     ex_b.publish(1, b"round 1", 1)
     got = ex_a.gather(GatherWait(timeout_s=EVENT_TIMEOUT_S, wait_for={b.peer_id}))
     assert [item.round for item in got] == [1], "asked by the waiting round itself"
