@@ -402,6 +402,7 @@ class Gain:
     tokens_share: float  # tokens it generated / tokens it generated under the baseline
     time_share: float = math.nan  # its modelled time / the baseline's (CostModel)
     unevaluated: int = 0  # seeds with a run either side left out: one of the two has no evaluation at the point
+    by_seed: tuple[tuple[int, float], ...] = ()  # (seed, gain) behind the mean: to pair it with another table's
 
     @property
     def verdict(self) -> Verdict:
@@ -487,7 +488,7 @@ def paired_gains(runs: list[ConditionRun], baseline: str = ALONE, match: str = "
     steps = {(r.seed, m.label): len(m.rounds) for r in runs if r.condition == ALONE for m in r.members}
     gains = []
     for (condition, label), seeded in by_member(runs).items():
-        pairs, upto, theirs, unevaluated = [], [], [], 0
+        pairs, upto, theirs, seeds, unevaluated = [], [], [], [], 0
         for seed, m in seeded:
             if (seed, label) not in base:
                 continue
@@ -498,6 +499,7 @@ def paired_gains(runs: list[ConditionRun], baseline: str = ALONE, match: str = "
                 pairs.append((m, a))
                 upto.append(at)
                 theirs.append(baseline_accuracy)
+                seeds.append(seed)
             else:
                 unevaluated += 1
         if pairs:
@@ -517,6 +519,7 @@ def paired_gains(runs: list[ConditionRun], baseline: str = ALONE, match: str = "
                     tokens_share=tokens / max(sum(a.tokens_generated for _, a in pairs), 1),
                     time_share=statistics.mean(times),
                     unevaluated=unevaluated,
+                    by_seed=tuple(zip(seeds, diffs)),
                 )
             )
         elif unevaluated:
