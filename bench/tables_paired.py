@@ -4,10 +4,11 @@
     python bench/ablation.py --setting swarm5 ... --runs RUNS --out out5
     python bench/tables_paired.py out4/ablation.json out5/ablation.json --split 10
 
-For every member both tables hold: its gain against alone in each (mean (SE) over seeds), and
-the second's minus the first's seed by seed, with its 95 % interval and two-sided p (Student's t).
-Read against the same alone runs, that difference is the member's accuracy in the one setting
-minus the other, so alone's noise, which both gains carry, drops out (swarmnode/lab/table_pairs.py).
+For every member both tables hold, on the seeds both ran: its gain against alone in each (mean
+(SE) over those seeds), and the second's minus the first's seed by seed, with its 95 % interval
+and two-sided p (Student's t). Read against the same alone runs (the bench says whether they
+were), that difference is the member's accuracy in the one setting minus the other, so alone's
+noise, which both gains carry, drops out (swarmnode/lab/table_pairs.py).
 
 With --split S the seeds below S and from S on are shown apart, and for each table the draw from
 S on against the draw below it, unpaired (Welch): whether a table's untuned seeds read differently
@@ -17,38 +18,32 @@ from the ones it was tuned on, and how much of that the other table's same seeds
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from swarmnode.lab.ablation import ALONE, Gain, paired_gains, run_from_json
-from swarmnode.lab.table_pairs import Difference, paired, seed_differences, welch
+from swarmnode.lab.ablation import paired_gains
+from swarmnode.lab.table_pairs import (
+    Difference,
+    conditions_compared,
+    mismatch,
+    paired,
+    read_table,
+    same_alone,
+    seed_differences,
+    welch,
+)
 from swarmnode.lab.verdicts import verdict
 
 
-def load(path: Path) -> tuple[dict, list]:
-    """A table's saved header and its runs."""
-    try:
-        saved = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as error:
-        raise SystemExit(f"cannot read {path}: {error}") from error
-    return saved, [run_from_json(r) for r in saved["runs"]]
-
-
-def alone_matches(here: list, there: list) -> bool:
-    """Whether every alone run both tables hold is the same run (the same curve)."""
-    mine = {(r.seed, m.label): m.curve for r in here if r.condition == ALONE for m in r.members}
-    theirs = {(r.seed, m.label): m.curve for r in there if r.condition == ALONE for m in r.members}
-    return all(mine[key] == theirs[key] for key in mine.keys() & theirs.keys())
-
-
 def shown(d: Difference) -> str:
+    if d.se == 0:
+        return f"{d.mean:+.3f}, the same on every seed"
     low, high = d.interval
     return f"{d.mean:+.3f} ({d.se:.3f}) [{low:+.3f}, {high:+.3f}] p {d.p:.3f}"
 
 
-def gain_of(gain: Gain, seeds: range | None) -> str:
-    values = [g for seed, g in gain.by_seed if seeds is None or seed in seeds]
+def mean_se(values: list[float]) -> str:
     if len(values) < 2:
         return "-"
     judged = verdict(values)
@@ -59,50 +54,59 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("here", type=Path, help="the first table's ablation.json")
     parser.add_argument("there", type=Path, help="the second table's ablation.json: differences are there - here")
-    parser.add_argument("--condition", default=None, help="the condition compared (default: the one both tables hold)")
+    parser.add_argument("--condition", nargs="+", metavar="NAME", default=None,
+                        help="the condition compared: one for both tables, or the first's then the second's "
+                             "(default: the one both hold)")
     parser.add_argument("--split", type=int, default=None, help="show the seeds below S and from S on apart")
     args = parser.parse_args()
-    (head_a, runs_a), (head_b, runs_b) = load(args.here), load(args.there)
-    if head_a["shape"] != head_b["shape"]:
-        raise SystemExit(f"{args.there} is another shape than {args.here}: its gains are not the same member's")
-    conditions = ({r.condition for r in runs_a} & {r.condition for r in runs_b}) - {ALONE}
-    if args.condition is None and len(conditions) != 1:
-        raise SystemExit(f"the tables share {sorted(conditions) or 'no condition'}: name one with --condition")
-    condition = args.condition or conditions.pop()
+    if args.condition is not None and len(args.condition) > 2:
+        parser.error("--condition takes one name, or two (the first table's, then the second's)")
+    try:
+        (head_a, runs_a), (head_b, runs_b) = read_table(args.here), read_table(args.there)
+        differ = mismatch(head_a, head_b)
+        if differ:
+            raise ValueError(f"{args.there} did not run the same members on the same shape as {args.here}: " + "; ".join(differ))
+        condition_a, condition_b = conditions_compared(runs_a, runs_b, args.condition)
+    except ValueError as error:
+        raise SystemExit(str(error)) from error
     match = head_a["shape"].get("match", "step")
-    gains_a = {g.label: g for g in paired_gains(runs_a, match=match) if g.condition == condition}
-    gains_b = {g.label: g for g in paired_gains(runs_b, match=match) if g.condition == condition}
+    gains_a = {g.label: g for g in paired_gains(runs_a, match=match) if g.condition == condition_a}
+    gains_b = {g.label: g for g in paired_gains(runs_b, match=match) if g.condition == condition_b}
     labels = [label for label in gains_a if label in gains_b]
-    if not labels:
-        raise SystemExit(f"no member holds {condition} in both tables")
+    seeds = {label: sorted(dict(gains_a[label].by_seed).keys() & dict(gains_b[label].by_seed).keys()) for label in labels}
+    if not any(len(s) > 1 for s in seeds.values()):
+        raise SystemExit("no member has two seeds or more that both tables ran")
+    conditions = condition_a if condition_a == condition_b else f"{condition_a} against {condition_b}"
     print(f"here: {head_a['setting']['name']} (records {head_a.get('records', '?')}), "
-          f"there: {head_b['setting']['name']} (records {head_b.get('records', '?')}), {condition}, {match}-matched")
-    print("alone: the same runs in both" if alone_matches(runs_a, runs_b)
-          else "alone: other runs in each table, so alone's noise does not cancel")
-    seed_sets: list[tuple[str, range | None]] = [("all", None)]
+          f"there: {head_b['setting']['name']} (records {head_b.get('records', '?')}), {conditions}, {match}-matched")
+    keys = {(seed, label) for label in labels for seed in seeds[label]}
+    print("alone: the same runs in both, so alone's noise cancels" if same_alone(runs_a, runs_b, keys)
+          else "alone: other runs in the two tables, so alone's noise does not cancel from the differences")
+    parts: list[tuple[str, Callable[[int], bool]]] = [("all", lambda seed: True)]
     if args.split is not None:
-        seed_sets += [(f"< {args.split}", range(0, args.split)), (f">= {args.split}", range(args.split, 1 << 30))]
-    print(f"\n{'member':<12} {'seeds':<7} {'gain here':<16} {'gain there':<16} there - here, paired: mean (SE) [95 %] p")
+        cut = args.split
+        parts += [(f"< {cut}", lambda seed: seed < cut), (f">= {cut}", lambda seed: seed >= cut)]
+    print("\nseeds both tables ran; gains against alone, then there - here paired by seed: mean (SE) [95 %] p")
+    print(f"{'member':<12} {'seeds':<7} {'gain here':<16} {'gain there':<16} there - here")
     for label in labels:
-        for name, seeds in seed_sets:
-            differences = seed_differences(gains_a[label], gains_b[label], seeds)
+        here, there = dict(gains_a[label].by_seed), dict(gains_b[label].by_seed)
+        for name, chosen in parts:
+            picked = [seed for seed in seeds[label] if chosen(seed)]
+            differences = seed_differences(gains_a[label], gains_b[label], picked)
             diff = shown(paired(differences)) if len(differences) > 1 else "-"
-            print(f"{label:<12} {name:<7} {gain_of(gains_a[label], seeds):<16} {gain_of(gains_b[label], seeds):<16} "
-                  f"{diff} ({len(differences)} seeds)")
+            print(f"{label:<12} {name:<7} {mean_se([here[s] for s in picked]):<16} {mean_se([there[s] for s in picked]):<16} "
+                  f"{diff} ({len(picked)} seeds)")
     if args.split is not None:
         print(f"\nseeds from {args.split} on against below, unpaired (Welch): mean (SE) [95 %] p")
         for label in labels:
-            cut = args.split
-            parts = []
-            for name, gain in (("here", gains_a[label]), ("there", gains_b[label])):
-                low = [g for seed, g in gain.by_seed if seed < cut]
-                high = [g for seed, g in gain.by_seed if seed >= cut]
-                parts.append(f"{name} {shown(welch(low, high))}" if len(low) > 1 and len(high) > 1 else f"{name} -")
+            here, there = dict(gains_a[label].by_seed), dict(gains_b[label].by_seed)
             both = seed_differences(gains_a[label], gains_b[label])
-            low = [d for seed, d in both.items() if seed < cut]
-            high = [d for seed, d in both.items() if seed >= cut]
-            parts.append(f"there - here {shown(welch(low, high))}" if len(low) > 1 and len(high) > 1 else "there - here -")
-            print(f"{label:<12} " + "; ".join(parts))
+            rows = []
+            for name, values in (("here", here), ("there", there), ("there - here", both)):
+                low = [values[s] for s in seeds[label] if s < args.split]
+                high = [values[s] for s in seeds[label] if s >= args.split]
+                rows.append(f"{name} {shown(welch(low, high))}" if len(low) > 1 and len(high) > 1 else f"{name} -")
+            print(f"{label:<12} " + "; ".join(rows))
     return 0
 
 
