@@ -101,6 +101,12 @@ def test_a_useless_peer_gets_one_probation_turn_in_probation_rounds():
     assert len(picked) > 8, "the useless peer on probation is picked at random, not by id"
     with_newcomers = fair_queue(_offers(good=4, new=2, junk=2), {"good": 0.5, "junk": 0.0}, random.Random(0), probation=True)
     assert with_newcomers == ["junk0", "good0", "good1", "good2", "new0", "good3", "new1", "junk1"], "newcomers keep their turns"
+    only_far_junk = {f"junk{k}_" for k in range(15)}  # every useless peer but junk15_ is far (loop.share)
+    for seed in range(10):
+        near_probed = fair_queue(offers, standing, random.Random(seed), probation=True, not_on_probation=only_far_junk)
+        assert near_probed[0] == "junk15_0" and sorted(near_probed) == sorted(plain), "the near one is probed, every group once"
+    all_far = fair_queue(offers, standing, random.Random(0), probation=True, not_on_probation=set(standing))
+    assert all_far[:8] == plain[:8], "no useless peer may be probed: no probation turn"
 
 
 def _groups(peer: str, round_: int, count: int, arrived: float = 0.0) -> list[OfferedGroup]:

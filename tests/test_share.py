@@ -5,6 +5,7 @@ under the node's model than its own, measured by the node."""
 from __future__ import annotations
 
 import contextlib
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -198,6 +199,31 @@ def test_with_far_room_top_a_useless_far_peer_s_group_comes_on_top_only_after_pr
     taken = intake.take(0, _groups("u", 0, 1) + _groups("f", 0, 1), own=_own(-1.0), timings={})
     assert [s.source for s in taken.kept] == ["f"] * 4, "the proven far peer's group on top, the useless one probed"
     assert opened == [True], "no room in the share, yet peers' samples come: the round's bars (the anchor) are set"
+
+
+def test_a_useless_near_peer_is_probed_every_round_where_a_proven_far_peer_made_the_share_whole(tmp_path):
+    """The shut-out of docs/figures.md ("A near peer shut out"): early on nothing teaches, so a
+    near peer's first groups leave it useless, while a far peer screened on top every round is
+    proven by its first informative sample. Its groups then come first and fill the room, which
+    reads all far: the node generates its whole batch, and with no room there was no probation,
+    so the near peer was never screened again. Now a useless near peer is probed on top every
+    round while the share is whole (the far peer never is), and once it teaches it takes room."""
+    intake = _measuring_intake(tmp_path, {"f": -3.0, "n": -1.0}, "node.far_room=top")
+    standing = {"f": 0.5, "n": 0.0}
+    intake.ledger.standing = standing.get
+    intake.share.gaps, intake.share.far, intake.share.far_part = {"f": 2.0, "n": 0.0}, {"f"}, 1.0
+    assert batch_split(intake.config, intake.share.current())[1] == 0, "the whole batch is ours: no room"
+    for peer in ("f", "n"):
+        intake.pool.add(peer, 1, _groups(peer, 1, 2, arrived=time.monotonic()), our_round=1)
+    queue = intake.collect(1, generate_s=1.0, timings={})  # round 1: not a PROBATION_EVERY-th round
+    assert queue[0].peer_id == "n", "the useless near peer's group first, on probation"
+    taken = intake.take(1, queue, own=_own(-1.0), timings={})
+    assert {s.source for s in taken.kept} == {"n", "f"}, "the probed group kept, the far one on top"
+    assert intake.share.current() < 1.0, "a near group in the room: the next round leaves room for peers"
+    intake.share.far = {"f", "n"}
+    intake.pool.add("n", 2, _groups("n", 2, 2, arrived=time.monotonic()), our_round=2)
+    assert all(g.peer_id != "n" or i > 0 for i, g in enumerate(intake.collect(2, generate_s=1.0, timings={}))), \
+        "a far useless peer is never the one probed"
 
 
 def test_with_truncated_sampling_our_own_samples_are_measured_again_untruncated(tmp_path):

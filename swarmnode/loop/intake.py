@@ -163,8 +163,11 @@ class Intake:
         offers = self.pool.offers(round_)
         rng = random.Random(f"{node.seed}:{self.exchange.peer_id}:{round_}:intake")
         standing = {peer: self.ledger.standing(peer) for peer in offers}
-        return fair_queue(offers, standing, rng, probation=round_ % PROBATION_EVERY == 0,
-                          seniority=self.ledger.seniority(), round_=round_)
+        # a node whose share adapted to its whole batch takes no peer's group but on probation:
+        # there a near peer found useless is screened every round, not every PROBATION_EVERY-th
+        whole_batch = self.share.enabled and budget == 0
+        return fair_queue(offers, standing, rng, probation=whole_batch or round_ % PROBATION_EVERY == 0,
+                          seniority=self.ledger.seniority(), round_=round_, not_on_probation=self.share.far_peers())
 
     def _accept(self, received: list[Received], our_round: int) -> set[str]:
         """Decode strictly, check each batch belongs to this run and its sender's round, and
@@ -255,10 +258,14 @@ class Intake:
         own_rewards = [sample.reward for sample in own]
         self._own_reward = sum(own_rewards) / len(own_rewards) if own_rewards else None
         # a useless peer's group on probation comes first (pool.fair_queue) and on top of the
-        # share, so screening it again costs a proven peer nothing; no share, no probation
+        # share, so screening it again costs a proven peer nothing; no share, no probation, but
+        # for a share that adapted to the whole batch (loop.share): there a near peer found
+        # useless in the first rounds, when nothing teaches, stayed out for good, behind a
+        # proven far peer whose groups made the room read as far (docs/figures.md, "A near
+        # peer shut out")
         first = offered[0].peer_id if offered else None
         on_probation = (
-            budget > 0 and first is not None and is_useless(self.ledger.standing(first))
+            (budget > 0 or self.share.enabled) and first is not None and is_useless(self.ledger.standing(first))
             and not self.ledger.is_banned(first) and not self.share.is_far(first)
         )
         wanted = (budget + on_probation) * group_size
@@ -281,7 +288,7 @@ class Intake:
         most = min(room - budget, self.costs.on_top_groups(self.config.rollout.prompts_per_round))
         on_top = sorted(topping, key=lambda group: is_useless(self.ledger.standing(group.peer_id)))[:max(0, most)]
         timings["score_s"] = timings["screen_s"] = 0.0
-        screening = self.screener.open_round(own, peers_coming=(bool(queue) and budget > 0) or bool(on_top))
+        screening = self.screener.open_round(own, peers_coming=(bool(queue) and wanted > 0) or bool(on_top))
         measured = Measured()  # peers' samples under our model and as we graded them (loop.share)
         for _ in range(SCREEN_PASSES):
             missing = wanted - len(taken.kept)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -156,7 +156,7 @@ def cohorts(seniority: Mapping[str, int], peers: list[str], round_: int) -> list
 def fair_queue(
     offers: Mapping[str, list[T]], standing: Mapping[str, float | None], rng: random.Random,
     newcomer_every: int = NEWCOMER_EVERY, probation: bool = False,
-    seniority: Mapping[str, int] | None = None, round_: int = 0,
+    seniority: Mapping[str, int] | None = None, round_: int = 0, not_on_probation: Collection[str] = (),
 ) -> list[T]:
     """The offered groups the peers' share of a batch may take, in the order it takes them.
 
@@ -169,7 +169,8 @@ def fair_queue(
     every PROBATION_EVERY-th round), one group of one useless peer picked by `rng` comes first,
     for the caller to take on top of the share: an honest peer whose first screened groups
     happened to teach nothing is screened again and can earn its way back even when useful
-    peers fill the share, at the cost of one group every few rounds."""
+    peers fill the share, at the cost of one group every few rounds. A peer in
+    `not_on_probation` (a far one, whose groups take no room: loop.share) is never the one."""
     peers = list(offers)
     rng.shuffle(peers)
     proven = sorted((p for p in peers if is_proven(standing.get(p))), key=lambda p: -(standing[p] or 0.0))
@@ -178,7 +179,11 @@ def fair_queue(
     proven_turns = _senior_first(offers, cohorts(seniority or {}, proven, round_))
     newcomer_turns = _turns(offers, newcomers)
     useless_turns = _turns(offers, useless)
-    on_probation, useless_turns = (useless_turns[:1], useless_turns[1:]) if probation else ([], useless_turns)
+    on_probation: list[T] = []
+    eligible = [p for p in useless if p not in not_on_probation and offers[p]]
+    if probation and eligible:
+        on_probation = [offers[eligible[0]][0]]
+        useless_turns = [group for group in useless_turns if group is not on_probation[0]]
     queue: list[T] = []
     while proven_turns or newcomer_turns:
         newcomer_slot = (len(queue) + 1) % newcomer_every == 0
