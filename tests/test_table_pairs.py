@@ -172,3 +172,18 @@ def test_alone_cancels_only_where_both_tables_read_the_same_alone_runs():
     assert not same_alone(first, other_alone, {(0, "a"), (1, "a")})
     assert not same_alone(first, second, set()), "no shared runs is no evidence they are the same"
     assert not same_alone(first, second, {(5, "a")})
+
+
+def test_the_rounds_bench_counts_the_rounds_a_member_generated_its_whole_batch_and_whose_samples_it_took(tmp_path):
+    shape = {"rounds": ROUNDS, "match": "step", "prompts_per_round": 2, "group_size": 4}
+    alone_only = dataclasses.replace(RECORD, own_samples=8)
+    shared = dataclasses.replace(RECORD, own_samples=4, samples_by_peer={"copy": 4, "far": 8})
+    member = MemberRun("a", before=0.1, after=0.3, curve=[(0, 0, 0.1), (3, 0, 0.3)], rounds=[shared, alone_only, alone_only])
+    runs = [_run(ALONE, 7, 0.2), ConditionRun("f-tis", "shared", 7, [member])]
+    table = _save(tmp_path / "table.json", runs, _header("swarm4", shape))
+    by_seed = subprocess.run([sys.executable, str(ROOT / "bench/rounds.py"), str(table), "--member", "a"],
+                             capture_output=True, text=True, check=True).stdout
+    assert "seed   7:    3 rounds,    2 generating its whole batch; taken from peers: {'copy': 4, 'far': 8}" in by_seed
+    by_round = subprocess.run([sys.executable, str(ROOT / "bench/rounds.py"), str(table), "--member", "a", "--seed", "7",
+                               "--upto", "2"], capture_output=True, text=True, check=True).stdout
+    assert by_round.count("round ") == 2 and "own    4" in by_round and "{'copy': 4, 'far': 8}" in by_round
