@@ -48,8 +48,21 @@ def test_mkl_takes_avx2_on_an_intel_cpu_with_it_and_auto_elsewhere(mkl_reports):
     if _intel_with_avx2():
         assert branch == "AVX2" and "MKL_CBWR=AVX2," in line
     else:
-        assert branch == "AUTO" and "MKL branch AUTO (MKL_CBWR=AVX2 not taken on this CPU) on " in line
-        assert kernels.cpu_model() in line, "on AUTO the CPU MKL chose for is named"
+        assert branch == "AUTO" and "MKL branch AUTO (MKL_CBWR=AVX2 not taken on this CPU)," in line
+    assert line.endswith(f" on {kernels.cpu_model()}"), "the CPU is named on every branch"
+
+
+def test_the_line_names_the_cpu_and_the_libraries_that_compute(monkeypatch):
+    """The pinned path built other presets on one Intel CPU than on another (docs/figures.md),
+    so the line names the CPU on every branch, and the transformers release beside torch's."""
+    monkeypatch.setattr(kernels, "mkl_branch", lambda: "AVX2")
+    monkeypatch.setattr(kernels, "cpu_model", lambda: "Some CPU (family 6, model 167, AVX-512)")
+    monkeypatch.setattr(kernels, "library_version", lambda name: {"transformers": "5.19.0"}[name])
+    monkeypatch.setenv("MKL_CBWR", "AVX2")
+    line = kernels.kernel_path()
+    assert line.endswith(" on Some CPU (family 6, model 167, AVX-512)") and ", transformers 5.19.0, " in line
+    monkeypatch.undo()
+    assert kernels.library_version("no-such-distribution-here") == "absent"
 
 
 def test_a_branch_the_cpu_does_not_take_is_named_beside_the_one_asked(monkeypatch):
@@ -65,7 +78,7 @@ def test_a_branch_the_cpu_does_not_take_is_named_beside_the_one_asked(monkeypatc
         assert f"MKL_CBWR={spelled}," in kernels.kernel_path(), "each spelling Intel documents names AVX2"
     monkeypatch.setenv("MKL_CBWR", "AVX2")
     monkeypatch.setattr(kernels, "mkl_branch", lambda: None)
-    assert "MKL_CBWR=AVX2 (branch unknown) on " in kernels.kernel_path()
+    assert "MKL_CBWR=AVX2 (branch unknown)," in kernels.kernel_path()
 
 
 ZEN4 = """processor\t: 0

@@ -14,8 +14,7 @@ run makes, by MKL_VERBOSE and ONEDNN_VERBOSE), honours a named branch only on In
 documents that elsewhere it takes only AUTO or COMPATIBLE, and on an AMD EPYC `MKL_CBWR=AVX2`
 leaves it on AUTO (MKL_VERBOSE prints `CNR:AUTO`), which dispatches by the CPU it finds. So on a
 non-Intel CPU the pinned path is torch's, not MKL's; `kernel_path` prints the branch MKL took,
-read from MKL itself (and, on AUTO, the CPU it chose for), and a table says when its runs were
-made on more than one. COMPATIBLE is the one branch Intel documents as the same on Intel and
+read from MKL itself, and the CPU, and a table says when its runs were made on more than one. COMPATIBLE is the one branch Intel documents as the same on Intel and
 other CPUs; it computes other bits than AVX2 and is slower (docs/figures.md, "Reproducible on
 another machine").
 """
@@ -24,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import importlib.metadata
 import os
 import platform
 import subprocess
@@ -100,9 +100,11 @@ def asked_branch(value: str) -> str:
 
 
 def kernel_path() -> str:
-    """The code path this process computes on, to print beside figures: torch's version, its
-    kernels' instruction set and the MKL branch it runs (with the one asked where MKL took another,
-    and the CPU where the branch is MKL's own choice)."""
+    """The code path this process computes on, to print beside figures: torch's and transformers'
+    versions, torch's kernels' instruction set, the MKL branch it runs (with the one asked where
+    MKL took another) and the CPU. The CPU is always named: on an Intel Xeon (family 6, model 167)
+    the pinned path built other presets than the Intel that shipped them (docs/figures.md,
+    "Reproducible on another machine"), so a path is not the same path on another CPU."""
     asked = os.environ.get("MKL_CBWR")
     taken = mkl_branch()
     if asked is None:
@@ -113,9 +115,16 @@ def kernel_path() -> str:
         mkl = f"MKL_CBWR={asked}"
     else:
         mkl = f"MKL branch {taken} (MKL_CBWR={asked} not taken on this CPU)"
-    if taken in (None, "OFF", "AUTO"):
-        mkl += f" on {cpu_model()}"
-    return f"torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()} kernels, {mkl}, {platform.machine()}"
+    return (f"torch {torch.__version__}, transformers {library_version('transformers')}, "
+            f"{torch.backends.cpu.get_cpu_capability()} kernels, {mkl}, {platform.machine()} on {cpu_model()}")
+
+
+def library_version(name: str) -> str:
+    """An installed distribution's version, read without importing it ('absent' where none is)."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
 
 
 @functools.cache
