@@ -226,6 +226,34 @@ def test_a_useless_near_peer_is_probed_every_round_where_a_proven_far_peer_made_
         "a far useless peer is never the one probed"
 
 
+def test_a_crowd_of_useless_near_identities_costs_one_probed_group_a_round_and_shares_the_turn(tmp_path):
+    """The every-round probation of a node whose share far peers made whole is a turn identities
+    could crowd: k useless near ones beside an honest near peer that early luck left useless.
+    What the crowd gets is bounded: one group on probation a round whatever k (the cost to the
+    node does not grow with the crowd), picked at random among the k + 1, so the honest peer is
+    still screened about one round in k + 1, where before this rule it was never screened."""
+    rounds = 120
+    for k in (0, 5, 20):
+        intake = _measuring_intake(tmp_path / f"k{k}", {"f": -3.0, "n": -1.0, **{f"c{i}": -1.0 for i in range(k)}},
+                                   "node.far_room=top")
+        near = ["n"] + [f"c{i}" for i in range(k)]
+        intake.ledger.standing = {"f": 0.5, **dict.fromkeys(near, 0.0)}.get
+        intake.share.gaps, intake.share.far, intake.share.far_part = {"f": 2.0, **dict.fromkeys(near, 0.0)}, {"f"}, 1.0
+        honest_probed = 0
+        for round_ in range(1, rounds + 1):
+            for peer in ("f", *near):
+                intake.pool.add(peer, round_, _groups(peer, round_, 2, arrived=time.monotonic()), our_round=round_)
+            queue = intake.collect(round_, generate_s=1.0, timings={})
+            assert queue[0].peer_id in near and queue[1].peer_id == "f", f"k={k}: one near group on probation, then the far one"
+            honest_probed += queue[0].peer_id == "n"
+            intake.pool.expire(float("inf"), 0.0, 0)  # this round's offers gone: the next round offers afresh
+        if k == 0:
+            assert honest_probed == rounds, "alone among the useless, the honest peer is probed every round"
+        else:
+            assert rounds / (k + 1) / 4 <= honest_probed <= rounds / (k + 1) * 3, \
+                f"k={k}: the honest peer probed {honest_probed} of {rounds} rounds, about 1 in {k + 1}"
+
+
 def test_with_truncated_sampling_our_own_samples_are_measured_again_untruncated(tmp_path):
     """Under top-p the generator's log-probs are renormalised over the nucleus, higher than the
     model's: a copy whose samples are as likely as ours would look far by that much. Untruncated,
