@@ -44,6 +44,7 @@ def main() -> None:
         raise SystemExit(f"unknown preset(s) {unknown}; presets: {sorted(TINY_PRESETS)}")
     env = None if args.unpinned else pinned_env()
     print(f"{'preset':<12} {'built here (sha256)':<20} {'shipped':<20} {'same':<5} {'s':>5}  kernels")
+    differ = []
     for name in args.names:
         with tempfile.TemporaryDirectory(prefix=f"preset-{name}-") as scratch:
             started = time.perf_counter()
@@ -55,11 +56,17 @@ def main() -> None:
             shipped = PRESET_DIGESTS.get(name, "")
             print(f"{name:<12} {built[:16]:<20} {shipped[:16] or '-':<20} {str(built == shipped).lower():<5} "
                   f"{time.perf_counter() - started:>5.0f}  {child.stdout.strip().splitlines()[-1]}", flush=True)
+            if built != shipped:
+                differ.append(name)
             if args.ship:
                 target = shipped_dir(TINY_PRESETS[name])
                 shutil.rmtree(target, ignore_errors=True)
                 shutil.copytree(scratch, target)
                 print(f"  shipped to {target}: record {built} in PRESET_DIGESTS")
+    if differ and not args.ship:
+        print(f"{len(differ)} of {len(args.names)} built to other weights here: this CPU computes other bits than the "
+              "machine that built them (docs/figures.md, 'Reproducible on another machine'). Nodes and benches "
+              "load the shipped builds, so every machine starts from the same weights all the same.")
 
 
 if __name__ == "__main__":
