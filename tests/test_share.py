@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections import Counter
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from scipy.stats import binom
 
 from swarmnode.assemble import assemble
-from swarmnode.loop.pool import OfferedGroup
+from swarmnode.loop.intake import SCREEN_PASSES
+from swarmnode.loop.pool import PROBATION_EVERY, OfferedGroup
 from swarmnode.loop.share import AdaptiveShare
 from swarmnode.protocol.batches import batch_split
 from swarmnode.settings.config import load_config
@@ -106,10 +109,12 @@ def test_the_split_follows_the_share_and_a_share_of_one_leaves_peers_no_room():
     assert batch_split(on_top, 1.0) == (16, 16)
 
 
-def _measuring_intake(tmp_path, peer_logprob: dict[str, float], *sets: str):
-    """An intake (one group of room) whose model gives each peer's tokens `peer_logprob[peer]`;
-    what it measured, by sender, goes to `.measured`."""
-    intake = _scored_intake(tmp_path, {i: [0.0, 1.0, 0.0, 1.0] for i in range(3)}, "node.adapt_share_nats=1.0", *sets)
+def _measuring_intake(tmp_path, peer_logprob: dict[str, float], *sets: str, rewards: dict[int, list[float]] | None = None):
+    """An intake (one group of room) whose model gives each peer's tokens `peer_logprob[peer]`,
+    and whose groups score `rewards[prompt_id]` (informative by default); what it measured, by
+    sender, goes to `.measured`."""
+    rewards = rewards or {i: [0.0, 1.0, 0.0, 1.0] for i in range(3)}
+    intake = _scored_intake(tmp_path, rewards, "node.adapt_share_nats=1.0", *sets)
     intake.measured = []
     def theta(samples):
         intake.measured += [s.source for s in samples]
@@ -226,32 +231,61 @@ def test_a_useless_near_peer_is_probed_every_round_where_a_proven_far_peer_made_
         "a far useless peer is never the one probed"
 
 
-def test_a_crowd_of_useless_near_identities_costs_one_probed_group_a_round_and_shares_the_turn(tmp_path):
+def _crowded_round(intake, round_: int, whole: bool, standing: dict[str, float], far: set[str]) -> list[OfferedGroup]:
+    """Round `round_` of a node beside `standing`'s peers, `far` of them far by likelihood (gap 2):
+    the share whole (far peers fill what it reads) or not, each peer offering two groups, the
+    crowd's (c*, u) all alike, so they teach nothing, the others' informative; the queue collected."""
+    intake.ledger.standing = standing.get
+    intake.share.gaps = {peer: 2.0 if peer in far else 0.0 for peer in standing}
+    intake.share.far, intake.share.far_part = set(far), 1.0 if whole else 0.0
+    intake.pool.expire(float("inf"), 0.0, 0)  # the last round's offers gone: this round offers afresh
+    now = time.monotonic()
+    for peer in standing:
+        prompt = 1 if peer.startswith(("c", "u")) else 0
+        intake.pool.add(peer, round_, [OfferedGroup(peer, round_, prompt, [], now) for _ in range(2)], our_round=round_)
+    return intake.collect(round_, generate_s=1.0, timings={})
+
+
+def test_a_crowd_of_useless_near_identities_gets_a_bounded_probation_turn_whatever_its_size(tmp_path):
     """The every-round probation of a node whose share far peers made whole is a turn identities
-    could crowd: k useless near ones beside an honest near peer that early luck left useless.
-    What the crowd gets is bounded: one group on probation a round whatever k (the cost to the
-    node does not grow with the crowd), picked at random among the k + 1, so the honest peer is
-    still screened about one round in k + 1, where before this rule it was never screened."""
-    rounds = 120
+    could crowd: k useless near ones (c*) beside an honest near peer (n) that early luck left
+    useless, a proven far peer (f) and a useless far one (u). What the crowd gets is bounded:
+    - the turn is one group a round, and screening takes at most SCREEN_PASSES near groups a
+      round (a group that teaches nothing is replaced by the next), whatever k;
+    - it is picked at random among the k + 1 useless near peers, so the honest one is screened
+      about one round in k + 1 (every round with no crowd; never, before this rule);
+    - a far peer is never the one probed, and with room in the share probation comes only
+      every PROBATION_EVERY-th round, as before."""
+    rounds = 300
     for k in (0, 5, 20):
-        intake = _measuring_intake(tmp_path / f"k{k}", {"f": -3.0, "n": -1.0, **{f"c{i}": -1.0 for i in range(k)}},
-                                   "node.far_room=top")
-        near = ["n"] + [f"c{i}" for i in range(k)]
-        intake.ledger.standing = {"f": 0.5, **dict.fromkeys(near, 0.0)}.get
-        intake.share.gaps, intake.share.far, intake.share.far_part = {"f": 2.0, **dict.fromkeys(near, 0.0)}, {"f"}, 1.0
-        honest_probed = 0
+        crowd = [f"c{i}" for i in range(k)]
+        near = ["n", *crowd]
+        standing = {"f": 0.5, "u": 0.0, **dict.fromkeys(near, 0.0)}
+        intake = _measuring_intake(tmp_path / f"k{k}", dict.fromkeys(standing, -1.0) | {"f": -3.0, "u": -3.0},
+                                   "node.far_room=top", "node.skip_uninformative=true",
+                                   rewards={0: [0.0, 1.0, 0.0, 1.0], 1: [1.0] * 4})
+        screened: list[str] = []
+        use_up = intake.pool.take
+        intake.pool.take = lambda chunk, seen=screened, use_up=use_up: seen.extend(g.peer_id for g in chunk) or use_up(chunk)
+        probed: Counter[str] = Counter()
         for round_ in range(1, rounds + 1):
-            for peer in ("f", *near):
-                intake.pool.add(peer, round_, _groups(peer, round_, 2, arrived=time.monotonic()), our_round=round_)
-            queue = intake.collect(round_, generate_s=1.0, timings={})
-            assert queue[0].peer_id in near and queue[1].peer_id == "f", f"k={k}: one near group on probation, then the far one"
-            honest_probed += queue[0].peer_id == "n"
-            intake.pool.expire(float("inf"), 0.0, 0)  # this round's offers gone: the next round offers afresh
-        if k == 0:
-            assert honest_probed == rounds, "alone among the useless, the honest peer is probed every round"
-        else:
-            assert rounds / (k + 1) / 4 <= honest_probed <= rounds / (k + 1) * 3, \
-                f"k={k}: the honest peer probed {honest_probed} of {rounds} rounds, about 1 in {k + 1}"
+            queue = _crowded_round(intake, round_, whole=True, standing=standing, far={"f", "u"})
+            assert queue[0].peer_id in near and queue[1].peer_id == "f", f"k={k}: one near group probed, then the far one"
+            probed[queue[0].peer_id] += 1
+            screened.clear()
+            intake.take(round_, queue, own=_own(-1.0), timings={})
+            near_screened = [peer for peer in screened if peer in near]
+            assert 1 <= len(near_screened) <= SCREEN_PASSES, f"k={k}: {len(near_screened)} near groups screened"
+            if queue[0].peer_id == "n":
+                assert near_screened == ["n"], "the honest group teaches: it fills the turn, nothing more is screened"
+        assert probed["u"] == 0 and sum(probed.values()) == rounds
+        low, high = binom.ppf(1e-4, rounds, 1 / (k + 1)), binom.isf(1e-4, rounds, 1 / (k + 1))
+        assert low <= probed["n"] <= high, f"k={k}: the honest peer probed {probed['n']} of {rounds} rounds"
+        assert set(probed) == set(near), f"k={k}: every useless near peer takes the turn at some point"
+        later = range(rounds + 1, rounds + 13)  # a peer's rounds only go forward
+        room = [_crowded_round(intake, round_, whole=False, standing=standing, far={"f", "u"})[0].peer_id in near
+                for round_ in later]
+        assert room == [round_ % PROBATION_EVERY == 0 for round_ in later], "room in the share: every 4th round"
 
 
 def test_with_truncated_sampling_our_own_samples_are_measured_again_untruncated(tmp_path):
