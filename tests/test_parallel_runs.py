@@ -81,8 +81,9 @@ def test_a_run_records_its_code_and_a_table_of_mixed_code_says_so(tmp_path):
 
 
 def test_a_run_records_its_kernel_path_and_a_table_made_on_another_says_so(tmp_path):
-    """MKL's branch follows the CPU's maker, so a run records the path it computed on, and a
-    table whose runs another machine made (or a run from before runs recorded it) says so."""
+    """What a run computes follows the CPU (docs/figures.md, "An Intel Xeon builds other presets"),
+    so a run records the path it computed on, and a table whose runs another machine made (or a
+    run from before runs recorded it) says so."""
     run_jobs([_job(0), _job(1)], tmp_path, 2)
     here = pinned_path()
     paths = parallel.recorded([_job(0), _job(1)], tmp_path, "kernels")
@@ -90,7 +91,8 @@ def test_a_run_records_its_kernel_path_and_a_table_made_on_another_says_so(tmp_p
     assert parallel.kernels_line(paths, here) is None, "every run made here: nothing to say"
     other = tmp_path / f"{_job(1).stem()}.json"
     data = json.loads(other.read_text())
-    data["kernels"] = "torch 2.13.0+cpu, AVX2 kernels, MKL_CBWR=AVX2, x86_64 (another machine)"
+    data["kernels"] = ("torch 2.13.0+cpu, transformers 5.19.0, AVX2 kernels, MKL_CBWR=AVX2, x86_64 on "
+                       "Some CPU (family 6, model 167, AVX-512) (another machine)")
     other.write_text(json.dumps(data))
     line = parallel.kernels_line(parallel.recorded([_job(0), _job(1)], tmp_path, "kernels"), here)
     assert "2 code path(s)" in line and "this machine (1)" in line and "another machine) (1)" in line
