@@ -13,10 +13,12 @@ MKL, whose SGEMM is every matrix product on this path (the only MKL or oneDNN ca
 run makes, by MKL_VERBOSE and ONEDNN_VERBOSE), honours a named branch only on Intel CPUs: Intel
 documents that elsewhere it takes only AUTO or COMPATIBLE, and on an AMD EPYC `MKL_CBWR=AVX2`
 leaves it on AUTO (MKL_VERBOSE prints `CNR:AUTO`), which dispatches by the CPU it finds. So on a
-non-Intel CPU the pinned path is torch's, not MKL's; `kernel_path` prints the branch MKL took,
-read from MKL itself, and the CPU, and a table says when its runs were made on more than one. COMPATIBLE is the one branch Intel documents as the same on Intel and
-other CPUs; it computes other bits than AVX2 and is slower (docs/figures.md, "Reproducible on
-another machine").
+non-Intel CPU the pinned path is torch's, not MKL's. Nor does the path make every CPU compute
+alike: an Intel Xeon (family 6, model 167) on MKL's AVX2 branch builds other presets than the
+Intel that shipped them, and no branch, COMPATIBLE included (the one Intel documents as the same
+on its CPUs and others), made it compute as an AMD did (docs/figures.md, "An Intel Xeon builds
+other presets"). So `kernel_path` prints the branch MKL took, read from MKL itself, and the CPU,
+and a table says when its runs were made on more than one path.
 """
 
 from __future__ import annotations
@@ -103,8 +105,8 @@ def kernel_path() -> str:
     """The code path this process computes on, to print beside figures: torch's and transformers'
     versions, torch's kernels' instruction set, the MKL branch it runs (with the one asked where
     MKL took another) and the CPU. The CPU is always named: on an Intel Xeon (family 6, model 167)
-    the pinned path built other presets than the Intel that shipped them (docs/figures.md,
-    "Reproducible on another machine"), so a path is not the same path on another CPU."""
+    the pinned path built other presets than the Intel that shipped them (docs/figures.md, "An
+    Intel Xeon builds other presets"), so one path computes other bits on another CPU."""
     asked = os.environ.get("MKL_CBWR")
     taken = mkl_branch()
     if asked is None:
