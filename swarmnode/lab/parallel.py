@@ -11,8 +11,8 @@ named at the default generation share, which they do not depend on (`ablation.al
 tables at every `--gen-share` share them. A change to the
 code that keeps the defaults keeps the names, so each run records the code it ran (a digest of
 the package's source, `code_digest`) and the CPU code path it ran on (`kernels.kernel_path`:
-what a run computes follows the CPU, not only MKL's branch), and the bench says which versions or paths a table mixes:
-clear the runs directory to train them again under one.
+what a run computes follows the CPU, not only MKL's branch), and the bench says which versions
+or paths a table mixes: clear the runs directory to train them again under one.
 
     python -m swarmnode.lab.parallel JOB.json   # one run (what the parent starts)
 """
