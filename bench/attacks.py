@@ -14,6 +14,7 @@
     python bench/attacks.py drift [--identities 3 16] [--payload 1 4] [--rounds 300] [--arrive 20] [--b-joins 0] [--stealthy]
     python bench/attacks.py useful-crowd [--identities 3 16 64] [--rounds 80] [--arrive 20]
     python bench/attacks.py first-crowd [--identities 6] [--payload 1] [--rounds 150] [--beat 1.0]
+    python bench/attacks.py probation-crowd [--identities 8] [--rounds 80] [--far-model tiny-llama] [--own-share 0.5] [--seeds 1]
     python bench/attacks.py grader [--timeout 10]
     python bench/attacks.py math-grader [--timeout 15]
 
@@ -136,6 +137,23 @@ while both trained (and against the run without the crowd); peers' samples gated
 median round. The crowd runs in this process, so on a small machine it takes the honest nodes'
 cores: `--pin` puts both honest nodes on the first core and the crowd on the others.
 
+Probation-crowd: a node that shares its batch generates all of it while far peers fill its
+peers' share, and then screens one group of a near peer found useless every round (its
+probation turn; swarmnode.loop.intake), so that an honest near peer early luck left useless
+comes back. Identities are free, so a crowd can contest that turn. Two honest tiny nodes a and
+b and a far peer f (`--far-model`, another family by default), each at `--own-share`, step
+round by round in one process (the in-memory exchange) with, from the first round, each of
+`--identities` near identities publishing one group a round of the public starting model's
+own samples, drawn four times over and chosen so that all score alike: truthful log-probs, no
+repeats beyond sampling's, nothing to learn, useless and never a provable liar
+(swarmnode/lab/crowd.py UselessCrowd). Printed per seed, crowd and honest node, beside the same
+run without the crowd: the rounds it generated its whole batch, the rounds the other honest
+node stood useless at it and how many of those screened its group, the crowd's groups
+screened a round (mean and most), the crowd's samples trained on (and those of them with a
+non-zero advantage), the other honest node's and the far peer's samples trained on a round,
+greedy accuracy before and after, and its median round; with `--seeds N`, each honest node's accuracy with the crowd minus without,
+paired by seed (mean, SE, one-sided 95 % lower bound; non-inferior at 0.03).
+
 Honest: the same three honest nodes with no attacker, defences off and on, over `--seeds`
 seeds: held-out accuracy after `--rounds` rounds and the paired difference (on - off) with its
 standard error over seeds.
@@ -192,7 +210,7 @@ from swarmnode.lab.adversary import (
     ManyKeySigner,
     cheap_signer,
 )
-from swarmnode.lab.crowd import UsefulCrowd, drift_payload, starts_with, stealthiest_payload
+from swarmnode.lab.crowd import UsefulCrowd, UselessCrowd, drift_payload, starts_with, stealthiest_payload
 from swarmnode.lab.eclipse import Eclipse, small_swarm_keys
 from swarmnode.lab.poison import (
     CONTENT_ATTACKS,
@@ -210,7 +228,7 @@ from swarmnode.protocol.records import MAX_CLOCK_SKEW_S, Heartbeat, NodeStatus
 from swarmnode.rollout.hf import HFGenerator
 from swarmnode.settings.config import SwarmSettings, TaskSettings, load_config
 from swarmnode.settings.presets import tiny_cpu
-from swarmnode.swarm.base import GatherWait
+from swarmnode.swarm.base import GatherWait, is_useless
 from swarmnode.swarm.hivemind.connect import attach
 from swarmnode.swarm.hivemind.dht import Manifest, SwarmRecordValidator, owner_or_none, owner_peer_id, pack
 from swarmnode.swarm.hivemind.runtime import SwarmError, SwarmRuntime
@@ -1414,6 +1432,127 @@ def run_first_crowd(directory: Path, identities: int, args: argparse.Namespace) 
     return result
 
 
+PROBATION_HONEST = ("a", "b")  # the near pair whose probation turn the crowd contests; f is the far peer
+
+
+def run_probation_crowd(identities: int, args: argparse.Namespace, seed: int) -> dict:
+    """Honest tiny nodes a and b and a far peer f (`args.far_model`), all sharing their batch
+    (`args.own_share`, the share rules at their defaults), stepped round by round in one
+    process, and from the first round `identities` near identities whose groups teach nothing
+    (swarmnode/lab/crowd.py UselessCrowd). Per near node, round by round: whether it generated
+    its whole batch, whether the other honest node stood useless at it, which peers' groups it
+    screened, and whose samples it trained on."""
+    hub = InMemoryHub()
+    with tempfile.TemporaryDirectory(prefix="swarmnode-probation-") as scratch, contextlib.ExitStack() as stack:
+        directory = Path(scratch)
+        nodes = {}
+        for name in (*PROBATION_HONEST, "f"):
+            own = [f"model.name={args.far_model}"] if name == "f" else []
+            config = crowd_config(directory, name, seed, args.eval_size, [f"node.own_share={args.own_share}", *own, *args.overrides])
+            nodes[name] = stack.enter_context(assemble(config, join=lambda run, standing, n=name: hub.join(n, run, standing)))
+        a = nodes["a"]
+        public = Policy.load(a.config.model, a.config.train, seed=seed)  # the starting weights, public
+        sampler = HFGenerator(public, a.config.rollout, seed=seed + 1)
+        names = [f"crowd{i}" for i in range(identities)]
+        crowd = UselessCrowd([hub.exchange(n, a.run_id, PeerLedger()) for n in names], a.run_id, a.config, a.task, public, sampler)
+        logs: dict[str, list[dict]] = {name: [] for name in PROBATION_HONEST}
+        for name in PROBATION_HONEST:
+            _watch_probation(nodes[name], logs[name], set(names))
+        before = {name: strict_accuracy(nodes[name], args.eval_size)[0] for name in PROBATION_HONEST}
+        for round_ in range(args.rounds):
+            for name, other in (("a", "b"), ("b", "a")):
+                intake = nodes[name].intake
+                logs[name].append({"whole": intake.share.current() >= 1.0,
+                                   "other_useless": is_useless(intake.ledger.standing(other)), "screened": [], "kept": Counter()})
+            states, spent = {}, {}
+            for name, node in nodes.items():
+                started = time.perf_counter()
+                states[name] = node.produce(round_)
+                spent[name] = time.perf_counter() - started
+            crowd.publish(round_)
+            for name, node in nodes.items():
+                started = time.perf_counter()
+                node.consume(round_, states[name])
+                spent[name] += time.perf_counter() - started
+            for name in PROBATION_HONEST:
+                logs[name][-1]["round_s"] = spent[name]
+        after = {name: strict_accuracy(nodes[name], args.eval_size)[0] for name in PROBATION_HONEST}
+    result = {"published": crowd.published}
+    for name, other in (("a", "b"), ("b", "a")):
+        log = logs[name]
+        useless_rounds = [r for r in log if r["other_useless"]]
+        crowd_screens = [sum(peer in names for peer in r["screened"]) for r in log]
+        result[name] = {
+            "whole": sum(r["whole"] for r in log),
+            "other_useless": len(useless_rounds),
+            "probed": sum(other in r["screened"] for r in useless_rounds),
+            "crowd_screened": statistics.mean(crowd_screens), "crowd_screened_max": max(crowd_screens),
+            "crowd_trained": sum(r["kept"]["crowd"] for r in log), "crowd_taught": sum(r["kept"]["crowd taught"] for r in log),
+            "honest": statistics.mean(r["kept"][other] for r in log),
+            "far": statistics.mean(r["kept"]["f"] for r in log),
+            "before": before[name], "after": after[name],
+            "round_s": statistics.median(r["round_s"] for r in log),
+        }
+    return result
+
+
+def _watch_probation(node, log: list[dict], crowd: set[str]) -> None:  # noqa: ANN001
+    """Note in the node's latest `log` entry the peers whose groups it screened (its pool's
+    `take`) and whose samples it trained on (its intake's `take`; the crowd's counted as one, and
+    apart those of them with a non-zero advantage)."""
+    screen, take = node.intake.pool.take, node.intake.take
+
+    def screened(chunk):  # noqa: ANN001, ANN202
+        log[-1]["screened"].extend(group.peer_id for group in chunk)
+        return screen(chunk)
+
+    def taken(round_, offered, own, timings):  # noqa: ANN001, ANN202
+        kept = take(round_, offered, own, timings)
+        log[-1]["kept"].update("crowd" if s.source in crowd else s.source for s in kept.kept)
+        log[-1]["kept"]["crowd taught"] += sum(s.source in crowd and s.advantage != 0 for s in kept.kept)
+        return kept
+
+    node.intake.pool.take, node.intake.take = screened, taken
+
+
+def probation_crowd(args: argparse.Namespace) -> None:
+    """The crowd at the probation turn, beside the same run without it, paired by seed."""
+    cells = [0, *[k for k in args.identities if k]]
+    runs: dict[int, list[dict]] = {k: [] for k in cells}
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    for seed in seeds:
+        for identities in cells:
+            started = time.perf_counter()
+            runs[identities].append(run_probation_crowd(identities, args, seed))
+            print(f"  seed {seed}, {identities} identities: {time.perf_counter() - started:.0f} s", flush=True)
+    print(f"probation-crowd: honest tiny nodes a, b and a far {args.far_model} f in step, {args.rounds} rounds, node.own_share "
+          f"{args.own_share}; from the first round each identity publishes one group a round of the public model's samples "
+          "that all score alike (teach nothing)")
+    print(f"{'seed':>4} {'ids':>4} {'node':>4} {'whole':>5} {'other useless':>13} {'probed':>6} {'crowd screened':>14} "
+          f"{'crowd kept (taught)':>19} {'other honest':>12} {'far':>5} {'accuracy':>13} {'round s':>7}")
+    for i, seed in enumerate(seeds):
+        for identities in cells:
+            r = runs[identities][i]
+            for name in PROBATION_HONEST:
+                n = r[name]
+                print(f"{seed:>4} {identities:>4} {name:>4} {n['whole']:>5} {n['other_useless']:>13} {n['probed']:>6} "
+                      f"{n['crowd_screened']:>9.2f} ({n['crowd_screened_max']}) {n['crowd_trained']:>12} ({n['crowd_taught']:>4}) {n['honest']:>12.1f} "
+                      f"{n['far']:>5.1f} {n['before']:.3f}->{n['after']:.3f} {n['round_s']:>7.2f}", flush=True)
+    print("whole: rounds the node generated its whole batch; other useless: rounds the other honest node stood useless "
+          "at it; probed: of those, rounds its group was screened; crowd screened: the crowd's groups screened a round, "
+          "mean (most); crowd kept (taught): the crowd's samples trained on, all rounds (those with a non-zero advantage); other honest, far: samples trained on a round")
+    if args.seeds > 1:
+        print(f"accuracy with the crowd - without it, paired by seed over {args.seeds} seeds: mean (SE), one-sided 95 % "
+              f"lower bound (Student's t, {args.seeds - 1} df); non-inferior: bound >= -{MARGIN}")
+        for identities in cells[1:]:
+            for name in PROBATION_HONEST:
+                gains = [crowd[name]["after"] - none[name]["after"] for crowd, none in zip(runs[identities], runs[0])]
+                mean, se = statistics.mean(gains), standard_error(gains)
+                bound = mean - float(student_t.ppf(0.95, len(gains) - 1)) * se
+                print(f"  {identities} identities, node {name}: {mean:+.3f} ({se:.3f}), bound {bound:+.3f}: "
+                      f"{'non-inferior' if bound >= -MARGIN else 'not shown non-inferior'}")
+
+
 def payload_sampled(run_dir: Path, task, payload: list[int], prompts: int = 32, group: int = 8) -> float:
     """The share of a finished node's sampled completions (its last checkpoint, `group` for
     each of `prompts` held-out problems) that start with `payload`."""
@@ -1579,13 +1718,22 @@ def main() -> None:
     first.add_argument("--pin", action="store_true",
                        help="both honest nodes on the first core, the crowd (this process and its daemons) on the others")
     first.add_argument("--keep", type=Path, default=None, help="keep the nodes' run dirs here (default: a temp dir)")
+    prob = sub.add_parser("probation-crowd", help="in-process: near identities that teach nothing contest the probation turn")
+    prob.add_argument("--identities", nargs="+", type=int, default=[8], help="crowd sizes, one cell each (0, no crowd, always runs)")
+    prob.add_argument("--rounds", type=int, default=80)
+    prob.add_argument("--far-model", default="tiny-llama", help="the far peer f's model")
+    prob.add_argument("--own-share", type=float, default=0.5, help="node.own_share of a, b and f")
+    prob.add_argument("--eval-size", type=int, default=200)
+    prob.add_argument("--seeds", type=int, default=1, help="runs of each cell, paired by seed")
+    prob.add_argument("--first-seed", type=int, default=0)
+    prob.add_argument("--set", dest="overrides", action="append", default=[], help="config override")
     grd = sub.add_parser("grader", help="hostile answers through every reasoning-gym dataset's scorer")
     grd.add_argument("--timeout", type=float, default=10.0, help="seconds a dataset's process may take")
     mgr = sub.add_parser("math-grader", help="answers that keep math-verify busy, through the grading worker")
     mgr.add_argument("--timeout", type=float, default=HARD_TIMEOUT_S, help="the worker's hard limit an answer")
     args = parser.parse_args()
     kinds = {"grader": grader, "math-grader": math_grader, "liveness": liveness, "eclipse": eclipse, "ghost": ghost, "slow": slow_peer, "sybil": sybil, "flood": flood, "content": content, "honest": honest,
-             "first-crowd": first_crowd, "drift": lambda a: crowd_scenario(a, a.payload), "useful-crowd": lambda a: crowd_scenario(a, [0])}
+             "first-crowd": first_crowd, "probation-crowd": probation_crowd, "drift": lambda a: crowd_scenario(a, a.payload), "useful-crowd": lambda a: crowd_scenario(a, [0])}
     kinds[args.kind](args)
 
 

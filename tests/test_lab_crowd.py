@@ -3,9 +3,17 @@
 import numpy as np
 import pytest
 
-from swarmnode.lab.crowd import ANSWER_OPEN, UsefulCrowd, drift_payload, stealthiest_payload
+from swarmnode.lab.crowd import (
+    ANSWER_OPEN,
+    UsefulCrowd,
+    UselessCrowd,
+    drift_payload,
+    off_by_one,
+    stealthiest_payload,
+)
 from swarmnode.loop.ledger import PeerLedger
 from swarmnode.protocol import wire
+from swarmnode.protocol.batches import check_batch
 from swarmnode.protocol.prompts import build_prompt
 from swarmnode.rollout.hf import HFGenerator
 from swarmnode.screening.gate import least_likely_window
@@ -91,3 +99,49 @@ def test_a_sampling_crowd_makes_a_round_s_groups_in_one_generate_call_scored_as_
                                       config.rollout.temperature)
         for completion, expected in zip(group.completions(), alone):
             np.testing.assert_allclose(completion.logprobs, expected, atol=1e-4)
+
+
+def test_a_useless_crowd_sends_one_valid_group_a_round_whose_answers_all_score_alike(make_policy):
+    """What contests the probation turn (bench/attacks.py probation-crowd) must be what an honest
+    peer early luck left useless looks like: a batch the node accepts, sampled completions with
+    the sampler's log-probs, and a group that teaches nothing."""
+    policy = make_policy(hidden=32, layers=1)
+    task = make_task(TaskSettings(name="arithmetic"))
+    config = Config()
+    hub = InMemoryHub()
+    crowd = UselessCrowd([hub.exchange(f"crowd{i}", "run", PeerLedger()) for i in range(2)], "run", config, task,
+                         policy, HFGenerator(policy, config.rollout, seed=1))
+    crowd.publish(3)
+    received = hub.exchange("honest", "run", PeerLedger()).gather()
+    assert sorted(r.peer_id for r in received) == ["crowd0", "crowd1"] and crowd.published == 2
+    for item in received:
+        batch = wire.decode(item.payload)
+        check_batch(batch, item.peer_id, 3, config, "run", len(policy.tokenizer), task.num_train)
+        (group,) = batch.groups
+        problem = task.train_problem(group.prompt_id)
+        completions = group.completions()
+        assert len({task.reward(policy.decode(c.tokens), problem) for c in completions}) == 1, "all alike"
+        assert len({c.tokens.tobytes() for c in completions}) > 1, "sampled, not one completion repeated"
+
+
+def test_a_useless_crowd_chooses_the_wrong_answers_first_and_sends_nothing_when_too_few_are_alike(make_policy):
+    policy = make_policy(hidden=32, layers=1)
+    task = make_task(TaskSettings(name="arithmetic"))
+    crowd = UselessCrowd([], "run", Config(), task, policy, HFGenerator(policy, Config().rollout))
+    problem = task.train_problem(0)
+
+    def said(answer: str) -> wire.Completion:
+        ids = policy.tokenizer(f"{ANSWER_OPEN}{answer}</answer>", add_special_tokens=False)["input_ids"]
+        return wire.Completion(np.array(ids, dtype=np.int32), np.zeros(len(ids), dtype=np.float32))
+
+    right, wrong = said(problem.answer), said(off_by_one(problem.answer))
+    assert task.reward(policy.decode(right.tokens), problem) > task.reward(policy.decode(wrong.tokens), problem)
+    def chosen(samples: list[wire.Completion]) -> list[str] | None:
+        picked = crowd.alike(samples, problem, 3)
+        return None if picked is None else ["right" if c is right else "wrong" for c in picked]
+
+    assert chosen([right, wrong, wrong, right, wrong]) == ["wrong"] * 3
+    assert chosen([right, right, wrong, right]) == ["right"] * 3, "too few wrong: the right ones"
+    assert chosen([right, right, wrong, wrong]) is None
+    with pytest.raises(ValueError, match="draws"):
+        UselessCrowd([], "run", Config(), task, policy, HFGenerator(policy, Config().rollout), draws=0)

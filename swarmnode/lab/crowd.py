@@ -18,6 +18,10 @@ of its first sample: its groups repeat as sampling does, and it costs a generate
 (every new group of the round in one).
 With `padding` (and a sampler) it writes only some groups of each batch and fills the rest with
 the public model's plain samples, to keep its evidence of picking low.
+
+`UselessCrowd` is the other end: near identities that try to teach nothing, to hold the turn a
+node gives a useless near peer on probation (swarmnode.loop.pool.fair_queue) every round while
+far peers fill its share. bench/attacks.py `probation-crowd` measures it.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from swarmnode.rollout.base import Generator
 from swarmnode.screening.gate import least_likely_window
 from swarmnode.settings.config import Config
 from swarmnode.swarm.base import RolloutExchange
-from swarmnode.tasks.base import Task
+from swarmnode.tasks.base import Problem, Task
 
 ANSWER_OPEN = "<answer>"
 
@@ -202,3 +206,50 @@ class UsefulCrowd:
             self._cache[key] = wire.CompletionGroup.of(
                 key[0], [wire.Completion(c, lp.astype(np.float32)) for c, lp in zip(completions, group_logprobs)]
             )
+
+
+class UselessCrowd:
+    """Identities that look like an honest near peer that early luck left useless: each
+    publishes one group a round (a batch may be any prefix of its assignment) of the public
+    model's own samples, drawn `draws` times over and chosen so that every answer scores alike
+    (all wrong, or all right where too few are wrong). Its log-probs are the sampler's, no
+    completion repeats beyond sampling's, and its group teaches nothing, so screening finds
+    it useless and never proves it a liar: what it can win is the probation turn."""
+
+    def __init__(self, exchanges: list[RolloutExchange], run_id: str, config: Config, task: Task, public: Policy,
+                 sampler: Generator, draws: int = 4) -> None:
+        if draws < 1:
+            raise ValueError(f"draws is how many groups' worth of samples a group is chosen from, at least 1: got {draws}")
+        self.exchanges, self.run_id, self.config, self.task = exchanges, run_id, config, task
+        self.public, self.sampler, self.draws = public, sampler, draws
+        self.digest = family_of(public.tokenizer).digest
+        self.published = 0  # groups sent so far (an identity with no alike samples sends none that round)
+
+    def publish(self, round_: int) -> None:
+        if not self.exchanges:
+            return
+        size = self.config.rollout.group_size
+        prompt_ids = [assigned_prompt_ids(self.config.node.seed, exchange.peer_id, round_, 1, self.task.num_train)[0]
+                      for exchange in self.exchanges]
+        problems = [self.task.train_problem(i) for i in prompt_ids]
+        prompts = [build_prompt(self.task, problem, self.public) for problem in problems]
+        for exchange, prompt_id, problem, samples in zip(
+                self.exchanges, prompt_ids, problems, self.sampler.generate(prompts, size * self.draws)):
+            chosen = self.alike(samples, problem, size)
+            if chosen is None:
+                continue
+            batch = wire.RolloutBatch(
+                run_id=self.run_id, peer_id=exchange.peer_id, round=round_, tokenizer_digest=self.digest,
+                groups=[wire.CompletionGroup.of(prompt_id, [wire.Completion(c.tokens, c.logprobs) for c in chosen])],
+            )
+            exchange.publish(round_, wire.encode(batch), batch.num_tokens)
+            self.published += 1
+
+    def alike(self, samples: list[wire.Completion], problem: Problem, size: int) -> list[wire.Completion] | None:
+        """`size` of `samples` that score alike under the task (the wrong ones first), or None."""
+        rewards = [self.task.reward(self.public.decode(c.tokens), problem) for c in samples]
+        for wanted in (min(rewards), max(rewards)):
+            same = [c for c, r in zip(samples, rewards) if r == wanted]
+            if len(same) >= size:
+                return same[:size]
+        return None
