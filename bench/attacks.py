@@ -143,15 +143,17 @@ probation turn; swarmnode.loop.intake), so that an honest near peer early luck l
 comes back. Identities are free, so a crowd can contest that turn. Two honest tiny nodes a and
 b and a far peer f (`--far-model`, another family by default), each at `--own-share`, step
 round by round in one process (the in-memory exchange) with, from the first round, each of
-`--identities` near identities publishing one group a round of the public starting model's
-own samples, drawn four times over and chosen so that all score alike: truthful log-probs, no
-repeats beyond sampling's, nothing to learn, useless and never a provable liar
-(swarmnode/lab/crowd.py UselessCrowd). Printed per seed, crowd and honest node, beside the same
-run without the crowd: the rounds it generated its whole batch, the rounds the other honest
-node stood useless at it and how many of those screened its group, the crowd's groups
-screened a round (mean and most), the crowd's samples trained on (and those of them with a
-non-zero advantage), the other honest node's and the far peer's samples trained on a round,
-greedy accuracy before and after, and its median round; with `--seeds N`, each honest node's accuracy with the crowd minus without,
+`--identities` identities publishing one group a round of the public starting model's own
+samples, drawn four times over and every answer wrong: the sampler's log-probs, nothing
+written, nothing to learn, useless and never a provable liar (swarmnode/lab/crowd.py
+UselessCrowd). Printed per seed, crowd and honest node, beside the same run without the crowd,
+in rounds: those it generated its whole batch, those it gave a useless near peer the probation
+turn and how many the other honest node and the crowd won, those the other honest node stood
+useless (and near) or far at it; then the crowd's identities far at it (mean a round), the
+crowd's groups screened a round (mean and most; far groups only measured are not screened),
+the crowd's samples trained on (and those with a non-zero advantage), the other honest node's
+and the far peer's samples trained on a round, greedy accuracy before and after, and its
+median round; with `--seeds N`, each honest node's accuracy with the crowd minus without,
 paired by seed (mean, SE, one-sided 95 % lower bound; non-inferior at 0.03).
 
 Honest: the same three honest nodes with no attacker, defences off and on, over `--seeds`
@@ -220,9 +222,11 @@ from swarmnode.lab.poison import (
     switched_family,
 )
 from swarmnode.loop.ledger import PeerLedger
+from swarmnode.loop.pool import PROBATION_EVERY
 from swarmnode.model.policy import Policy
 from swarmnode.model.tiny import TINY_PRESETS, ensure_tiny
 from swarmnode.ops.metrics import eval_lines, read_metrics, round_lines
+from swarmnode.protocol.batches import batch_split
 from swarmnode.protocol.prompts import build_prompt
 from swarmnode.protocol.records import MAX_CLOCK_SKEW_S, Heartbeat, NodeStatus
 from swarmnode.rollout.hf import HFGenerator
@@ -1438,10 +1442,8 @@ PROBATION_HONEST = ("a", "b")  # the near pair whose probation turn the crowd co
 def run_probation_crowd(identities: int, args: argparse.Namespace, seed: int) -> dict:
     """Honest tiny nodes a and b and a far peer f (`args.far_model`), all sharing their batch
     (`args.own_share`, the share rules at their defaults), stepped round by round in one
-    process, and from the first round `identities` near identities whose groups teach nothing
-    (swarmnode/lab/crowd.py UselessCrowd). Per near node, round by round: whether it generated
-    its whole batch, whether the other honest node stood useless at it, which peers' groups it
-    screened, and whose samples it trained on."""
+    process, and from the first round `identities` identities whose groups teach nothing
+    (swarmnode/lab/crowd.py UselessCrowd); per near node, what each round did (`_watch_probation`)."""
     hub = InMemoryHub()
     with tempfile.TemporaryDirectory(prefix="swarmnode-probation-") as scratch, contextlib.ExitStack() as stack:
         directory = Path(scratch)
@@ -1456,19 +1458,16 @@ def run_probation_crowd(identities: int, args: argparse.Namespace, seed: int) ->
         names = [f"crowd{i}" for i in range(identities)]
         crowd = UselessCrowd([hub.exchange(n, a.run_id, PeerLedger()) for n in names], a.run_id, a.config, a.task, public, sampler)
         logs: dict[str, list[dict]] = {name: [] for name in PROBATION_HONEST}
-        for name in PROBATION_HONEST:
-            _watch_probation(nodes[name], logs[name], set(names))
+        for name, other in zip(PROBATION_HONEST, reversed(PROBATION_HONEST)):
+            _watch_probation(nodes[name], logs[name], other, set(names))
         before = {name: strict_accuracy(nodes[name], args.eval_size)[0] for name in PROBATION_HONEST}
         for round_ in range(args.rounds):
-            for name, other in (("a", "b"), ("b", "a")):
-                intake = nodes[name].intake
-                logs[name].append({"whole": intake.share.current() >= 1.0,
-                                   "other_useless": is_useless(intake.ledger.standing(other)), "screened": [], "kept": Counter()})
-            states, spent = {}, {}
+            spent = dict.fromkeys(nodes, 0.0)
+            states = {}
             for name, node in nodes.items():
                 started = time.perf_counter()
                 states[name] = node.produce(round_)
-                spent[name] = time.perf_counter() - started
+                spent[name] += time.perf_counter() - started
             crowd.publish(round_)
             for name, node in nodes.items():
                 started = time.perf_counter()
@@ -1477,42 +1476,67 @@ def run_probation_crowd(identities: int, args: argparse.Namespace, seed: int) ->
             for name in PROBATION_HONEST:
                 logs[name][-1]["round_s"] = spent[name]
         after = {name: strict_accuracy(nodes[name], args.eval_size)[0] for name in PROBATION_HONEST}
-    result = {"published": crowd.published}
-    for name, other in (("a", "b"), ("b", "a")):
-        log = logs[name]
-        useless_rounds = [r for r in log if r["other_useless"]]
-        crowd_screens = [sum(peer in names for peer in r["screened"]) for r in log]
-        result[name] = {
-            "whole": sum(r["whole"] for r in log),
-            "other_useless": len(useless_rounds),
-            "probed": sum(other in r["screened"] for r in useless_rounds),
-            "crowd_screened": statistics.mean(crowd_screens), "crowd_screened_max": max(crowd_screens),
-            "crowd_trained": sum(r["kept"]["crowd"] for r in log), "crowd_taught": sum(r["kept"]["crowd taught"] for r in log),
-            "honest": statistics.mean(r["kept"][other] for r in log),
-            "far": statistics.mean(r["kept"]["f"] for r in log),
-            "before": before[name], "after": after[name],
-            "round_s": statistics.median(r["round_s"] for r in log),
-        }
-    return result
+    return {"published": crowd.published, **{
+        name: _probation_summary(logs[name], other, before[name], after[name])
+        for name, other in zip(PROBATION_HONEST, reversed(PROBATION_HONEST))}}
 
 
-def _watch_probation(node, log: list[dict], crowd: set[str]) -> None:  # noqa: ANN001
-    """Note in the node's latest `log` entry the peers whose groups it screened (its pool's
-    `take`) and whose samples it trained on (its intake's `take`; the crowd's counted as one, and
-    apart those of them with a non-zero advantage)."""
-    screen, take = node.intake.pool.take, node.intake.take
+def _watch_probation(node, log: list[dict], other: str, crowd_names: set[str]) -> None:  # noqa: ANN001
+    """Append to `log` an entry for each round of the node: read as its intake collects, whether
+    the round had a probation turn (its share whole, or every PROBATION_EVERY-th round) and
+    which peer won it (the queue's first group, from a useless near peer), the other honest
+    node's standing there (useless, far) and how many crowd identities are far; then the peers
+    whose groups it screened (its intake's `_screen_chunk`: the share, the probation turn and far
+    groups on top, not the far groups only measured) and whose samples it trained on (the
+    crowd's counted as one, and apart those with a non-zero advantage)."""
+    intake = node.intake
+    collect, screen, take = intake.collect, intake._screen_chunk, intake.take
 
-    def screened(chunk):  # noqa: ANN001, ANN202
+    def useless_near(peer: str) -> bool:
+        return is_useless(intake.ledger.standing(peer)) and not intake.share.is_far(peer)
+
+    def collected(round_, generate_s, timings):  # noqa: ANN001, ANN202
+        whole = intake.share.enabled and batch_split(node.config, intake.share.current())[1] == 0
+        queue = collect(round_, generate_s, timings)
+        turn = whole or round_ % PROBATION_EVERY == 0
+        winner = queue[0].peer_id if turn and queue and useless_near(queue[0].peer_id) else None
+        log.append({"whole": whole, "turn": winner is not None, "winner": winner,
+                    "other_useless": useless_near(other), "other_far": intake.share.is_far(other),
+                    "crowd_far": sum(intake.share.is_far(peer) for peer in crowd_names),
+                    "screened": [], "kept": Counter()})
+        return queue
+
+    def screened(round_, chunk, *rest):  # noqa: ANN001, ANN002, ANN202
         log[-1]["screened"].extend(group.peer_id for group in chunk)
-        return screen(chunk)
+        return screen(round_, chunk, *rest)
 
     def taken(round_, offered, own, timings):  # noqa: ANN001, ANN202
         kept = take(round_, offered, own, timings)
-        log[-1]["kept"].update("crowd" if s.source in crowd else s.source for s in kept.kept)
-        log[-1]["kept"]["crowd taught"] += sum(s.source in crowd and s.advantage != 0 for s in kept.kept)
+        log[-1]["kept"].update("crowd" if s.source in crowd_names else s.source for s in kept.kept)
+        log[-1]["kept"]["crowd taught"] += sum(s.source in crowd_names and s.advantage != 0 for s in kept.kept)
         return kept
 
-    node.intake.pool.take, node.intake.take = screened, taken
+    intake.collect, intake._screen_chunk, intake.take = collected, screened, taken
+
+
+def _probation_summary(log: list[dict], other: str, before: float, after: float) -> dict:
+    """One near node's run, from its `_watch_probation` log."""
+    crowd_screens = [sum(peer.startswith("crowd") for peer in r["screened"]) for r in log]
+    return {
+        "whole": sum(r["whole"] for r in log),
+        "turns": sum(r["turn"] for r in log),
+        "other_won": sum(r["winner"] == other for r in log),
+        "crowd_won": sum(r["winner"] is not None and r["winner"].startswith("crowd") for r in log),
+        "other_useless": sum(r["other_useless"] for r in log),
+        "other_far": sum(r["other_far"] for r in log),
+        "crowd_far": statistics.mean(r["crowd_far"] for r in log),
+        "crowd_screened": statistics.mean(crowd_screens), "crowd_screened_max": max(crowd_screens),
+        "crowd_kept": sum(r["kept"]["crowd"] for r in log), "crowd_taught": sum(r["kept"]["crowd taught"] for r in log),
+        "honest": statistics.mean(r["kept"][other] for r in log),
+        "far": statistics.mean(r["kept"]["f"] for r in log),
+        "before": before, "after": after,
+        "round_s": statistics.median(r["round_s"] for r in log),
+    }
 
 
 def probation_crowd(args: argparse.Namespace) -> None:
@@ -1524,29 +1548,34 @@ def probation_crowd(args: argparse.Namespace) -> None:
         for identities in cells:
             started = time.perf_counter()
             runs[identities].append(run_probation_crowd(identities, args, seed))
-            print(f"  seed {seed}, {identities} identities: {time.perf_counter() - started:.0f} s", flush=True)
+            print(f"  seed {seed}, {identities} identities: {time.perf_counter() - started:.0f} s, "
+                  f"{runs[identities][-1]['published']} crowd groups sent", flush=True)
     print(f"probation-crowd: honest tiny nodes a, b and a far {args.far_model} f in step, {args.rounds} rounds, node.own_share "
-          f"{args.own_share}; from the first round each identity publishes one group a round of the public model's samples "
-          "that all score alike (teach nothing)")
-    print(f"{'seed':>4} {'ids':>4} {'node':>4} {'whole':>5} {'other useless':>13} {'probed':>6} {'crowd screened':>14} "
-          f"{'crowd kept (taught)':>19} {'other honest':>12} {'far':>5} {'accuracy':>13} {'round s':>7}")
+          f"{args.own_share}; from the first round each identity publishes one group a round of the public model's samples, "
+          "every answer wrong (teaches nothing)")
+    print(f"{'seed':>4} {'ids':>4} {'node':>4} {'whole':>5} {'turns':>5} {'won: other, crowd':>17} {'other useless, far':>18} "
+          f"{'crowd far':>9} {'crowd screened':>14} {'crowd kept (taught)':>19} {'other honest':>12} {'far':>5} "
+          f"{'accuracy':>13} {'round s':>7}")
     for i, seed in enumerate(seeds):
         for identities in cells:
-            r = runs[identities][i]
             for name in PROBATION_HONEST:
-                n = r[name]
-                print(f"{seed:>4} {identities:>4} {name:>4} {n['whole']:>5} {n['other_useless']:>13} {n['probed']:>6} "
-                      f"{n['crowd_screened']:>9.2f} ({n['crowd_screened_max']}) {n['crowd_trained']:>12} ({n['crowd_taught']:>4}) {n['honest']:>12.1f} "
-                      f"{n['far']:>5.1f} {n['before']:.3f}->{n['after']:.3f} {n['round_s']:>7.2f}", flush=True)
-    print("whole: rounds the node generated its whole batch; other useless: rounds the other honest node stood useless "
-          "at it; probed: of those, rounds its group was screened; crowd screened: the crowd's groups screened a round, "
-          "mean (most); crowd kept (taught): the crowd's samples trained on, all rounds (those with a non-zero advantage); other honest, far: samples trained on a round")
+                n = runs[identities][i][name]
+                print(f"{seed:>4} {identities:>4} {name:>4} {n['whole']:>5} {n['turns']:>5} "
+                      f"{n['other_won']:>10}, {n['crowd_won']:>5} {n['other_useless']:>12}, {n['other_far']:>4} "
+                      f"{n['crowd_far']:>9.1f} {n['crowd_screened']:>9.2f} ({n['crowd_screened_max']:>2}) "
+                      f"{n['crowd_kept']:>12} ({n['crowd_taught']:>4}) {n['honest']:>12.1f} {n['far']:>5.1f} "
+                      f"{n['before']:.3f}->{n['after']:.3f} {n['round_s']:>7.2f}", flush=True)
+    print("Per node, rounds: whole, it generated its whole batch; turns, it gave a useless near peer the probation turn; "
+          "won, by the other honest node and by the crowd; other useless, far: the other honest node stood useless "
+          "(and near) or far at it. Crowd far: identities far at it, mean a round; crowd screened: the crowd's groups "
+          "screened a round, mean (most); crowd kept (taught): the crowd's samples trained on in the run (with a "
+          "non-zero advantage); other honest, far: samples trained on a round")
     if args.seeds > 1:
         print(f"accuracy with the crowd - without it, paired by seed over {args.seeds} seeds: mean (SE), one-sided 95 % "
               f"lower bound (Student's t, {args.seeds - 1} df); non-inferior: bound >= -{MARGIN}")
         for identities in cells[1:]:
             for name in PROBATION_HONEST:
-                gains = [crowd[name]["after"] - none[name]["after"] for crowd, none in zip(runs[identities], runs[0])]
+                gains = [crowded[name]["after"] - without[name]["after"] for crowded, without in zip(runs[identities], runs[0])]
                 mean, se = statistics.mean(gains), standard_error(gains)
                 bound = mean - float(student_t.ppf(0.95, len(gains) - 1)) * se
                 print(f"  {identities} identities, node {name}: {mean:+.3f} ({se:.3f}), bound {bound:+.3f}: "

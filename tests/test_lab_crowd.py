@@ -8,12 +8,11 @@ from swarmnode.lab.crowd import (
     UsefulCrowd,
     UselessCrowd,
     drift_payload,
-    off_by_one,
     stealthiest_payload,
 )
 from swarmnode.loop.ledger import PeerLedger
 from swarmnode.protocol import wire
-from swarmnode.protocol.batches import check_batch
+from swarmnode.protocol.batches import assigned_prompt_ids, check_batch
 from swarmnode.protocol.prompts import build_prompt
 from swarmnode.rollout.hf import HFGenerator
 from swarmnode.screening.gate import least_likely_window
@@ -101,47 +100,61 @@ def test_a_sampling_crowd_makes_a_round_s_groups_in_one_generate_call_scored_as_
             np.testing.assert_allclose(completion.logprobs, expected, atol=1e-4)
 
 
-def test_a_useless_crowd_sends_one_valid_group_a_round_whose_answers_all_score_alike(make_policy):
+def _said(policy, answer: str, logprob: float) -> wire.Completion:
+    ids = policy.tokenizer(f"{ANSWER_OPEN}{answer}</answer>", add_special_tokens=False)["input_ids"]
+    return wire.Completion(np.array(ids, dtype=np.int32), np.full(len(ids), logprob, dtype=np.float32))
+
+
+class _MixedSampler:
+    """Per prompt, `right` right answers then wrong ones (each a distinct number), every
+    completion's log-probs its own value, so what is sent can be traced to what was sampled."""
+
+    def __init__(self, policy, task, prompt_ids: list[int], right: int) -> None:
+        self.policy, self.task, self.prompt_ids, self.right, self.sampled = policy, task, prompt_ids, right, []
+
+    def generate(self, prompts, size):
+        groups = []
+        for prompt_id in self.prompt_ids:
+            answer = int(self.task.train_problem(prompt_id).answer)
+            group = [_said(self.policy, str(answer + (i >= self.right) * (i + 1)), -0.01 * (len(self.sampled) + i))
+                     for i in range(size)]
+            self.sampled += group
+            groups.append(group)
+        assert len(groups) == len(prompts)
+        return groups
+
+
+def test_a_useless_crowd_sends_one_valid_group_a_round_of_sampled_wrong_answers(make_policy):
     """What contests the probation turn (bench/attacks.py probation-crowd) must be what an honest
-    peer early luck left useless looks like: a batch the node accepts, sampled completions with
-    the sampler's log-probs, and a group that teaches nothing."""
+    peer early luck left useless looks like: a batch the node accepts, sampled completions sent
+    with the sampler's own log-probs, and a group that teaches nothing (all wrong); an identity
+    whose draws hold too few wrong answers sends nothing."""
     policy = make_policy(hidden=32, layers=1)
     task = make_task(TaskSettings(name="arithmetic"))
     config = Config()
+    size = config.rollout.group_size
     hub = InMemoryHub()
-    crowd = UselessCrowd([hub.exchange(f"crowd{i}", "run", PeerLedger()) for i in range(2)], "run", config, task,
-                         policy, HFGenerator(policy, config.rollout, seed=1))
+    names = ["crowd0", "crowd1"]
+    prompt_ids = [assigned_prompt_ids(config.node.seed, n, 3, 1, task.num_train)[0] for n in names]
+    sampler = _MixedSampler(policy, task, prompt_ids, right=size * 4 - size)  # four draws: one group's worth wrong
+    crowd = UselessCrowd([hub.exchange(n, "run", PeerLedger()) for n in names], "run", config, task, policy, sampler)
     crowd.publish(3)
     received = hub.exchange("honest", "run", PeerLedger()).gather()
-    assert sorted(r.peer_id for r in received) == ["crowd0", "crowd1"] and crowd.published == 2
+    assert sorted(r.peer_id for r in received) == names and crowd.published == 2
+    sampled = {c.tokens.tobytes(): c.logprobs for c in sampler.sampled}
     for item in received:
         batch = wire.decode(item.payload)
         check_batch(batch, item.peer_id, 3, config, "run", len(policy.tokenizer), task.num_train)
         (group,) = batch.groups
         problem = task.train_problem(group.prompt_id)
         completions = group.completions()
-        assert len({task.reward(policy.decode(c.tokens), problem) for c in completions}) == 1, "all alike"
-        assert len({c.tokens.tobytes() for c in completions}) > 1, "sampled, not one completion repeated"
-
-
-def test_a_useless_crowd_chooses_the_wrong_answers_first_and_sends_nothing_when_too_few_are_alike(make_policy):
-    policy = make_policy(hidden=32, layers=1)
-    task = make_task(TaskSettings(name="arithmetic"))
-    crowd = UselessCrowd([], "run", Config(), task, policy, HFGenerator(policy, Config().rollout))
-    problem = task.train_problem(0)
-
-    def said(answer: str) -> wire.Completion:
-        ids = policy.tokenizer(f"{ANSWER_OPEN}{answer}</answer>", add_special_tokens=False)["input_ids"]
-        return wire.Completion(np.array(ids, dtype=np.int32), np.zeros(len(ids), dtype=np.float32))
-
-    right, wrong = said(problem.answer), said(off_by_one(problem.answer))
-    assert task.reward(policy.decode(right.tokens), problem) > task.reward(policy.decode(wrong.tokens), problem)
-    def chosen(samples: list[wire.Completion]) -> list[str] | None:
-        picked = crowd.alike(samples, problem, 3)
-        return None if picked is None else ["right" if c is right else "wrong" for c in picked]
-
-    assert chosen([right, wrong, wrong, right, wrong]) == ["wrong"] * 3
-    assert chosen([right, right, wrong, right]) == ["right"] * 3, "too few wrong: the right ones"
-    assert chosen([right, right, wrong, wrong]) is None
+        assert len(completions) == size
+        assert all(task.reward(policy.decode(c.tokens), problem) == 0.0 for c in completions), "every answer wrong"
+        assert len({c.tokens.tobytes() for c in completions}) == size, "as sampled, none repeated"
+        for c in completions:
+            np.testing.assert_array_equal(c.logprobs, sampled[c.tokens.tobytes()])
+    sampler.right = size * 4 - size + 1  # one wrong answer short of a group
+    crowd.publish(3)
+    assert crowd.published == 2, "too few wrong answers: nothing sent"
     with pytest.raises(ValueError, match="draws"):
-        UselessCrowd([], "run", Config(), task, policy, HFGenerator(policy, Config().rollout), draws=0)
+        UselessCrowd([], "run", config, task, policy, sampler, draws=0)

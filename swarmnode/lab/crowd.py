@@ -1,4 +1,5 @@
-"""Identities with no model of their own that look useful: the answers of a public task.
+"""Crowds for the attack bench: identities that look useful (the answers of a public task,
+no model needed), and identities that look like an honest peer with nothing to teach.
 
 A verifiable public task's answers are public, so a stranger needs no model to send groups
 that score well: half of each group the right answer in the model's own format, half a
@@ -211,10 +212,13 @@ class UsefulCrowd:
 class UselessCrowd:
     """Identities that look like an honest near peer that early luck left useless: each
     publishes one group a round (a batch may be any prefix of its assignment) of the public
-    model's own samples, drawn `draws` times over and chosen so that every answer scores alike
-    (all wrong, or all right where too few are wrong). Its log-probs are the sampler's, no
-    completion repeats beyond sampling's, and its group teaches nothing, so screening finds
-    it useless and never proves it a liar: what it can win is the probation turn."""
+    model's own samples, drawn `draws` times over and the group made of wrong answers only, so
+    it teaches nothing under any baseline (an all-right group would: under `loss.peer_baseline`
+    lower it is taken against our own lower mean). Its log-probs are the sampler's and no
+    completion is written, so screening finds it useless, never a liar; choosing among draws
+    raises its repeats by at most 1 / P(wrong) over what its log-probs claim, which the repeat
+    test's slack (a nat) covers while most answers are wrong. An identity with too few wrong
+    answers in its draws sends nothing that round."""
 
     def __init__(self, exchanges: list[RolloutExchange], run_id: str, config: Config, task: Task, public: Policy,
                  sampler: Generator, draws: int = 4) -> None:
@@ -223,9 +227,10 @@ class UselessCrowd:
         self.exchanges, self.run_id, self.config, self.task = exchanges, run_id, config, task
         self.public, self.sampler, self.draws = public, sampler, draws
         self.digest = family_of(public.tokenizer).digest
-        self.published = 0  # groups sent so far (an identity with no alike samples sends none that round)
+        self.published = 0  # groups sent so far
 
     def publish(self, round_: int) -> None:
+        """One group from each identity (its first assigned prompt), all of a round's draws in one generate call."""
         if not self.exchanges:
             return
         size = self.config.rollout.group_size
@@ -235,21 +240,17 @@ class UselessCrowd:
         prompts = [build_prompt(self.task, problem, self.public) for problem in problems]
         for exchange, prompt_id, problem, samples in zip(
                 self.exchanges, prompt_ids, problems, self.sampler.generate(prompts, size * self.draws)):
-            chosen = self.alike(samples, problem, size)
-            if chosen is None:
+            wrong = self.wrong(samples, problem, size)
+            if wrong is None:
                 continue
             batch = wire.RolloutBatch(
                 run_id=self.run_id, peer_id=exchange.peer_id, round=round_, tokenizer_digest=self.digest,
-                groups=[wire.CompletionGroup.of(prompt_id, [wire.Completion(c.tokens, c.logprobs) for c in chosen])],
+                groups=[wire.CompletionGroup.of(prompt_id, wrong)],
             )
             exchange.publish(round_, wire.encode(batch), batch.num_tokens)
             self.published += 1
 
-    def alike(self, samples: list[wire.Completion], problem: Problem, size: int) -> list[wire.Completion] | None:
-        """`size` of `samples` that score alike under the task (the wrong ones first), or None."""
-        rewards = [self.task.reward(self.public.decode(c.tokens), problem) for c in samples]
-        for wanted in (min(rewards), max(rewards)):
-            same = [c for c, r in zip(samples, rewards) if r == wanted]
-            if len(same) >= size:
-                return same[:size]
-        return None
+    def wrong(self, samples: list[wire.Completion], problem: Problem, size: int) -> list[wire.Completion] | None:
+        """The first `size` of `samples` that score 0 under the task, or None where fewer do."""
+        wrong = [c for c in samples if self.task.reward(self.public.decode(c.tokens), problem) == 0.0]
+        return wrong[:size] if len(wrong) >= size else None
