@@ -154,7 +154,8 @@ crowd's groups screened a round (mean and most; far groups only measured are not
 the crowd's samples trained on (and those with a non-zero advantage), the other honest node's
 and the far peer's samples trained on a round, greedy accuracy before and after, and its
 median round; with `--seeds N`, each honest node's accuracy with the crowd minus without,
-paired by seed (mean, SE, one-sided 95 % lower bound; non-inferior at 0.03).
+paired by seed (mean, SE, one-sided 95 % lower bound; non-inferior at 0.03), and the same for
+a and b's mean a seed (they are one node under two names).
 
 Honest: the same three honest nodes with no attacker, defences off and on, over `--seeds`
 seeds: held-out accuracy after `--rounds` rounds and the paired difference (on - off) with its
@@ -1580,6 +1581,13 @@ def probation_crowd(args: argparse.Namespace) -> None:
                 bound = mean - float(student_t.ppf(0.95, len(gains) - 1)) * se
                 print(f"  {identities} identities, node {name}: {mean:+.3f} ({se:.3f}), bound {bound:+.3f}: "
                       f"{'non-inferior' if bound >= -MARGIN else 'not shown non-inferior'}")
+            # a and b are one node under two names: their mean a seed measures what the crowd costs a node
+            gains = [statistics.mean(crowded[name]["after"] - without[name]["after"] for name in PROBATION_HONEST)
+                     for crowded, without in zip(runs[identities], runs[0])]
+            mean, se = statistics.mean(gains), standard_error(gains)
+            bound = mean - float(student_t.ppf(0.95, len(gains) - 1)) * se
+            print(f"  {identities} identities, a and b's mean a seed: {mean:+.3f} ({se:.3f}), bound {bound:+.3f}: "
+                  f"{'non-inferior' if bound >= -MARGIN else 'not shown non-inferior'}")
 
 
 def payload_sampled(run_dir: Path, task, payload: list[int], prompts: int = 32, group: int = 8) -> float:
