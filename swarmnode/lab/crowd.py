@@ -21,8 +21,8 @@ With `padding` (and a sampler) it writes only some groups of each batch and fill
 the public model's plain samples, to keep its evidence of picking low.
 
 `UselessCrowd` is the other end: near identities that try to teach nothing, to hold the turn a
-node gives a useless near peer on probation (swarmnode.loop.pool.fair_queue) every round while
-far peers fill its share. bench/attacks.py `probation-crowd` measures it.
+node gives a useless near peer on probation (swarmnode.loop.pool.fair_queue: every 4th round,
+and every round while far peers fill its share). bench/attacks.py `probation-crowd` measures it.
 """
 
 from __future__ import annotations
@@ -217,7 +217,7 @@ class UselessCrowd:
     lower it is taken against our own lower mean). Its log-probs are the sampler's and no
     completion is written, so screening finds it useless, never a liar; choosing among draws
     raises its repeats by at most 1 / P(wrong) over what its log-probs claim, which the repeat
-    test's slack (a nat) covers while most answers are wrong. An identity with too few wrong
+    test's slack (a nat) covers while over 1 / e of its draws are wrong. An identity with too few wrong
     answers in its draws sends nothing that round."""
 
     def __init__(self, exchanges: list[RolloutExchange], run_id: str, config: Config, task: Task, public: Policy,
