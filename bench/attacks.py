@@ -201,7 +201,6 @@ from hivemind.dht.storage import DictionaryDHTValue
 from hivemind.dht.validation import CompositeValidator
 from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.timed_storage import get_dht_time
-from scipy.stats import t as student_t
 
 from swarmnode.assemble import assemble, run_id_for
 from swarmnode.lab.ablation import standard_error
@@ -222,6 +221,7 @@ from swarmnode.lab.poison import (
     poisoning_link,
     switched_family,
 )
+from swarmnode.lab.verdicts import NON_INFERIORITY_MARGIN, verdict
 from swarmnode.loop.ledger import PeerLedger
 from swarmnode.loop.pool import PROBATION_EVERY
 from swarmnode.model.policy import Policy
@@ -1200,7 +1200,14 @@ def honest(args: argparse.Namespace) -> None:
 
 
 CROWD_HONEST = ("a", "b")
-MARGIN = 0.03  # issue 45's bound on what a crowd may cost an honest node's accuracy (non-inferiority margin)
+MARGIN = NON_INFERIORITY_MARGIN  # issue 45's bound on what a crowd may cost an honest node's accuracy
+
+
+def judged(gains: list[float]) -> str:
+    """Accuracy gains paired by seed as printed: mean (SE), the one-sided 95 % lower bound
+    (Student's t, swarmnode.lab.verdicts) and whether it shows the node non-inferior."""
+    v = verdict(gains)
+    return f"{v.mean:+.3f} ({v.se:.3f}), bound {v.lower:+.3f}: {'non-inferior' if v.non_inferior else 'not shown non-inferior'}"
 
 
 def crowd_config(directory: Path, name: str, seed: int, eval_size: int, extra: list[str]):
@@ -1326,10 +1333,7 @@ def crowd_scenario(args: argparse.Namespace, payload_lengths: list[int]) -> None
         for cell in cells[1:]:
             for node, name in enumerate(CROWD_HONEST):
                 gains = [crowd["accuracy"][node] - none["accuracy"][node] for crowd, none in zip(runs[cell], runs[0, 0])]
-                mean, se = statistics.mean(gains), standard_error(gains)
-                bound = mean - float(student_t.ppf(0.95, len(gains) - 1)) * se
-                print(f"  {cell[0]} identities, payload {cell[1]}, node {name}: {mean:+.3f} ({se:.3f}), bound {bound:+.3f}: "
-                      f"{'non-inferior' if bound >= -MARGIN else 'not shown non-inferior'}")
+                print(f"  {cell[0]} identities, payload {cell[1]}, node {name}: {judged(gains)}")
 
 
 def first_crowd(args: argparse.Namespace) -> None:
@@ -1478,7 +1482,7 @@ def run_probation_crowd(identities: int, args: argparse.Namespace, seed: int) ->
                 logs[name][-1]["round_s"] = spent[name]
         after = {name: strict_accuracy(nodes[name], args.eval_size)[0] for name in PROBATION_HONEST}
     return {"published": crowd.published, **{
-        name: _probation_summary(logs[name], other, before[name], after[name])
+        name: _probation_summary(logs[name], other, set(names), before[name], after[name])
         for name, other in zip(PROBATION_HONEST, reversed(PROBATION_HONEST))}}
 
 
@@ -1520,14 +1524,14 @@ def _watch_probation(node, log: list[dict], other: str, crowd_names: set[str]) -
     intake.collect, intake._screen_chunk, intake.take = collected, screened, taken
 
 
-def _probation_summary(log: list[dict], other: str, before: float, after: float) -> dict:
+def _probation_summary(log: list[dict], other: str, crowd_names: set[str], before: float, after: float) -> dict:
     """One near node's run, from its `_watch_probation` log."""
-    crowd_screens = [sum(peer.startswith("crowd") for peer in r["screened"]) for r in log]
+    crowd_screens = [sum(peer in crowd_names for peer in r["screened"]) for r in log]
     return {
         "whole": sum(r["whole"] for r in log),
         "turns": sum(r["turn"] for r in log),
         "other_won": sum(r["winner"] == other for r in log),
-        "crowd_won": sum(r["winner"] is not None and r["winner"].startswith("crowd") for r in log),
+        "crowd_won": sum(r["winner"] in crowd_names for r in log),
         "other_useless": sum(r["other_useless"] for r in log),
         "other_far": sum(r["other_far"] for r in log),
         "crowd_far": statistics.mean(r["crowd_far"] for r in log),
@@ -1577,17 +1581,11 @@ def probation_crowd(args: argparse.Namespace) -> None:
         for identities in cells[1:]:
             for name in PROBATION_HONEST:
                 gains = [crowded[name]["after"] - without[name]["after"] for crowded, without in zip(runs[identities], runs[0])]
-                mean, se = statistics.mean(gains), standard_error(gains)
-                bound = mean - float(student_t.ppf(0.95, len(gains) - 1)) * se
-                print(f"  {identities} identities, node {name}: {mean:+.3f} ({se:.3f}), bound {bound:+.3f}: "
-                      f"{'non-inferior' if bound >= -MARGIN else 'not shown non-inferior'}")
+                print(f"  {identities} identities, node {name}: {judged(gains)}")
             # a and b are one node under two names: their mean a seed measures what the crowd costs a node
             gains = [statistics.mean(crowded[name]["after"] - without[name]["after"] for name in PROBATION_HONEST)
                      for crowded, without in zip(runs[identities], runs[0])]
-            mean, se = statistics.mean(gains), standard_error(gains)
-            bound = mean - float(student_t.ppf(0.95, len(gains) - 1)) * se
-            print(f"  {identities} identities, a and b's mean a seed: {mean:+.3f} ({se:.3f}), bound {bound:+.3f}: "
-                  f"{'non-inferior' if bound >= -MARGIN else 'not shown non-inferior'}")
+            print(f"  {identities} identities, a and b's mean a seed: {judged(gains)}")
 
 
 def payload_sampled(run_dir: Path, task, payload: list[int], prompts: int = 32, group: int = 8) -> float:
