@@ -14,7 +14,7 @@ from swarmnode.assemble import assemble
 from swarmnode.lab.poison import poisoning_link
 from swarmnode.learn.sample import Group, Sample, Verdict
 from swarmnode.loop.intake import Intake
-from swarmnode.loop.ledger import PeerLedger
+from swarmnode.loop.ledger import USELESS_AFTER, PeerLedger
 from swarmnode.loop.pool import (
     ESTABLISHED_ROUNDS,
     HOLD_ROUNDS,
@@ -182,11 +182,27 @@ def test_standing_follows_the_share_of_useful_samples():
     ledger = PeerLedger()
     assert ledger.standing("p") is None, "never screened: a newcomer"
     ledger.screened("p", 8, 0, 0)
-    assert ledger.standing("p") == 0.0, "first impression: nothing useful"
+    assert ledger.standing("p") is None, "one group that taught nothing: a newcomer still"
+    ledger.screened("p", USELESS_AFTER - 8, 0, 1)
+    assert ledger.standing("p") == 0.0, "USELESS_AFTER samples screened, none useful: useless"
     ledger.screened("q", 8, 4, 0)
     assert ledger.standing("q") == 0.5
     ledger.screened("q", 8, 8, 1)
     assert 0.5 < ledger.standing("q") < 1.0
+
+
+def test_a_peer_found_picking_or_unreadable_is_useless_at_once():
+    """Only an unlucky sampler waits for USELESS_AFTER samples: a peer found picking its
+    completions, or sending batches this node cannot read, taught nothing for a reason that
+    more of its samples would not change."""
+    ledger = PeerLedger()
+    ledger.screened("picker", 8, 0, 0, picking=True)
+    ledger.unreadable("stranger", 0)
+    ledger.screened("unlucky", 8, 0, 0)
+    assert ledger.standing("picker") == 0.0 and ledger.standing("stranger") == 0.0
+    assert ledger.standing("unlucky") is None
+    ledger.screened("stranger", 8, 8, 1)  # its tokenizer learned: its next batch is read, and teaches
+    assert ledger.standing("stranger") > 0 and ledger.seniority() == {"stranger": 1}
 
 
 def _config_of(*sets: str):
@@ -210,7 +226,7 @@ def test_samples_near_a_bar_earn_their_sender_no_standing():
     done = screener.open_round([], peers_coming=True).screen(groups)
     ledger = PeerLedger()
     Intake._record(SimpleNamespace(ledger=ledger), 0, done)
-    assert ledger.standing("walker") == 0.0 and ledger.standing("honest") == 0.5
+    assert ledger.standing("walker") is None and ledger.standing("honest") == 0.5, "no standing earned: a newcomer still"
     assert screener.usefulness.usefulness == {"walker": 0.0, "honest": 0.1}, "usefulness counts by the same rule, from 0"
 
 
@@ -244,7 +260,7 @@ class _Live:
 def test_a_node_that_takes_no_peer_groups_takes_no_probation_group_either(tmp_path):
     config = _config(tmp_path, "a", "node.max_peer_groups=0")
     ledger = PeerLedger()
-    ledger.screened("junk", 8, 0, 0)
+    ledger.screened("junk", USELESS_AFTER, 0, 0)
     intake = Intake(config, None, None, "run", _RecordingExchange(), _Live(["junk"]), ledger)
     taken = intake.take(0, _groups("junk", 0, 1), own=[], timings={})
     assert taken.kept == [] and taken.peers == set(), "nothing scored, nothing taken"
@@ -258,7 +274,7 @@ def test_useless_groups_in_the_pool_do_not_stop_the_wait_for_a_proven_peer(tmp_p
     ledger = PeerLedger()
     for peer in ("good", *(f"junk{k}" for k in range(4))):
         ledger.delivered(peer)
-        ledger.screened(peer, 8, 8 if peer == "good" else 0, 0)
+        ledger.screened(peer, USELESS_AFTER, USELESS_AFTER if peer == "good" else 0, 0)
     exchange = _RecordingExchange()
     intake = Intake(config, None, None, "run", exchange, _Live(["good", *(f"junk{k}" for k in range(4))]), ledger)
     for k in range(4):
@@ -375,11 +391,12 @@ def _own(advantages: list[float]) -> list[Sample]:
 
 def test_completions_that_cannot_be_put_into_our_tokens_taught_nothing(tmp_path):
     """A peer of another tokenizer whose every completion fails to translate (a lone piece of a
-    character, say) trains nothing, and its standing counts them as screened and useless."""
+    character, say) trains nothing, and its standing counts them as screened, none useful."""
     intake = _scored_intake(tmp_path, {0: [1.0] * 4})
     intake._score = lambda group: Group(group.peer_id, Problem(0, "1+1", "2"), [1], untranslated=4)
     taken = intake.take(0, _groups("p", 0, 1), own=[], timings={})
-    assert taken.kept == [] and intake.ledger.standing("p") == 0.0 and intake.ledger.peers["p"].screened == 4
+    record = intake.ledger.peers["p"]
+    assert taken.kept == [] and record.screened == 4 and record.standing == 0.0 and record.taught_since is None
 
 
 def test_with_weight_by_usefulness_a_peer_counts_what_it_taught_over_what_ours_teach(tmp_path):

@@ -228,7 +228,7 @@ class Intake:
         sender is asked when there is none, the hub is off, or it gave another document. Said
         once for the first UNREAD_NAMED tokenizers."""
         self.ledger.delivered(peer_id)
-        self.ledger.screened(peer_id, 1, 0, round_)
+        self.ledger.unreadable(peer_id, round_)
         if unknown.digest not in self.families.unreadable and not self.hub_tokenizers.want(unknown.digest, unknown.hub):
             self.exchange.want_tokenizer(peer_id, unknown.digest)
         if len(self.unread) < UNREAD_NAMED and unknown.digest not in self.unread:

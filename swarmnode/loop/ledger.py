@@ -11,7 +11,8 @@ while waited for, and how useful its samples were. Lag is never bad data. From t
   long a round waits is the node's own: swarmnode.loop.waiting);
 - whom the exchange asks directly for new batches (`known`): peers that delivered before,
   however late, unless they cut a download since or were banned;
-- in which order peers share a batch (`standing`): how useful their screened samples were.
+- in which order peers share a batch (`standing`): how useful their screened samples were,
+  once there are enough of them to tell (USELESS_AFTER).
 
 The round loop writes it; the exchange reads it and reports transport faults to it from the
 swarm's thread, through the declared view swarmnode.swarm.base.PeerStanding. Every method
@@ -31,6 +32,11 @@ from swarmnode.settings.config import SwarmSettings
 
 log = logging.getLogger(__name__)
 
+# screened samples, none of them useful, before a peer counts as useless (four groups of 8): one
+# group often teaches nothing while the model knows little, and a peer judged on it waits for
+# probation, a turn a crowd of useless identities contests (docs/security.md)
+USELESS_AFTER = 32
+
 
 @dataclass
 class PeerRecord:
@@ -42,6 +48,7 @@ class PeerRecord:
     screened: int = 0  # samples screened
     standing: float = 0.0  # recent share of its screened samples that were useful (kept, advantage != 0)
     taught_since: int | None = None  # our round in which its samples were first useful
+    judged: bool = False  # found useless on grounds other than its samples' usefulness (picking, unreadable)
 
 
 class PeerLedger:
@@ -111,7 +118,7 @@ class PeerLedger:
         with self._lock:
             record = self.peers.setdefault(peer_id, PeerRecord())
             if picking:
-                record.standing, record.taught_since = 0.0, None
+                record.standing, record.taught_since, record.judged = 0.0, None, True
                 record.screened += offered
                 return
             share = useful / offered
@@ -119,6 +126,14 @@ class PeerLedger:
             record.screened += offered
             if useful and record.taught_since is None:
                 record.taught_since = round_
+
+    def unreadable(self, peer_id: str, round_: int) -> None:
+        """In our round `round_`, a verified batch of the peer's was in a tokenizer this node
+        cannot read (yet): it counts as one sample that taught nothing, and a peer that never
+        taught stands as useless at once (its groups last), not as a newcomer."""
+        with self._lock:
+            self.screened(peer_id, 1, 0, round_)
+            self.peers[peer_id].judged = True
 
     def checkpoint_state(self) -> dict[str, Any]:
         """What a resumed node keeps (swarmnode.loop.checkpoints): the order its peers earned."""
@@ -142,13 +157,19 @@ class PeerLedger:
             return {peer: r.taught_since for peer, r in self.peers.items() if r.taught_since is not None}
 
     def standing(self, peer_id: str) -> float | None:
-        """How useful the peer's samples have been lately, None for a peer never screened: the
-        order in which peers share a batch (swarmnode.loop.pool.fair_queue)."""
+        """How useful the peer's samples have been lately: the order in which peers share a
+        batch (swarmnode.loop.pool.fair_queue). None for a newcomer: never screened, or none of
+        its samples useful yet but fewer than USELESS_AFTER of them screened (unless it was
+        found picking or unreadable)."""
         with self._lock:
             record = self.peers.get(peer_id)
             if record is None or not record.screened:
                 return None
-            return 0.0 if self.is_banned(peer_id) else record.standing
+            if self.is_banned(peer_id):
+                return 0.0
+            if record.standing <= 0 and record.screened < USELESS_AFTER and not record.judged:
+                return None
+            return record.standing
 
     def has_delivered(self, peer_id: str) -> bool:
         """Delivered a valid batch to this node at some point (whatever happened since)."""
