@@ -231,6 +231,41 @@ def test_a_useless_near_peer_is_probed_every_round_where_a_proven_far_peer_made_
         "a far useless peer is never the one probed"
 
 
+def test_a_near_peer_on_trial_is_probed_where_a_proven_far_peer_made_the_share_whole(tmp_path):
+    """A near peer whose one screened group taught nothing is on trial (a newcomer until
+    loop.ledger.USELESS_AFTER of its samples were screened), not useless. A node whose share is
+    whole takes no newcomer's turn, so probation screens it there, as it would a useless one,
+    and every PROBATION_EVERY-th round where there is room; in other rounds its group is no
+    probation group and takes no room on top."""
+    intake = _measuring_intake(tmp_path, {"f": -3.0, "n": -1.0}, "node.far_room=top")
+    intake.ledger.screened("f", 8, 4, 0)
+    intake.ledger.screened("n", 8, 0, 0)
+    assert intake.ledger.standing("n") is None and intake.ledger.on_trial("n")
+    intake.share.gaps, intake.share.far, intake.share.far_part = {"f": 2.0, "n": 0.0}, {"f"}, 1.0
+    for peer in ("f", "n"):
+        intake.pool.add(peer, 1, _groups(peer, 1, 2, arrived=time.monotonic()), our_round=1)
+    queue = intake.collect(1, generate_s=1.0, timings={})  # round 1: not a PROBATION_EVERY-th round
+    assert queue[0].peer_id == "n", "the near peer on trial first, on probation"
+    taken = intake.take(1, queue, own=_own(-1.0), timings={})
+    assert {s.source for s in taken.kept} == {"n", "f"}, "the probed group kept, the far one on top"
+    assert intake.ledger.standing("n") > 0, "it taught: proven"
+
+
+def test_a_near_peer_on_trial_takes_no_room_on_top_outside_probation_rounds(tmp_path):
+    """With room in the share, a peer on trial first in the queue (no proven peer) takes a
+    newcomer's turn in the share, not a probation group on top of it."""
+    intake = _measuring_intake(tmp_path, {"n": -1.0, "m": -1.0})
+    for peer in ("n", "m"):
+        intake.ledger.screened(peer, 8, 0, 0)
+    _, budget = batch_split(intake.config, intake.share.current())
+    group_size = intake.config.rollout.group_size
+    assert budget > 0
+    taken = intake.take(1, _groups("n", 1, budget + 2), own=_own(-1.0), timings={})
+    assert len(taken.kept) == budget * group_size, "the share, nothing on top"
+    taken = intake.take(PROBATION_EVERY, _groups("m", 1, budget + 2), own=_own(-1.0), timings={})
+    assert len(taken.kept) == (budget + 1) * group_size, "a probation round: one group on top"
+
+
 def _crowded_round(intake, round_: int, whole: bool, standing: dict[str, float], far: set[str]) -> list[OfferedGroup]:
     """Round `round_` of a node beside `standing`'s peers, `far` of them far by likelihood (gap 2):
     the share whole (far peers fill what it reads) or not, each peer offering two groups, the

@@ -163,11 +163,15 @@ class Intake:
         offers = self.pool.offers(round_)
         rng = random.Random(f"{node.seed}:{self.exchange.peer_id}:{round_}:intake")
         standing = {peer: self.ledger.standing(peer) for peer in offers}
-        # a node whose share adapted to its whole batch takes no peer's group but on probation:
-        # there a near peer found useless is screened every round, not every PROBATION_EVERY-th
-        whole_batch = self.share.enabled and budget == 0
-        return fair_queue(offers, standing, rng, probation=whole_batch or round_ % PROBATION_EVERY == 0,
-                          seniority=self.ledger.seniority(), round_=round_, not_on_probation=self.share.far_peers())
+        return fair_queue(offers, standing, rng, probation=self._probation_round(round_, budget),
+                          seniority=self.ledger.seniority(), round_=round_, not_on_probation=self.share.far_peers(),
+                          on_trial={peer for peer in offers if self.ledger.on_trial(peer)})
+
+    def _probation_round(self, round_: int, budget: int) -> bool:
+        """Whether a useless (or on trial) near peer's group is screened on top this round:
+        every PROBATION_EVERY-th round, and every round while the node's share adapted to its
+        whole batch, where it takes no peer's group but on probation."""
+        return (self.share.enabled and budget == 0) or round_ % PROBATION_EVERY == 0
 
     def _accept(self, received: list[Received], our_round: int) -> set[str]:
         """Decode strictly, check each batch belongs to this run and its sender's round, and
@@ -257,7 +261,8 @@ class Intake:
         group_size = self.config.rollout.group_size
         own_rewards = [sample.reward for sample in own]
         self._own_reward = sum(own_rewards) / len(own_rewards) if own_rewards else None
-        # a useless peer's group on probation comes first (pool.fair_queue) and on top of the
+        # a useless peer's group on probation (or, in a probation round, one on trial: too little
+        # screened to judge it) comes first (pool.fair_queue) and on top of the
         # share, so screening it again costs a proven peer nothing; no share, no probation, but
         # for a share that adapted to the whole batch (loop.share): there a near peer found
         # useless in the first rounds, when nothing teaches, stayed out for good, behind a
@@ -265,7 +270,9 @@ class Intake:
         # peer shut out")
         first = offered[0].peer_id if offered else None
         on_probation = (
-            (budget > 0 or self.share.enabled) and first is not None and is_useless(self.ledger.standing(first))
+            (budget > 0 or self.share.enabled) and first is not None
+            and (is_useless(self.ledger.standing(first))
+                 or (self._probation_round(round_, budget) and self.ledger.on_trial(first)))
             and not self.ledger.is_banned(first) and not self.share.is_far(first)
         )
         wanted = (budget + on_probation) * group_size

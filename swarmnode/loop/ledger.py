@@ -167,9 +167,17 @@ class PeerLedger:
                 return None
             if self.is_banned(peer_id):
                 return 0.0
-            if record.standing <= 0 and record.screened < USELESS_AFTER and not record.judged:
-                return None
-            return record.standing
+            return None if self.on_trial(peer_id) else record.standing
+
+    def on_trial(self, peer_id: str) -> bool:
+        """Screened, none of its samples useful yet, but fewer than USELESS_AFTER of them and
+        not found picking or unreadable: a newcomer still, whom a probation turn may screen."""
+        with self._lock:
+            record = self.peers.get(peer_id)
+            return (
+                record is not None and 0 < record.screened < USELESS_AFTER and record.standing <= 0
+                and not record.judged and not self.is_banned(peer_id)
+            )
 
     def has_delivered(self, peer_id: str) -> bool:
         """Delivered a valid batch to this node at some point (whatever happened since)."""

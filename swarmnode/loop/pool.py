@@ -157,6 +157,7 @@ def fair_queue(
     offers: Mapping[str, list[T]], standing: Mapping[str, float | None], rng: random.Random,
     newcomer_every: int = NEWCOMER_EVERY, probation: bool = False,
     seniority: Mapping[str, int] | None = None, round_: int = 0, not_on_probation: Collection[str] = (),
+    on_trial: Collection[str] = (),
 ) -> list[T]:
     """The offered groups the peers' share of a batch may take, in the order it takes them.
 
@@ -169,8 +170,10 @@ def fair_queue(
     every PROBATION_EVERY-th round), one group of one useless peer picked by `rng` comes first,
     for the caller to take on top of the share: an honest peer whose first screened groups
     happened to teach nothing is screened again and can earn its way back even when useful
-    peers fill the share, at the cost of one group every few rounds. A peer in
-    `not_on_probation` (a far one, whose groups take no room: loop.share) is never the one."""
+    peers fill the share, at the cost of one group every few rounds. A peer `on_trial` (screened,
+    nothing useful yet, too little to judge: loop.ledger.USELESS_AFTER) takes newcomer turns and
+    may be the one too: a node that takes no peer's group into its batch screens it nowhere else.
+    A peer in `not_on_probation` (a far one, whose groups take no room: loop.share) is never the one."""
     peers = list(offers)
     rng.shuffle(peers)
     proven = sorted((p for p in peers if is_proven(standing.get(p))), key=lambda p: -(standing[p] or 0.0))
@@ -180,10 +183,12 @@ def fair_queue(
     newcomer_turns = _turns(offers, newcomers)
     useless_turns = _turns(offers, useless)
     on_probation: list[T] = []
-    eligible = [p for p in useless if p not in not_on_probation and offers[p]]
+    on_trial_or_useless = set(useless).union(on_trial)
+    eligible = [p for p in peers if p in on_trial_or_useless and p not in not_on_probation and offers[p]]
     if probation and eligible:
         on_probation = [offers[eligible[0]][0]]
         useless_turns = [group for group in useless_turns if group is not on_probation[0]]
+        newcomer_turns = [group for group in newcomer_turns if group is not on_probation[0]]
     queue: list[T] = []
     while proven_turns or newcomer_turns:
         newcomer_slot = (len(queue) + 1) % newcomer_every == 0
