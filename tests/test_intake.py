@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import random
 import time
+from collections import Counter
 from types import SimpleNamespace
 
 import numpy as np
@@ -109,6 +110,23 @@ def test_a_useless_peer_gets_one_probation_turn_in_probation_rounds():
     assert all_far[:8] == plain[:8], "no useless peer may be probed: no probation turn"
 
 
+def test_a_peer_on_trial_takes_newcomer_turns_and_may_take_the_probation_turn():
+    """A peer on trial stands None (a newcomer) and keeps its newcomer turns; in a probation
+    round it is among those the turn is drawn from, its group then first and not again later."""
+    offers = _offers(good=4, trial=2, junk=2)
+    standing = {"good": 0.5, "junk": 0.0}  # "trial": None, as the ledger reports one on trial
+    plain = fair_queue(offers, standing, random.Random(0), on_trial={"trial"})
+    assert plain == ["good0", "good1", "good2", "trial0", "good3", "trial1", "junk0", "junk1"], "newcomer turns"
+    drawn = Counter()
+    for seed in range(40):
+        probed = fair_queue(offers, standing, random.Random(seed), probation=True, on_trial={"trial"})
+        assert sorted(probed) == sorted(plain), "every group once"
+        drawn[probed[0][:-1]] += 1
+    assert set(drawn) == {"trial", "junk"}, "drawn among the useless and those on trial"
+    assert fair_queue(offers, standing, random.Random(0), probation=True, on_trial={"trial"},
+                      not_on_probation={"trial", "junk"})[:4] == plain[:4], "a far one is never the one"
+
+
 def _groups(peer: str, round_: int, count: int, arrived: float = 0.0) -> list[OfferedGroup]:
     return [OfferedGroup(peer, round_, i, [], arrived) for i in range(count)]
 
@@ -201,8 +219,10 @@ def test_a_peer_found_picking_or_unreadable_is_useless_at_once():
     ledger.screened("unlucky", 8, 0, 0)
     assert ledger.standing("picker") == 0.0 and ledger.standing("stranger") == 0.0
     assert ledger.standing("unlucky") is None
-    ledger.screened("stranger", 8, 8, 1)  # its tokenizer learned: its next batch is read, and teaches
-    assert ledger.standing("stranger") > 0 and ledger.seniority() == {"stranger": 1}
+    ledger.screened("stranger", 8, 0, 1)  # its tokenizer learned: its next batch is read, all alike
+    assert ledger.standing("stranger") is None and ledger.on_trial("stranger"), "read: judged as anyone's"
+    ledger.screened("stranger", 8, 8, 2)  # ... and then one that teaches
+    assert ledger.standing("stranger") > 0 and ledger.seniority() == {"stranger": 2}
 
 
 def _config_of(*sets: str):
@@ -266,15 +286,17 @@ def test_a_node_that_takes_no_peer_groups_takes_no_probation_group_either(tmp_pa
     assert taken.kept == [] and taken.peers == set(), "nothing scored, nothing taken"
 
 
-def test_useless_groups_in_the_pool_do_not_stop_the_wait_for_a_proven_peer(tmp_path):
+@pytest.mark.parametrize("junk_screened", [8, USELESS_AFTER], ids=["on-trial", "useless"])
+def test_useless_groups_in_the_pool_do_not_stop_the_wait_for_a_proven_peer(tmp_path, junk_screened):
     """A crowd's useless groups fill no share, so they must not stand in for it either: with
     the pool full of them and nothing of the proven peer's, the round still waits its bounded
-    share for that peer; with the proven peer's groups there, it does not wait."""
+    share for that peer; with the proven peer's groups there, it does not wait. Groups of
+    identities on trial (too few screened to judge) have taught nothing either."""
     config = _config(tmp_path, "a", "rollout.prompts_per_round=8", "node.own_share=0.5")
     ledger = PeerLedger()
     for peer in ("good", *(f"junk{k}" for k in range(4))):
         ledger.delivered(peer)
-        ledger.screened(peer, USELESS_AFTER, USELESS_AFTER if peer == "good" else 0, 0)
+        ledger.screened(peer, junk_screened, junk_screened if peer == "good" else 0, 0)
     exchange = _RecordingExchange()
     intake = Intake(config, None, None, "run", exchange, _Live(["good", *(f"junk{k}" for k in range(4))]), ledger)
     for k in range(4):
@@ -283,7 +305,8 @@ def test_useless_groups_in_the_pool_do_not_stop_the_wait_for_a_proven_peer(tmp_p
     assert exchange.waits[-1] == (0.25 * 1.2, {"good"}), "64 useless groups held: still short, so wait for the proven peer"
     assert exchange.held[-1] == {f"junk{k}" for k in range(4)}, "told whose groups wait here: no more of theirs"
     intake.pool.add("good", 0, _groups("good", 0, 4, arrived=time.monotonic()), our_round=2)
-    assert [group.peer_id for group in intake.collect(2, generate_s=1.2, timings={})[:4]] == ["good"] * 4
+    firsts = [group.peer_id for group in intake.collect(2, generate_s=1.2, timings={})[:5]]
+    assert firsts.count("good") == 4 and firsts[:3] == ["good"] * 3, "proven first (beside a newcomer turn in four)"
     assert exchange.waits[-1][0] == 0.0, "the proven peer's groups fill the share: no wait"
 
 

@@ -143,12 +143,12 @@ class Intake:
         self.pool.expire(time.monotonic(), node.max_age_s, node.staleness)
         live = set(self.membership.live_peers())
         _, budget = batch_split(self.config, self.share.current())
-        # Useless peers' groups only fill what the others leave (pool.fair_queue), and far ones'
-        # take no room (loop.share), so neither makes the share full: a round still waits its
-        # bounded time for a proven peer
+        # Useless peers' groups only fill what the others leave (pool.fair_queue), far ones' take
+        # no room (loop.share), and those of peers on trial have taught nothing yet, so none of
+        # them makes the share full: a round still waits its bounded time for a proven peer
         offered = self.pool.offers(round_)
         short = sum(len(groups) for peer, groups in offered.items()
-                    if not is_useless(self.ledger.standing(peer)) and not self.share.is_far(peer)) < budget
+                    if not self._taught_nothing(peer) and not self.share.is_far(peer)) < budget
         wait = self.waits.plan(
             short=short, live=live, earned=self.ledger.expected(live) - self.share.far_peers(), pooled=self.pool.peers,
             ever_delivered=self.ledger.ever_delivered(), held=self.pool.holding(round_), generate_s=generate_s,
@@ -166,6 +166,10 @@ class Intake:
         return fair_queue(offers, standing, rng, probation=self._probation_round(round_, budget),
                           seniority=self.ledger.seniority(), round_=round_, not_on_probation=self.share.far_peers(),
                           on_trial={peer for peer in offers if self.ledger.on_trial(peer)})
+
+    def _taught_nothing(self, peer: str) -> bool:
+        """Screened, and none of its samples useful yet: useless, or on trial (loop.ledger)."""
+        return is_useless(self.ledger.standing(peer)) or self.ledger.on_trial(peer)
 
     def _probation_round(self, round_: int, budget: int) -> bool:
         """Whether a useless (or on trial) near peer's group is screened on top this round:
@@ -293,7 +297,7 @@ class Intake:
         # alone pays for, as this node timed its work (loop.round_costs)
         topping = [group for group in far if self.share.comes_on_top(group.peer_id)]
         most = min(room - budget, self.costs.on_top_groups(self.config.rollout.prompts_per_round))
-        on_top = sorted(topping, key=lambda group: is_useless(self.ledger.standing(group.peer_id)))[:max(0, most)]
+        on_top = sorted(topping, key=lambda group: self._taught_nothing(group.peer_id))[:max(0, most)]
         timings["score_s"] = timings["screen_s"] = 0.0
         screening = self.screener.open_round(own, peers_coming=(bool(queue) and wanted > 0) or bool(on_top))
         measured = Measured()  # peers' samples under our model and as we graded them (loop.share)

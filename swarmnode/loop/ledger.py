@@ -48,7 +48,8 @@ class PeerRecord:
     screened: int = 0  # samples screened
     standing: float = 0.0  # recent share of its screened samples that were useful (kept, advantage != 0)
     taught_since: int | None = None  # our round in which its samples were first useful
-    judged: bool = False  # found useless on grounds other than its samples' usefulness (picking, unreadable)
+    picking: bool = False  # found picking its completions: useless at once, not on trial, until it teaches
+    unread: bool = False  # its last batch was in a tokenizer we cannot read: useless at once, until one is read
 
 
 class PeerLedger:
@@ -118,9 +119,10 @@ class PeerLedger:
         with self._lock:
             record = self.peers.setdefault(peer_id, PeerRecord())
             if picking:
-                record.standing, record.taught_since, record.judged = 0.0, None, True
+                record.standing, record.taught_since, record.picking = 0.0, None, True
                 record.screened += offered
                 return
+            record.unread = False
             share = useful / offered
             record.standing = share if not record.screened else record.standing + STANDING_WEIGHT * (share - record.standing)
             record.screened += offered
@@ -130,10 +132,11 @@ class PeerLedger:
     def unreadable(self, peer_id: str, round_: int) -> None:
         """In our round `round_`, a verified batch of the peer's was in a tokenizer this node
         cannot read (yet): it counts as one sample that taught nothing, and a peer that never
-        taught stands as useless at once (its groups last), not as a newcomer."""
+        taught stands as useless at once (its groups last), not on trial, until a batch of its
+        is read: from then on its samples are judged as anyone's."""
         with self._lock:
             self.screened(peer_id, 1, 0, round_)
-            self.peers[peer_id].judged = True
+            self.peers[peer_id].unread = True
 
     def checkpoint_state(self) -> dict[str, Any]:
         """What a resumed node keeps (swarmnode.loop.checkpoints): the order its peers earned."""
@@ -170,13 +173,15 @@ class PeerLedger:
             return None if self.on_trial(peer_id) else record.standing
 
     def on_trial(self, peer_id: str) -> bool:
-        """Screened, none of its samples useful yet, but fewer than USELESS_AFTER of them and
-        not found picking or unreadable: a newcomer still, whom a probation turn may screen."""
+        """Screened, standing at 0 (none of its samples useful since it was first screened or
+        since its seniority was restored), but fewer than USELESS_AFTER of them and not found
+        picking nor its last batch unreadable: a newcomer still, whom a probation turn may
+        screen."""
         with self._lock:
             record = self.peers.get(peer_id)
             return (
                 record is not None and 0 < record.screened < USELESS_AFTER and record.standing <= 0
-                and not record.judged and not self.is_banned(peer_id)
+                and not record.picking and not record.unread and not self.is_banned(peer_id)
             )
 
     def has_delivered(self, peer_id: str) -> bool:

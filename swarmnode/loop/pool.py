@@ -23,7 +23,7 @@ from swarmnode.protocol.wire import Completion
 from swarmnode.swarm.base import is_proven, is_useless
 
 NEWCOMER_EVERY = 4  # every 4th turn of the peers' share goes to a peer without a useful record
-PROBATION_EVERY = 4  # every 4th round, a newcomer turn no newcomer takes goes to one useless peer
+PROBATION_EVERY = 4  # every 4th round, one useless (or on trial) peer's group comes first, on top of the share
 SPACING_WEIGHT = 0.5  # how far one longer gap between a peer's batches moves its measured spacing
 HOLD_ROUNDS = 16  # an unused batch younger than this (our rounds) stands in for its sender's next: holding()
 COHORT_ROUNDS = 16  # peers that first taught us within this many of our rounds of each other share a cohort
@@ -165,15 +165,16 @@ def fair_queue(
     peer id by sorting first (ties are broken by `rng`). Peers whose samples have been useful
     go first, the most useful first, a cohort of older ones keeping 3 turns in 4 over younger
     ones (`cohorts`, by `seniority` at our round `round_`); every `newcomer_every`-th turn goes to a newcomer
-    (standing None: never screened) while one has groups left, so a new peer is heard at once.
-    Peers found useless (`is_useless`) only fill what is left. With `probation` (the caller's
-    every PROBATION_EVERY-th round), one group of one useless peer picked by `rng` comes first,
-    for the caller to take on top of the share: an honest peer whose first screened groups
-    happened to teach nothing is screened again and can earn its way back even when useful
-    peers fill the share, at the cost of one group every few rounds. A peer `on_trial` (screened,
-    nothing useful yet, too little to judge: loop.ledger.USELESS_AFTER) takes newcomer turns and
-    may be the one too: a node that takes no peer's group into its batch screens it nowhere else.
-    A peer in `not_on_probation` (a far one, whose groups take no room: loop.share) is never the one."""
+    (standing None: never screened, or on trial) while one has groups left, so a new peer is
+    heard at once. Peers found useless (`is_useless`) only fill what is left. With `probation`
+    (the caller's every PROBATION_EVERY-th round), one group of one useless or `on_trial` peer
+    (screened, nothing useful yet, too little to judge: loop.ledger.USELESS_AFTER) picked by
+    `rng` comes first, for the caller to take on top of the share: an honest peer whose
+    screened groups happened to teach nothing is screened again and can earn its way back even
+    when useful peers fill the share, at the cost of one group every few rounds; and one on
+    trial is screened where a node that takes no peer's group into its batch has no newcomer
+    turn to give. A peer in `not_on_probation` (a far one, whose groups take no room:
+    loop.share) is never the one."""
     peers = list(offers)
     rng.shuffle(peers)
     proven = sorted((p for p in peers if is_proven(standing.get(p))), key=lambda p: -(standing[p] or 0.0))

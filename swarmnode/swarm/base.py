@@ -37,7 +37,8 @@ def is_proven(standing: float | None) -> bool:
 
 
 def is_useless(standing: float | None) -> bool:
-    """Screened, and none of its samples taught anything (all answers alike, or gated)."""
+    """Screened and judged, and none of its samples taught anything (all answers alike, or
+    gated): too few screened to judge, a peer stands as a newcomer (loop.ledger.USELESS_AFTER)."""
     return standing is not None and standing <= 0
 
 
@@ -48,7 +49,8 @@ class PeerStanding(Protocol):
     a peer is known by batches this node fetched, decoded and checked itself."""
 
     def standing(self, peer_id: str) -> float | None:
-        """How useful its samples have been lately (see is_proven / is_useless); None: never screened."""
+        """How useful its samples have been lately (see is_proven / is_useless); None: a newcomer
+        (never screened, or too little of it to judge)."""
         ...
 
     def known(self, peer_id: str) -> bool:
