@@ -15,10 +15,12 @@ from scipy.stats import binom
 
 from swarmnode.assemble import assemble
 from swarmnode.loop.intake import SCREEN_PASSES
+from swarmnode.loop.ledger import USELESS_AFTER
 from swarmnode.loop.pool import PROBATION_EVERY, OfferedGroup
 from swarmnode.loop.share import AdaptiveShare
 from swarmnode.protocol.batches import batch_split
 from swarmnode.settings.config import load_config
+from swarmnode.swarm.base import is_useless
 from tests.test_intake import FAR_RULES_OFF, _config, _groups, _scored_intake
 
 
@@ -206,49 +208,35 @@ def test_with_far_room_top_a_useless_far_peer_s_group_comes_on_top_only_after_pr
     assert opened == [True], "no room in the share, yet peers' samples come: the round's bars (the anchor) are set"
 
 
-def test_a_useless_near_peer_is_probed_every_round_where_a_proven_far_peer_made_the_share_whole(tmp_path):
+@pytest.mark.parametrize("n_screened", [USELESS_AFTER, 8], ids=["useless", "on-trial"])
+def test_a_useless_near_peer_is_probed_every_round_where_a_proven_far_peer_made_the_share_whole(tmp_path, n_screened):
     """The shut-out of docs/figures.md ("A near peer shut out"): early on nothing teaches, so a
     near peer's first groups leave it useless, while a far peer screened on top every round is
     proven by its first informative sample. Its groups then come first and fill the room, which
     reads all far: the node generates its whole batch, and with no room there was no probation,
     so the near peer was never screened again. Now a useless near peer is probed on top every
-    round while the share is whole (the far peer never is), and once it teaches it takes room."""
+    round while the share is whole (the far peer never is), and once it teaches it takes room.
+    So is one on trial (one dull group screened: loop.ledger.USELESS_AFTER), a newcomer still,
+    for such a node gives no newcomer turns."""
     intake = _measuring_intake(tmp_path, {"f": -3.0, "n": -1.0}, "node.far_room=top")
-    standing = {"f": 0.5, "n": 0.0}
-    intake.ledger.standing = standing.get
+    intake.ledger.screened("f", 8, 4, 0)
+    intake.ledger.screened("n", n_screened, 0, 0)
+    assert is_useless(intake.ledger.standing("n")) == (n_screened >= USELESS_AFTER) != intake.ledger.on_trial("n")
     intake.share.gaps, intake.share.far, intake.share.far_part = {"f": 2.0, "n": 0.0}, {"f"}, 1.0
     assert batch_split(intake.config, intake.share.current())[1] == 0, "the whole batch is ours: no room"
     for peer in ("f", "n"):
         intake.pool.add(peer, 1, _groups(peer, 1, 2, arrived=time.monotonic()), our_round=1)
     queue = intake.collect(1, generate_s=1.0, timings={})  # round 1: not a PROBATION_EVERY-th round
-    assert queue[0].peer_id == "n", "the useless near peer's group first, on probation"
-    taken = intake.take(1, queue, own=_own(-1.0), timings={})
-    assert {s.source for s in taken.kept} == {"n", "f"}, "the probed group kept, the far one on top"
-    assert intake.share.current() < 1.0, "a near group in the room: the next round leaves room for peers"
-    intake.share.far = {"f", "n"}
-    intake.pool.add("n", 2, _groups("n", 2, 2, arrived=time.monotonic()), our_round=2)
-    assert all(g.peer_id != "n" or i > 0 for i, g in enumerate(intake.collect(2, generate_s=1.0, timings={}))), \
-        "a far useless peer is never the one probed"
-
-
-def test_a_near_peer_on_trial_is_probed_where_a_proven_far_peer_made_the_share_whole(tmp_path):
-    """A near peer whose one screened group taught nothing is on trial (a newcomer until
-    loop.ledger.USELESS_AFTER of its samples were screened), not useless. A node whose share is
-    whole takes no newcomer's turn, so probation screens it there, as it would a useless one,
-    and every PROBATION_EVERY-th round where there is room; in other rounds its group is no
-    probation group and takes no room on top."""
-    intake = _measuring_intake(tmp_path, {"f": -3.0, "n": -1.0}, "node.far_room=top")
-    intake.ledger.screened("f", 8, 4, 0)
-    intake.ledger.screened("n", 8, 0, 0)
-    assert intake.ledger.standing("n") is None and intake.ledger.on_trial("n")
-    intake.share.gaps, intake.share.far, intake.share.far_part = {"f": 2.0, "n": 0.0}, {"f"}, 1.0
-    for peer in ("f", "n"):
-        intake.pool.add(peer, 1, _groups(peer, 1, 2, arrived=time.monotonic()), our_round=1)
-    queue = intake.collect(1, generate_s=1.0, timings={})  # round 1: not a PROBATION_EVERY-th round
-    assert queue[0].peer_id == "n", "the near peer on trial first, on probation"
+    assert queue[0].peer_id == "n", "the near peer's group first, on probation"
     taken = intake.take(1, queue, own=_own(-1.0), timings={})
     assert {s.source for s in taken.kept} == {"n", "f"}, "the probed group kept, the far one on top"
     assert intake.ledger.standing("n") > 0, "it taught: proven"
+    assert intake.share.current() < 1.0, "a near group in the room: the next round leaves room for peers"
+    intake.share.far = {"f", "n"}
+    intake.ledger.screened("n", 8, 0, 2, picking=True)  # useless again (found picking)
+    intake.pool.add("n", 2, _groups("n", 2, 2, arrived=time.monotonic()), our_round=2)
+    assert all(g.peer_id != "n" or i > 0 for i, g in enumerate(intake.collect(2, generate_s=1.0, timings={}))), \
+        "a far useless peer is never the one probed"
 
 
 def test_a_near_peer_on_trial_takes_no_room_on_top_outside_probation_rounds(tmp_path):
