@@ -195,11 +195,13 @@ def test_with_far_room_top_near_groups_fill_the_share_and_far_ones_only_the_room
         "the node can tell the samples on top from those in the share (node.on_top_step)"
 
 
-def test_with_far_room_top_a_useless_far_peer_s_group_comes_on_top_only_after_proven_far_peers(tmp_path):
-    """A probation round puts a useless peer's group first; far, it takes no probation turn, and
-    the room on top goes to a proven far peer's group before it."""
+@pytest.mark.parametrize("u_screened", [USELESS_AFTER, 8], ids=["useless", "on-trial"])
+def test_with_far_room_top_a_useless_far_peer_s_group_comes_on_top_only_after_proven_far_peers(tmp_path, u_screened):
+    """A probation round puts a useless (or on-trial) peer's group first; far, it takes no
+    probation turn, and the room on top goes to a proven far peer's group before it."""
     intake = _measuring_intake(tmp_path, {"f": -3.0, "u": -3.0}, "node.far_room=top")
-    intake.ledger.standing = lambda peer: 0.0 if peer == "u" else 0.5
+    intake.ledger.screened("f", 8, 4, 0)
+    intake.ledger.screened("u", u_screened, 0, 0)
     intake.share.gaps, intake.share.far, intake.share.far_part = {"f": 2.0, "u": 2.0}, {"f", "u"}, 1.0
     opened, open_round = [], intake.screener.open_round
     intake.screener.open_round = lambda own, peers_coming: opened.append(peers_coming) or open_round(own, peers_coming)
