@@ -1489,7 +1489,7 @@ def run_probation_crowd(identities: int, args: argparse.Namespace, seed: int) ->
 def _watch_probation(node, log: list[dict], other: str, crowd_names: set[str]) -> None:  # noqa: ANN001
     """Append to `log` an entry for each round of the node: read as its intake collects, whether
     the round had a probation turn (its share whole, or every PROBATION_EVERY-th round) and
-    which peer won it (the queue's first group, from a useless near peer), the other honest
+    which peer won it (the queue's first group, from a useless or on-trial near peer), the other honest
     node's standing there (useless, far) and how many crowd identities are far; then the peers
     whose groups it screened (its intake's `_screen_chunk`: the share, the probation turn and far
     groups on top, not the far groups only measured) and whose samples it trained on (the
@@ -1500,11 +1500,14 @@ def _watch_probation(node, log: list[dict], other: str, crowd_names: set[str]) -
     def useless_near(peer: str) -> bool:
         return is_useless(intake.ledger.standing(peer)) and not intake.share.is_far(peer)
 
+    def contests_probation(peer: str) -> bool:  # useless or on trial (loop.ledger.USELESS_AFTER), and near
+        return useless_near(peer) or (intake.ledger.on_trial(peer) and not intake.share.is_far(peer))
+
     def collected(round_, generate_s, timings):  # noqa: ANN001, ANN202
         whole = intake.share.enabled and batch_split(node.config, intake.share.current())[1] == 0
         queue = collect(round_, generate_s, timings)
         turn = whole or round_ % PROBATION_EVERY == 0
-        winner = queue[0].peer_id if turn and queue and useless_near(queue[0].peer_id) else None
+        winner = queue[0].peer_id if turn and queue and contests_probation(queue[0].peer_id) else None
         log.append({"whole": whole, "turn": winner is not None, "winner": winner,
                     "other_useless": useless_near(other), "other_far": intake.share.is_far(other),
                     "crowd_far": sum(intake.share.is_far(peer) for peer in crowd_names),
