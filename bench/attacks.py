@@ -15,6 +15,7 @@
     python bench/attacks.py useful-crowd [--identities 3 16 64] [--rounds 80] [--arrive 20]
     python bench/attacks.py first-crowd [--identities 6] [--payload 1] [--rounds 150] [--beat 1.0]
     python bench/attacks.py probation-crowd [--identities 8] [--rounds 80] [--far-model tiny-llama] [--own-share 0.5] [--seeds 1]
+                                            [--churn 0]
     python bench/attacks.py grader [--timeout 10]
     python bench/attacks.py math-grader [--timeout 15]
 
@@ -146,7 +147,9 @@ round by round in one process (the in-memory exchange) with, from the first roun
 `--identities` identities publishing one group a round of the public starting model's own
 samples, drawn four times over and every answer wrong: the sampler's log-probs, nothing
 written, nothing to learn, useless and never a provable liar (swarmnode/lab/crowd.py
-UselessCrowd). Printed per seed, crowd and honest node, beside the same run without the crowd,
+UselessCrowd). With `--churn K` the crowd abandons its identities every K rounds for new ones,
+which are newcomers again: never screened enough to be found useless, nor measured far by the
+trail rule (an attacker who knows the rules). Printed per seed, crowd and honest node, beside the same run without the crowd,
 in rounds: those it generated its whole batch, those it gave a useless near peer the probation
 turn and how many the other honest node and the crowd won, those the other honest node stood
 useless (and near) or far at it; then the crowd's identities far at it (mean a round), the
@@ -1461,12 +1464,17 @@ def run_probation_crowd(identities: int, args: argparse.Namespace, seed: int) ->
         public = Policy.load(a.config.model, a.config.train, seed=seed)  # the starting weights, public
         sampler = HFGenerator(public, a.config.rollout, seed=seed + 1)
         names = [f"crowd{i}" for i in range(identities)]
+        crowd_names = set(names)  # every identity the crowd used (more with --churn)
         crowd = UselessCrowd([hub.exchange(n, a.run_id, PeerLedger()) for n in names], a.run_id, a.config, a.task, public, sampler)
         logs: dict[str, list[dict]] = {name: [] for name in PROBATION_HONEST}
         for name, other in zip(PROBATION_HONEST, reversed(PROBATION_HONEST)):
-            _watch_probation(nodes[name], logs[name], other, set(names))
+            _watch_probation(nodes[name], logs[name], other, crowd_names, crowd)
         before = {name: strict_accuracy(nodes[name], args.eval_size)[0] for name in PROBATION_HONEST}
         for round_ in range(args.rounds):
+            if args.churn and round_ and round_ % args.churn == 0:  # fresh identities: newcomers again
+                names = [f"crowd{i}.{round_ // args.churn}" for i in range(identities)]
+                crowd_names.update(names)
+                crowd.renew([hub.exchange(n, a.run_id, PeerLedger()) for n in names])
             spent = dict.fromkeys(nodes, 0.0)
             states = {}
             for name, node in nodes.items():
@@ -1482,15 +1490,16 @@ def run_probation_crowd(identities: int, args: argparse.Namespace, seed: int) ->
                 logs[name][-1]["round_s"] = spent[name]
         after = {name: strict_accuracy(nodes[name], args.eval_size)[0] for name in PROBATION_HONEST}
     return {"published": crowd.published, **{
-        name: _probation_summary(logs[name], other, set(names), before[name], after[name])
+        name: _probation_summary(logs[name], other, crowd_names, before[name], after[name])
         for name, other in zip(PROBATION_HONEST, reversed(PROBATION_HONEST))}}
 
 
-def _watch_probation(node, log: list[dict], other: str, crowd_names: set[str]) -> None:  # noqa: ANN001
+def _watch_probation(node, log: list[dict], other: str, crowd_names: set[str], crowd: UselessCrowd) -> None:  # noqa: ANN001
     """Append to `log` an entry for each round of the node: read as its intake collects, whether
     the round had a probation turn (its share whole, or every PROBATION_EVERY-th round) and
     which peer won it (the queue's first group, from a useless or on-trial near peer), the other honest
-    node's standing there (useless, far) and how many crowd identities are far; then the peers
+    node's standing there (useless, far) and how many of the crowd's present identities are far
+    (`crowd_names` holds every one it used); then the peers
     whose groups it screened (its intake's `_screen_chunk`: the share, the probation turn and far
     groups on top, not the far groups only measured) and whose samples it trained on (the
     crowd's counted as one, and apart those with a non-zero advantage)."""
@@ -1510,7 +1519,7 @@ def _watch_probation(node, log: list[dict], other: str, crowd_names: set[str]) -
         winner = queue[0].peer_id if turn and queue and contests_probation(queue[0].peer_id) else None
         log.append({"whole": whole, "turn": winner is not None, "winner": winner,
                     "other_useless": useless_near(other), "other_far": intake.share.is_far(other),
-                    "crowd_far": sum(intake.share.is_far(peer) for peer in crowd_names),
+                    "crowd_far": sum(intake.share.is_far(exchange.peer_id) for exchange in crowd.exchanges),
                     "screened": [], "kept": Counter()})
         return queue
 
@@ -1560,7 +1569,8 @@ def probation_crowd(args: argparse.Namespace) -> None:
                   f"{runs[identities][-1]['published']} crowd groups sent", flush=True)
     print(f"probation-crowd: honest tiny nodes a, b and a far {args.far_model} f in step, {args.rounds} rounds, node.own_share "
           f"{args.own_share}; from the first round each identity publishes one group a round of the public model's samples, "
-          "every answer wrong (teaches nothing)")
+          "every answer wrong (teaches nothing)"
+          + (f"; every {args.churn} rounds the crowd abandons its identities for new ones" if args.churn else ""))
     print(f"{'seed':>4} {'ids':>4} {'node':>4} {'whole':>5} {'turns':>5} {'won: other, crowd':>17} {'other useless, far':>18} "
           f"{'crowd far':>9} {'crowd screened':>14} {'crowd kept (taught)':>19} {'other honest':>12} {'far':>5} "
           f"{'accuracy':>13} {'round s':>7}")
@@ -1764,6 +1774,8 @@ def main() -> None:
     prob.add_argument("--eval-size", type=int, default=200)
     prob.add_argument("--seeds", type=int, default=1, help="runs of each cell, paired by seed")
     prob.add_argument("--first-seed", type=int, default=0)
+    prob.add_argument("--churn", type=int, default=0,
+                      help="every this many rounds the crowd publishes from new identities, newcomers again (0: never)")
     prob.add_argument("--set", dest="overrides", action="append", default=[], help="config override")
     grd = sub.add_parser("grader", help="hostile answers through every reasoning-gym dataset's scorer")
     grd.add_argument("--timeout", type=float, default=10.0, help="seconds a dataset's process may take")

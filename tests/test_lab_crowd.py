@@ -139,7 +139,8 @@ def test_a_useless_crowd_sends_one_valid_group_a_round_of_sampled_wrong_answers(
     sampler = _MixedSampler(policy, task, prompt_ids, right=size * 4 - size)  # four draws: one group's worth wrong
     crowd = UselessCrowd([hub.exchange(n, "run", PeerLedger()) for n in names], "run", config, task, policy, sampler)
     crowd.publish(3)
-    received = hub.exchange("honest", "run", PeerLedger()).gather()
+    honest = hub.exchange("honest", "run", PeerLedger())
+    received = honest.gather()
     assert sorted(r.peer_id for r in received) == names and crowd.published == 2
     sampled = {c.tokens.tobytes(): c.logprobs for c in sampler.sampled}
     for item in received:
@@ -156,5 +157,11 @@ def test_a_useless_crowd_sends_one_valid_group_a_round_of_sampled_wrong_answers(
     sampler.right = size * 4 - size + 1  # one wrong answer short of a group
     crowd.publish(3)
     assert crowd.published == 2, "too few wrong answers: nothing sent"
+    renewed = ["crowd0.1", "crowd1.1"]  # a churning crowd (probation-crowd --churn)
+    sampler.prompt_ids = [assigned_prompt_ids(config.node.seed, n, 4, 1, task.num_train)[0] for n in renewed]
+    sampler.right = size * 4 - size
+    crowd.renew([hub.exchange(n, "run", PeerLedger()) for n in renewed])
+    crowd.publish(4)
+    assert sorted(r.peer_id for r in honest.gather()) == renewed, "the new identities send, the old ones no more"
     with pytest.raises(ValueError, match="draws"):
         UselessCrowd([], "run", config, task, policy, sampler, draws=0)

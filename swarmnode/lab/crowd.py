@@ -229,6 +229,12 @@ class UselessCrowd:
         self.digest = family_of(public.tokenizer).digest
         self.published = 0  # groups sent so far
 
+    def renew(self, exchanges: list[RolloutExchange]) -> None:
+        """Publish from these identities from now on, the old ones abandoned: a crowd that
+        churns, so that each identity is a newcomer again, never screened enough to be found
+        useless (loop.ledger.USELESS_AFTER) nor measured far."""
+        self.exchanges = exchanges
+
     def publish(self, round_: int) -> None:
         """One group from each identity (its first assigned prompt), all of a round's draws in one generate call."""
         if not self.exchanges:
