@@ -149,7 +149,9 @@ samples, drawn four times over and every answer wrong: the sampler's log-probs, 
 written, nothing to learn, useless and never a provable liar (swarmnode/lab/crowd.py
 UselessCrowd). With `--churn K` the crowd abandons its identities every K rounds for new ones,
 which are newcomers again: never screened enough to be found useless, nor measured far by the
-trail rule (an attacker who knows the rules). Printed per seed, crowd and honest node, beside the same run without the crowd,
+trail rule (an attacker who knows the rules). The nodes price far peers' groups on top by the
+cost model (generation 0.93 of a round), not by timing their own work as a node does, so a run
+repeats to the bit. Printed per seed, crowd and honest node, beside the same run without the crowd,
 in rounds: those it generated its whole batch, those it gave a useless near peer the probation
 turn and how many the other honest node and the crowd won, those the other honest node stood
 useless (and near) or far at it; then the crowd's identities far at it (mean a round), the
@@ -236,6 +238,7 @@ from swarmnode.protocol.records import MAX_CLOCK_SKEW_S, Heartbeat, NodeStatus
 from swarmnode.rollout.hf import HFGenerator
 from swarmnode.settings.config import SwarmSettings, TaskSettings, load_config
 from swarmnode.settings.presets import tiny_cpu
+from swarmnode.sizing.cost import GEN_SHARE
 from swarmnode.swarm.base import GatherWait, is_useless
 from swarmnode.swarm.hivemind.connect import attach
 from swarmnode.swarm.hivemind.dht import Manifest, SwarmRecordValidator, owner_or_none, owner_peer_id, pack
@@ -1460,6 +1463,7 @@ def run_probation_crowd(identities: int, args: argparse.Namespace, seed: int) ->
             own = [f"model.name={args.far_model}"] if name == "f" else []
             config = crowd_config(directory, name, seed, args.eval_size, [f"node.own_share={args.own_share}", *own, *args.overrides])
             nodes[name] = stack.enter_context(assemble(config, join=lambda run, standing, n=name: hub.join(n, run, standing)))
+            nodes[name].intake.costs.pin(GEN_SHARE)  # groups on top priced by the cost model, not the clock: runs repeat
         a = nodes["a"]
         public = Policy.load(a.config.model, a.config.train, seed=seed)  # the starting weights, public
         sampler = HFGenerator(public, a.config.rollout, seed=seed + 1)
