@@ -1562,6 +1562,8 @@ def _probation_summary(log: list[dict], other: str, crowd_names: set[str], befor
 
 def probation_crowd(args: argparse.Namespace) -> None:
     """The crowd at the probation turn, beside the same run without it, paired by seed."""
+    if args.churn < 0:
+        raise SystemExit(f"--churn is how many rounds the crowd keeps its identities (0: for good), got {args.churn}")
     cells = [0, *[k for k in args.identities if k]]
     runs: dict[int, list[dict]] = {k: [] for k in cells}
     seeds = range(args.first_seed, args.first_seed + args.seeds)
