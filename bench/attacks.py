@@ -1514,7 +1514,7 @@ def _watch_probation(node, log: list[dict], other: str, crowd_names: set[str], c
         return is_useless(intake.ledger.standing(peer)) and not intake.share.is_far(peer)
 
     def contests_probation(peer: str) -> bool:  # useless or on trial (loop.ledger.USELESS_AFTER), and near
-        return useless_near(peer) or (intake.ledger.on_trial(peer) and not intake.share.is_far(peer))
+        return intake._taught_nothing(peer) and not intake.share.is_far(peer)
 
     def collected(round_, generate_s, timings):  # noqa: ANN001, ANN202
         whole = intake.share.enabled and batch_split(node.config, intake.share.current())[1] == 0
