@@ -127,6 +127,61 @@ def test_a_peer_on_trial_takes_newcomer_turns_and_may_take_the_probation_turn():
                       not_on_probation={"trial", "junk"})[:4] == plain[:4], "a far one is never the one"
 
 
+def test_newcomers_judged_as_one_get_one_turn_while_none_of_them_teaches():
+    """Names are free: a crowd that renews its names every few rounds is never screened enough,
+    name by name, to be judged, and held every newcomer turn (docs/security.md, "A crowd that
+    churns"). So near newcomers are judged as one: once USELESS_AFTER more of their samples
+    screened, whoever sent them, taught nothing than taught, the share gives them one turn
+    among the proven peers' (newcomers still fill what those leave), until they teach again."""
+    ledger = PeerLedger()
+    ledger.screened("good", 8, 8, 0)
+    names = [f"name{k}" for k in range(USELESS_AFTER // 8)]
+    for k, name in enumerate(names[:-1]):
+        ledger.screened(name, 8, 0, k)  # each name one group: on trial, never judged
+    ledger.screened("good", 8, 0, 4)  # a proven peer's lapse is not the newcomers'
+    ledger.screened("picker", 8, 0, 4, picking=True)  # useless at once, for its own reason
+    ledger.unreadable("stranger", 4)  # ... and this one for want of its tokenizer
+    ledger.screened("far", 8, 0, 4, near=False)  # a far peer's groups take no newcomer turn
+    ledger.screened(names[-1], 7, 0, 5)
+    assert not ledger.newcomers_idle(), "31 of the near newcomers' samples taught nothing"
+    ledger.screened(names[-1], 1, 0, 5)
+    assert ledger.newcomers_idle() and all(ledger.standing(name) is None for name in names), "every name on trial still"
+    ledger.screened("crowd-teaching", 8, 8, 6)  # a group with right and wrong answers: every sample teaches
+    assert not ledger.newcomers_idle(), "newcomers taught: their turns come back"
+    ledger.screened("crowd-idle", 8, 0, 7)
+    assert ledger.newcomers_idle(), "counted to USELESS_AFTER at most: one idle group more and it is spent"
+
+    offers = _offers(good=16, **{name: 2 for name in names})
+    standing = {"good": 0.5}
+    plain = fair_queue(offers, standing, random.Random(0))
+    assert sum(not g.startswith("good") for g in plain[:16]) == 4, "every 4th turn a newcomer's"
+    thrifty = fair_queue(offers, standing, random.Random(0), newcomer_most=1)
+    assert sorted(thrifty) == sorted(plain), "every group once"
+    assert [g for g in thrifty[:17] if not g.startswith("good")] == [thrifty[3]], "one newcomer turn among the proven's"
+    assert all(g.startswith("name") for g in thrifty[17:]), "newcomers fill what the proven peer leaves"
+
+
+def test_a_node_gives_newcomers_one_turn_while_they_teach_nothing(tmp_path):
+    """The intake asks the ledger, round by round: while the newcomers taught nothing, one
+    newcomer group among the proven peer's in the share; once one taught, every 4th turn."""
+    config = _config(tmp_path, "a", "rollout.prompts_per_round=16", "node.own_share=0.5")
+    ledger = PeerLedger()
+    crowd = [f"name{k}" for k in range(8)]
+    for peer in ("good", *crowd):
+        ledger.delivered(peer)
+    ledger.screened("good", 8, 8, 0)
+    for k, name in enumerate(crowd[:USELESS_AFTER // 8]):
+        ledger.screened(name, 8, 0, k)
+    intake = Intake(config, None, None, "run", _RecordingExchange(), _Live(["good", *crowd]), ledger)
+    for peer in ("good", *crowd):
+        intake.pool.add(peer, 0, _groups(peer, 0, 8, arrived=time.monotonic()), our_round=0)
+    share = [group.peer_id for group in intake.collect(1, generate_s=1.2, timings={})[:8]]
+    assert share.count("good") == 7, share
+    ledger.screened("honest-new", 8, 8, 1)  # a newcomer teaches (its groups not here yet)
+    share = [group.peer_id for group in intake.collect(2, generate_s=1.2, timings={})[:8]]
+    assert share.count("good") == 6, share
+
+
 def _groups(peer: str, round_: int, count: int, arrived: float = 0.0) -> list[OfferedGroup]:
     return [OfferedGroup(peer, round_, i, [], arrived) for i in range(count)]
 
@@ -245,7 +300,7 @@ def test_samples_near_a_bar_earn_their_sender_no_standing():
                                    "node.weight_by_usefulness=true"), None)
     done = screener.open_round([], peers_coming=True).screen(groups)
     ledger = PeerLedger()
-    Intake._record(SimpleNamespace(ledger=ledger), 0, done)
+    Intake._record(SimpleNamespace(ledger=ledger, share=SimpleNamespace(is_far=lambda peer: False)), 0, done)
     assert ledger.standing("walker") is None and ledger.standing("honest") == 0.5, "no standing earned: a newcomer still"
     assert screener.usefulness.usefulness == {"walker": 0.0, "honest": 0.1}, "usefulness counts by the same rule, from 0"
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from swarmnode.learn.sample import Group, Sample, samples_of
 from swarmnode.loop.ledger import PeerLedger
-from swarmnode.loop.pool import PROBATION_EVERY, OfferedGroup, PeerPool, fair_queue
+from swarmnode.loop.pool import IDLE_NEWCOMER_TURNS, PROBATION_EVERY, OfferedGroup, PeerPool, fair_queue
 from swarmnode.loop.round_costs import RoundCosts
 from swarmnode.loop.scoring import score_group
 from swarmnode.loop.share import AdaptiveShare, Measured
@@ -165,7 +165,8 @@ class Intake:
         standing = {peer: self.ledger.standing(peer) for peer in offers}
         return fair_queue(offers, standing, rng, probation=self._probation_round(round_, budget),
                           seniority=self.ledger.seniority(), round_=round_, not_on_probation=self.share.far_peers(),
-                          on_trial={peer for peer in offers if self.ledger.on_trial(peer)})
+                          on_trial={peer for peer in offers if self.ledger.on_trial(peer)},
+                          newcomer_most=IDLE_NEWCOMER_TURNS if self.ledger.newcomers_idle() else None)
 
     def _taught_nothing(self, peer: str) -> bool:
         """Screened, and none of its samples useful yet: useless, or on trial (loop.ledger)."""
@@ -373,7 +374,8 @@ class Intake:
         for peer, reason in done.strikes.items():
             self.reject(peer, reason)
         for peer, (screened, useful) in done.standing.items():
-            self.ledger.screened(peer, screened, useful, round_, picking=peer in done.picking)
+            self.ledger.screened(peer, screened, useful, round_, picking=peer in done.picking,
+                                 near=not self.share.is_far(peer))
 
     def _own_logprobs(self, own: list[Sample]) -> list[np.ndarray]:
         """Our samples' per-token log-probs under our model as peers' are measured: the

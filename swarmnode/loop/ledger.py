@@ -13,6 +13,9 @@ while waited for, and how useful its samples were. Lag is never bad data. From t
   however late, unless they cut a download since or were banned;
 - in which order peers share a batch (`standing`): how useful their screened samples were,
   once there are enough of them to tell (USELESS_AFTER).
+- whether the near newcomers, all of them as one, teach (`newcomers_idle`): a crowd can renew
+  its identities before any of them is judged, so the newcomers' turns shrink once USELESS_AFTER
+  more of their samples taught nothing than taught.
 
 The round loop writes it; the exchange reads it and reports transport faults to it from the
 swarm's thread, through the declared view swarmnode.swarm.base.PeerStanding. Every method
@@ -59,6 +62,7 @@ class PeerLedger:
         self.max_missed = self.settings.max_missed
         self.counts: Counter[str] = Counter()
         self.peers: dict[str, PeerRecord] = {}
+        self._newcomers_lapse = 0  # near newcomers' samples that taught nothing less those that taught, 0..USELESS_AFTER
         self._lock = threading.RLock()  # earned() is called with it held
 
     # -- bad data ------------------------------------------------------------------------------
@@ -107,15 +111,26 @@ class PeerLedger:
             record.missed = max(record.missed, self.max_missed)
             record.cut = True
 
-    def screened(self, peer_id: str, offered: int, useful: int, round_: int, picking: bool = False) -> None:
+    def screened(self, peer_id: str, offered: int, useful: int, round_: int, picking: bool = False,
+                 near: bool = True) -> None:
         """In our round `round_`, `useful` of the peer's `offered` samples were useful by
         screening's rule (swarmnode.screening.usefulness): its standing moves toward that share
         (STANDING_WEIGHT per batch), and the first useful one starts its seniority. A peer
         found `picking` its completions rather than sampling them (swarmnode.screening.repeats)
         stands at 0 and loses its seniority: its groups only fill what others leave, and should
-        it teach again it starts as a newcomer would, behind the peers that taught us meanwhile."""
+        it teach again it starts as a newcomer would, behind the peers that taught us meanwhile.
+        A newcomer's (or one on trial) samples count for the newcomers as one (`newcomers_idle`)
+        when it is `near`: a far peer's groups take no newcomer turn (swarmnode.loop.share)."""
         if offered <= 0:
             return
+        with self._lock:
+            if near and not picking and self.standing(peer_id) is None and not self.is_banned(peer_id):
+                lapse = self._newcomers_lapse + (offered - useful) - useful
+                self._newcomers_lapse = min(max(lapse, 0), USELESS_AFTER)
+            self._judge(peer_id, offered, useful, round_, picking)
+
+    def _judge(self, peer_id: str, offered: int, useful: int, round_: int, picking: bool) -> None:
+        """The peer's own record of `screened`."""
         with self._lock:
             record = self.peers.setdefault(peer_id, PeerRecord())
             if picking:
@@ -135,7 +150,7 @@ class PeerLedger:
         taught stands as useless at once (its groups last), not on trial, until a batch of its
         is read: from then on its samples are judged as anyone's."""
         with self._lock:
-            self.screened(peer_id, 1, 0, round_)
+            self._judge(peer_id, 1, 0, round_, picking=False)  # our want, not the newcomers' lapse
             self.peers[peer_id].unread = True
 
     def checkpoint_state(self) -> dict[str, Any]:
@@ -183,6 +198,16 @@ class PeerLedger:
                 record is not None and 0 < record.screened < USELESS_AFTER and record.standing <= 0
                 and not record.picking and not record.unread and not self.is_banned(peer_id)
             )
+
+    def newcomers_idle(self) -> bool:
+        """USELESS_AFTER more of the near newcomers' samples screened (theirs while they stood
+        None, whoever they were) taught nothing than taught, counting from 0 and to no more
+        than USELESS_AFTER: newcomers get fewer turns (pool.IDLE_NEWCOMER_TURNS) until their
+        samples teach again. Judged as one because names are free: a crowd renewing its names
+        is never screened enough, name by name, to be judged; to keep the newcomers' turns it
+        must teach with about half of its samples. Not kept over a restart, as standings are not."""
+        with self._lock:
+            return self._newcomers_lapse >= USELESS_AFTER
 
     def has_delivered(self, peer_id: str) -> bool:
         """Delivered a valid batch to this node at some point (whatever happened since)."""

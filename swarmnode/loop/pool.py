@@ -1,8 +1,9 @@
 """Peers' verified groups waiting for a place in a batch, and the order peers share it in.
 
 Identities are free, so nothing here counts them: the peers' share of a batch is handed out
-in turns, peers with a record of useful samples first, a fixed share of the turns kept for
-newcomers, and peers whose samples proved useless last. Among the useful, seniority counts:
+in turns, peers with a record of useful samples first, a share of the turns kept for
+newcomers (one a batch while newcomers teach nothing: new names cost nothing, so a crowd
+that renews its names would hold every newcomer turn), and peers found useless last. Among the useful, seniority counts:
 the answers of a public task are public, so a crowd of identities with no model can look
 useful, and taking turns as equals they took an honest peer's place by numbers (3 of them,
 3/4 of it). So peers that first taught this node at about the same time form a cohort, and
@@ -23,6 +24,7 @@ from swarmnode.protocol.wire import Completion
 from swarmnode.swarm.base import is_proven, is_useless
 
 NEWCOMER_EVERY = 4  # every 4th turn of the peers' share goes to a peer without a useful record
+IDLE_NEWCOMER_TURNS = 1  # newcomer turns a share gives among proven peers' while newcomers teach nothing
 PROBATION_EVERY = 4  # every 4th round, one useless (or on trial) peer's group comes first, on top of the share
 SPACING_WEIGHT = 0.5  # how far one longer gap between a peer's batches moves its measured spacing
 HOLD_ROUNDS = 16  # an unused batch younger than this (our rounds) stands in for its sender's next: holding()
@@ -157,7 +159,7 @@ def fair_queue(
     offers: Mapping[str, list[T]], standing: Mapping[str, float | None], rng: random.Random,
     newcomer_every: int = NEWCOMER_EVERY, probation: bool = False,
     seniority: Mapping[str, int] | None = None, round_: int = 0, not_on_probation: Collection[str] = (),
-    on_trial: Collection[str] = (),
+    on_trial: Collection[str] = (), newcomer_most: int | None = None,
 ) -> list[T]:
     """The offered groups the peers' share of a batch may take, in the order it takes them.
 
@@ -166,7 +168,8 @@ def fair_queue(
     go first, the most useful first, a cohort of older ones keeping 3 turns in 4 over younger
     ones (`cohorts`, by `seniority` at our round `round_`); every `newcomer_every`-th turn goes to a newcomer
     (standing None: never screened, or on trial) while one has groups left, so a new peer is
-    heard at once. Peers found useless (`is_useless`) only fill what is left. With `probation`
+    heard at once; with `newcomer_most`, no more than that many of those turns (newcomers fill
+    what proven peers leave either way). Peers found useless (`is_useless`) only fill what is left. With `probation`
     (the caller's every PROBATION_EVERY-th round), one group of one useless or `on_trial` peer
     (screened, nothing useful yet, too little to judge: loop.ledger.USELESS_AFTER) picked by
     `rng` comes first, for the caller to take on top of the share: an honest peer whose
@@ -191,9 +194,11 @@ def fair_queue(
         useless_turns = [group for group in useless_turns if group is not on_probation[0]]
         newcomer_turns = [group for group in newcomer_turns if group is not on_probation[0]]
     queue: list[T] = []
+    given = 0  # newcomers' groups queued
     while proven_turns or newcomer_turns:
-        newcomer_slot = (len(queue) + 1) % newcomer_every == 0
+        newcomer_slot = (len(queue) + 1) % newcomer_every == 0 and (newcomer_most is None or given < newcomer_most)
         source = newcomer_turns if newcomer_slot and newcomer_turns else proven_turns or newcomer_turns
+        given += source is newcomer_turns
         queue.append(source.pop(0))
     return on_probation + queue + useless_turns
 
