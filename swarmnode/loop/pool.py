@@ -3,13 +3,14 @@
 Identities are free, so nothing here counts them: the peers' share of a batch is handed out
 in turns, peers with a record of useful samples first, a share of the turns kept for
 newcomers (one a batch while newcomers teach nothing: new names cost nothing, so a crowd
-that renews its names would hold every newcomer turn), and peers found useless last. Among the useful, seniority counts:
-the answers of a public task are public, so a crowd of identities with no model can look
-useful, and taking turns as equals they took an honest peer's place by numbers (3 of them,
-3/4 of it). So peers that first taught this node at about the same time form a cohort, and
-each cohort keeps 3 of every 4 turns over all younger ones together, until both are
-ESTABLISHED_ROUNDS old: a crowd arriving later shares one turn in four, however many it is. Groups are used once and only while
-fresh; a slower peer's batch is spread over the rounds until its next one is due.
+that renews its names would hold every newcomer turn), and peers found useless last. Among
+the useful, seniority counts: the answers of a public task are public, so a crowd of
+identities with no model can look useful, and taking turns as equals they took an honest
+peer's place by numbers (3 of them, 3/4 of it). So peers that first taught this node at
+about the same time form a cohort, and each cohort keeps 3 of every 4 turns over all younger
+ones together, until both are ESTABLISHED_ROUNDS old: a crowd arriving later shares one turn
+in four, however many it is. Groups are used once and only while fresh; a slower peer's
+batch is spread over the rounds until its next one is due.
 """
 
 from __future__ import annotations
@@ -168,8 +169,9 @@ def fair_queue(
     go first, the most useful first, a cohort of older ones keeping 3 turns in 4 over younger
     ones (`cohorts`, by `seniority` at our round `round_`); every `newcomer_every`-th turn goes to a newcomer
     (standing None: never screened, or on trial) while one has groups left, so a new peer is
-    heard at once; with `newcomer_most`, no more than that many of those turns (newcomers fill
-    what proven peers leave either way). Peers found useless (`is_useless`) only fill what is left. With `probation`
+    heard at once; with `newcomer_most`, no more than that many of those turns (newcomers
+    fill what proven peers leave either way). Peers found useless (`is_useless`) only fill
+    what is left. With `probation`
     (the caller's every PROBATION_EVERY-th round), one group of one useless or `on_trial` peer
     (screened, nothing useful yet, too little to judge: loop.ledger.USELESS_AFTER) picked by
     `rng` comes first, for the caller to take on top of the share: an honest peer whose
