@@ -136,7 +136,7 @@ def test_a_round_s_screening_finds_the_crowd_and_the_ledger_takes_its_place(tmp_
     for round_ in range(1, 40):
         screener.delivered("crowd", [_sent(_crowd_group())])
         done = screener.open_round([], peers_coming=True).screen([_crowd_group()])
-        Intake._record(SimpleNamespace(ledger=ledger), round_, done)
+        Intake._record(SimpleNamespace(ledger=ledger, share=SimpleNamespace(is_far=lambda peer: False)), round_, done)
         if done.picking:
             break
     assert done.picking == {"crowd"} and done.kept == []
