@@ -15,7 +15,7 @@
     python bench/attacks.py useful-crowd [--identities 3 16 64] [--rounds 80] [--arrive 20]
     python bench/attacks.py first-crowd [--identities 6] [--payload 1] [--rounds 150] [--beat 1.0]
     python bench/attacks.py probation-crowd [--identities 8] [--rounds 80] [--far-model tiny-llama] [--own-share 0.5] [--seeds 1]
-                                            [--churn 0]
+                                            [--churn 0] [--late 0]
     python bench/attacks.py grader [--timeout 10]
     python bench/attacks.py math-grader [--timeout 15]
 
@@ -149,7 +149,10 @@ samples, drawn four times over and every answer wrong: the sampler's log-probs, 
 written, nothing to learn, useless and never a provable liar (swarmnode/lab/crowd.py
 UselessCrowd). With `--churn K` the crowd abandons its identities every K rounds for new ones,
 which are newcomers again: never screened enough to be found useless, nor measured far by the
-trail rule (an attacker who knows the rules). The nodes price far peers' groups on top by the
+trail rule (an attacker who knows the rules). With `--late K` the honest node b joins only at a's
+round K, a newcomer among the crowd's names, its own rounds counted from 0 as a fresh node's; a
+second table gives, per honest node, the round the other's samples first taught it (its ledger's
+seniority) and how many rounds after b joined that was. The nodes price far peers' groups on top by the
 cost model (generation 0.93 of a round), not by timing their own work as a node does, so a run
 repeats to the bit. Printed per seed, crowd and honest node, beside the same run without the crowd,
 in rounds: those it generated its whole batch, those it gave a useless near peer the probation
@@ -1474,27 +1477,34 @@ def run_probation_crowd(identities: int, args: argparse.Namespace, seed: int) ->
         for name, other in zip(PROBATION_HONEST, reversed(PROBATION_HONEST)):
             _watch_probation(nodes[name], logs[name], other, crowd_names, crowd)
         before = {name: strict_accuracy(nodes[name], args.eval_size)[0] for name in PROBATION_HONEST}
+        joins = {name: args.late if name == "b" else 0 for name in nodes}  # a's round each node starts at
         for round_ in range(args.rounds):
             if args.churn and round_ and round_ % args.churn == 0:  # fresh identities: newcomers again
                 names = [f"crowd{i}.{round_ // args.churn}" for i in range(identities)]
                 crowd_names.update(names)
                 crowd.renew([hub.exchange(n, a.run_id, PeerLedger()) for n in names])
-            spent = dict.fromkeys(nodes, 0.0)
+            running = {name: node for name, node in nodes.items() if round_ >= joins[name]}
+            spent = dict.fromkeys(running, 0.0)
             states = {}
-            for name, node in nodes.items():
+            for name, node in running.items():  # a node's own rounds count from its joining, as a fresh node's
                 started = time.perf_counter()
-                states[name] = node.produce(round_)
+                states[name] = node.produce(round_ - joins[name])
                 spent[name] += time.perf_counter() - started
             crowd.publish(round_)
-            for name, node in nodes.items():
+            for name, node in running.items():
                 started = time.perf_counter()
-                node.consume(round_, states[name])
+                node.consume(round_ - joins[name], states[name])
                 spent[name] += time.perf_counter() - started
             for name in PROBATION_HONEST:
-                logs[name][-1]["round_s"] = spent[name]
+                if name in running:
+                    logs[name][-1]["round_s"] = spent[name]
         after = {name: strict_accuracy(nodes[name], args.eval_size)[0] for name in PROBATION_HONEST}
-    return {"published": crowd.published, **{
-        name: _probation_summary(logs[name], other, crowd_names, before[name], after[name])
+        # the other's first useful sample, in a's rounds: how long the late node waited to count
+        taught = {name: nodes[name].intake.ledger.seniority().get(other) for name, other in
+                  zip(PROBATION_HONEST, reversed(PROBATION_HONEST))}
+        taught = {name: None if since is None else since + joins[name] for name, since in taught.items()}
+    return {"published": crowd.published, "late": args.late, **{
+        name: {**_probation_summary(logs[name], other, crowd_names, before[name], after[name]), "taught_at": taught[name]}
         for name, other in zip(PROBATION_HONEST, reversed(PROBATION_HONEST))}}
 
 
@@ -1605,6 +1615,29 @@ def probation_crowd(args: argparse.Namespace) -> None:
             gains = [statistics.mean(crowded[name]["after"] - without[name]["after"] for name in PROBATION_HONEST)
                      for crowded, without in zip(runs[identities], runs[0])]
             print(f"  {identities} identities, a and b's mean a seed: {judged(gains)}")
+    if args.late:
+        _print_late(runs, cells, seeds, args.late)
+
+
+def _print_late(runs: dict[int, list[dict]], cells: list[int], seeds: range, late: int) -> None:
+    """When a late-joining honest node and the node already there first taught each other, with
+    the crowd and without it."""
+    print(f"b joins at a's round {late}: the round (a's) the other honest node's samples first taught each, "
+          "and how many rounds after b joined (-: never)")
+    print(f"{'seed':>4} {'ids':>4} {'node':>4} {'first taught':>12} {'rounds after join':>17}")
+    waits: dict[int, list[float]] = {k: [] for k in cells}
+    for i, seed in enumerate(seeds):
+        for identities in cells:
+            for name in PROBATION_HONEST:
+                at = runs[identities][i][name]["taught_at"]
+                wait = math.inf if at is None else at - late
+                waits[identities].append(wait)
+                print(f"{seed:>4} {identities:>4} {name:>4} {'-' if at is None else at:>12} "
+                      f"{'-' if at is None else wait:>17}")
+    for identities in cells:
+        found = waits[identities]
+        print(f"  {identities} identities: rounds after join, median {statistics.median(found):.1f}, "
+              f"most {max(found):.0f}, never {sum(math.isinf(w) for w in found)} of {len(found)}")
 
 
 def payload_sampled(run_dir: Path, task, payload: list[int], prompts: int = 32, group: int = 8) -> float:
@@ -1782,6 +1815,8 @@ def main() -> None:
     prob.add_argument("--first-seed", type=int, default=0)
     prob.add_argument("--churn", type=int, default=0,
                       help="every this many rounds the crowd publishes from new identities, newcomers again (0: never)")
+    prob.add_argument("--late", type=int, default=0,
+                      help="the honest node b joins at a's round K (0: from the first), a newcomer among the crowd's names")
     prob.add_argument("--set", dest="overrides", action="append", default=[], help="config override")
     grd = sub.add_parser("grader", help="hostile answers through every reasoning-gym dataset's scorer")
     grd.add_argument("--timeout", type=float, default=10.0, help="seconds a dataset's process may take")
