@@ -164,7 +164,7 @@ class Intake:
         rng = random.Random(f"{node.seed}:{self.exchange.peer_id}:{round_}:intake")
         standing = {peer: self.ledger.standing(peer) for peer in offers}
         return fair_queue(offers, standing, rng, probation=self._probation_round(round_, budget),
-                          seniority=self.ledger.seniority(), round_=round_, far=self.share.far_peers(),
+                          seniority=self.ledger.seniority(), round_=round_, not_on_probation=self.share.far_peers(),
                           on_trial={peer for peer in offers if self.ledger.on_trial(peer)},
                           newcomer_most=IDLE_NEWCOMER_TURNS if self.ledger.newcomers_idle() else None,
                           present_since=self.pool.present_since(round_))

@@ -3,9 +3,9 @@
 Identities are free, so nothing here counts them: the peers' share of a batch is handed out
 in turns, peers with a record of useful samples first, a share of the turns kept for
 newcomers (one a batch while newcomers teach nothing: new names cost nothing, so a crowd
-that renews its names would hold every newcomer turn; among newcomers, every other round
-those that stayed longest first: a crowd's new names queue behind an honest newcomer that
-keeps coming), and peers found useless last. Among
+that renews its names would hold every newcomer turn; among newcomers, those that stayed
+longest first: a crowd's new names queue behind an honest newcomer that keeps coming), and
+peers found useless last. Among
 the useful, seniority counts: the answers of a public task are public, so a crowd of
 identities with no model can look useful, and taking turns as equals they took an honest
 peer's place by numbers (3 of them, 3/4 of it). So peers that first taught this node at
@@ -175,7 +175,7 @@ def cohorts(seniority: Mapping[str, int], peers: list[str], round_: int) -> list
 def fair_queue(
     offers: Mapping[str, list[T]], standing: Mapping[str, float | None], rng: random.Random,
     newcomer_every: int = NEWCOMER_EVERY, probation: bool = False,
-    seniority: Mapping[str, int] | None = None, round_: int = 0, far: Collection[str] = (),
+    seniority: Mapping[str, int] | None = None, round_: int = 0, not_on_probation: Collection[str] = (),
     on_trial: Collection[str] = (), newcomer_most: int | None = None,
     present_since: Mapping[str, int] | None = None,
 ) -> list[T]:
@@ -188,34 +188,31 @@ def fair_queue(
     (standing None: never screened, or on trial) while one has groups left, so a new peer is
     heard at once; with `newcomer_most`, no more than that many of those turns (newcomers
     fill what proven peers leave either way). With `present_since` (PeerPool.present_since),
-    in even rounds newcomers take their turns in the order they came, those no longer coming
-    last, and in odd rounds in rng's order: names are free, so a crowd can always outnumber an
-    honest newcomer. A crowd that renews its names to escape being judged queues its new names
-    behind it in the one order, and one that keeps old names coming to stand ahead of it is
-    drawn against it in the other. A `far` newcomer takes the newcomer turns after every near
-    one: its groups take no room (loop.share), and its turn would be lost. Peers found useless
-    (`is_useless`) only fill what is left. With `probation`
+    newcomers take their turns in the order they came, those no longer coming last: names are
+    free, so a crowd can always outnumber an honest newcomer, but a crowd that renews its names
+    to escape being judged queues its new names behind it. Peers found useless (`is_useless`) only fill
+    what is left. With `probation`
     (the caller's every PROBATION_EVERY-th round), one group of one useless or `on_trial` peer
     (screened, nothing useful yet, too little to judge: loop.ledger.USELESS_AFTER) picked by
     `rng` comes first, for the caller to take on top of the share: an honest peer whose
     screened groups happened to teach nothing is screened again and can earn its way back even
     when useful peers fill the share, at the cost of one group every few rounds; and one on
     trial is screened where a node that takes no peer's group into its batch has no newcomer
-    turn to give. A `far` peer is never the one."""
+    turn to give. A peer in `not_on_probation` (a far one, whose groups take no room:
+    loop.share) is never the one."""
     peers = list(offers)
     rng.shuffle(peers)
     proven = sorted((p for p in peers if is_proven(standing.get(p))), key=lambda p: -(standing[p] or 0.0))
     newcomers = [p for p in peers if standing.get(p) is None]
-    if present_since is not None and round_ % 2 == 0:  # stable: those that came in one round keep rng's order
+    if present_since is not None:  # stable: those that came in the same round keep rng's order
         newcomers.sort(key=lambda p: present_since.get(p, math.inf))
-    newcomers.sort(key=lambda p: p in far)  # stable
     useless = [p for p in peers if is_useless(standing.get(p))]
     proven_turns = _senior_first(offers, cohorts(seniority or {}, proven, round_))
     newcomer_turns = _turns(offers, newcomers)
     useless_turns = _turns(offers, useless)
     on_probation: list[T] = []
     on_trial_or_useless = set(useless).union(on_trial)
-    eligible = [p for p in peers if p in on_trial_or_useless and p not in far and offers[p]]
+    eligible = [p for p in peers if p in on_trial_or_useless and p not in not_on_probation and offers[p]]
     if probation and eligible:
         on_probation = [offers[eligible[0]][0]]
         useless_turns = [group for group in useless_turns if group is not on_probation[0]]
