@@ -19,7 +19,6 @@ from swarmnode.loop.ledger import USELESS_AFTER, PeerLedger
 from swarmnode.loop.pool import (
     ESTABLISHED_ROUNDS,
     HOLD_ROUNDS,
-    PRESENT_GAP,
     PROBATION_EVERY,
     OfferedGroup,
     PeerPool,
@@ -181,66 +180,6 @@ def test_a_node_gives_newcomers_one_turn_while_they_teach_nothing(tmp_path):
     ledger.screened("honest-new", 8, 8, 1)  # a newcomer teaches (its groups not here yet)
     share = [group.peer_id for group in intake.collect(2, generate_s=1.2, timings={})[:8]]
     assert share.count("good") == 6, share
-
-
-def test_newcomers_take_their_turns_in_the_order_they_came_those_gone_last():
-    """Names are free, so a crowd can always outnumber an honest newcomer; but a crowd that
-    renews its names to escape being judged gives up staying. Newcomers take their turns in the
-    order they came (ties in rng's order), a name no longer coming after every one still coming."""
-    offers = _offers(good=16, honest=4, **{f"crowd{k}": 1 for k in range(12)}, gone=1)
-    standing = {"good": 0.5}
-    since = {"honest": 20, "gone-never-listed": 0, **{f"crowd{k}": 21 + k // 4 for k in range(12)}}
-    for seed in range(20):
-        queue = fair_queue(offers, standing, random.Random(seed), newcomer_most=1, present_since=since)
-        newcomers = [g for g in queue if not g.startswith("good")]
-        assert newcomers[0] == "honest0", "the one turn among the proven peer's: the newcomer that came first"
-        firsts = [g[:-1] for g in newcomers if g.endswith("0") and not g.startswith("honest")]
-        assert [since[c] for c in firsts[:-1]] == sorted(since[c] for c in firsts[:-1]) and firsts[-1] == "gone"
-    ties = {fair_queue(offers, standing, random.Random(seed), present_since=since)[3] for seed in range(20)}
-    assert ties == {"honest0"}
-    crowd_firsts = {tuple(g for g in fair_queue(offers, standing, random.Random(seed), present_since=since)
-                          if g in ("crowd00", "crowd10", "crowd20", "crowd30")) for seed in range(20)}
-    assert len(crowd_firsts) > 1, "names that came in the same round are in rng's order"
-    assert fair_queue(offers, standing, random.Random(3)) != fair_queue(offers, standing, random.Random(3), present_since=since)
-
-
-def test_the_pool_knows_since_when_each_peer_kept_coming():
-    """A peer stays while its batches come no further apart than PRESENT_GAP of our rounds (a
-    held peer is asked again after HOLD_ROUNDS); after a longer gap it came anew, and one whose
-    newest batch is older than that is no longer coming."""
-    pool = PeerPool()
-    pool.add("p", 0, _groups("p", 0, 1), our_round=3)
-    pool.add("p", 1, _groups("p", 1, 1), our_round=3 + PRESENT_GAP)
-    pool.add("q", 0, _groups("q", 0, 1), our_round=5)
-    assert pool.present_since(5 + PRESENT_GAP) == {"p": 3, "q": 5}
-    assert pool.present_since(6 + PRESENT_GAP) == {"p": 3}, "q's one batch is too old: no longer coming"
-    pool.add("q", 1, _groups("q", 1, 1), our_round=6 + PRESENT_GAP)
-    assert pool.present_since(6 + PRESENT_GAP)["q"] == 6 + PRESENT_GAP, "back after a longer gap: it came anew"
-
-
-def test_a_node_hears_a_newcomer_that_keeps_coming_before_a_churning_crowd(tmp_path):
-    """A crowd renewing its 8 names every 4 rounds while newcomers teach nothing: an honest
-    newcomer that came at round 10, and again since, is heard before every crowd name that came
-    after it, behind those that came before and still come, and ahead of the names gone."""
-    config = _config(tmp_path, "a", "rollout.prompts_per_round=16", "node.own_share=0.5")
-    ledger = PeerLedger()
-    intake = Intake(config, None, None, "run", _RecordingExchange(), _Live([]), ledger)
-    ledger.screened("good", 8, 8, 0)
-    for k in range(USELESS_AFTER // 8):
-        ledger.screened(f"spent{k}", 8, 0, k)  # the newcomers' count goes idle: one turn among good's
-    assert ledger.newcomers_idle()
-    intake.pool.add("good", 0, _groups("good", 0, 8, arrived=time.monotonic()), our_round=0)
-    for round_ in range(0, 28, 4):
-        for k in range(8):
-            name = f"crowd{k}.{round_}"
-            intake.pool.add(name, round_, _groups(name, round_, 1, arrived=time.monotonic()), our_round=round_)
-    intake.pool.add("honest", 0, _groups("honest", 0, 4, arrived=time.monotonic()), our_round=10)
-    intake.pool.add("honest", 1, _groups("honest", 1, 4, arrived=time.monotonic()), our_round=26)
-    queue = [group.peer_id for group in intake.collect(37, generate_s=1.2, timings={})]
-    came = [int(p.split(".")[1]) if p.startswith("crowd") else 10 for p in queue if p != "good"]
-    assert came[:41] == [8] * 8 + [10] + [12] * 8 + [16] * 8 + [20] * 8 + [24] * 8, queue
-    assert sorted(came[41:57]) == [0] * 8 + [4] * 8, "gone: their one batch older than PRESENT_GAP"
-    assert [g for g in queue[:9] if g != "good"] == [queue[3]] and queue[3].endswith(".8")
 
 
 def _groups(peer: str, round_: int, count: int, arrived: float = 0.0) -> list[OfferedGroup]:

@@ -166,8 +166,7 @@ class Intake:
         return fair_queue(offers, standing, rng, probation=self._probation_round(round_, budget),
                           seniority=self.ledger.seniority(), round_=round_, not_on_probation=self.share.far_peers(),
                           on_trial={peer for peer in offers if self.ledger.on_trial(peer)},
-                          newcomer_most=IDLE_NEWCOMER_TURNS if self.ledger.newcomers_idle() else None,
-                          present_since=self.pool.present_since(round_))
+                          newcomer_most=IDLE_NEWCOMER_TURNS if self.ledger.newcomers_idle() else None)
 
     def _taught_nothing(self, peer: str) -> bool:
         """Screened, and none of its samples useful yet: useless, or on trial (loop.ledger)."""

@@ -3,9 +3,7 @@
 Identities are free, so nothing here counts them: the peers' share of a batch is handed out
 in turns, peers with a record of useful samples first, a share of the turns kept for
 newcomers (one a batch while newcomers teach nothing: new names cost nothing, so a crowd
-that renews its names would hold every newcomer turn; among newcomers, those that stayed
-longest first: a crowd's new names queue behind an honest newcomer that keeps coming), and
-peers found useless last. Among
+that renews its names would hold every newcomer turn), and peers found useless last. Among
 the useful, seniority counts: the answers of a public task are public, so a crowd of
 identities with no model can look useful, and taking turns as equals they took an honest
 peer's place by numbers (3 of them, 3/4 of it). So peers that first taught this node at
@@ -34,9 +32,6 @@ HOLD_ROUNDS = 16  # an unused batch younger than this (our rounds) stands in for
 COHORT_ROUNDS = 16  # peers that first taught us within this many of our rounds of each other share a cohort
 YOUNGER_EVERY = 4  # every 4th turn of a cohort goes to all younger cohorts together
 ESTABLISHED_ROUNDS = 256  # a peer that first taught us this many rounds ago joins the oldest cohort
-# a peer whose batches came no further apart than this (our rounds) stayed: present_since(); a
-# held peer is asked again after HOLD_ROUNDS, and as long again covers a slow or missed fetch
-PRESENT_GAP = 2 * HOLD_ROUNDS
 
 T = TypeVar("T")
 
@@ -68,7 +63,6 @@ class PeerPool:
         self._newest: dict[str, int] = {}  # peer -> newest round accepted
         self._arrived_in: dict[str, int] = {}  # peer -> our round its newest batch arrived in
         self._spacing: dict[str, float] = {}  # peer -> our rounds between its batches (moving mean)
-        self._present_since: dict[str, int] = {}  # peer -> our round the first of its batches since its last gap came in
 
     def add(self, peer_id: str, round_: int, groups: list[OfferedGroup], our_round: int) -> bool:
         """Hold a verified batch's groups, accepted in our round `our_round`; False (and
@@ -83,9 +77,6 @@ class PeerPool:
             gap = max(1, our_round - self._arrived_in[peer_id])
             previous = self._spacing.get(peer_id, gap)
             self._spacing[peer_id] = gap if gap < previous else previous + SPACING_WEIGHT * (gap - previous)
-        last = self._arrived_in.get(peer_id)
-        if last is None or our_round - last > PRESENT_GAP:
-            self._present_since[peer_id] = our_round
         self._newest[peer_id] = round_
         self._arrived_in[peer_id] = our_round
         self._held.setdefault(peer_id, []).extend(groups)
@@ -139,13 +130,6 @@ class PeerPool:
             peer for peer in self._held if our_round - self._arrived_in.get(peer, our_round) < HOLD_ROUNDS
         )
 
-    def present_since(self, our_round: int) -> dict[str, int]:
-        """Per peer still coming (its newest batch at most PRESENT_GAP of our rounds old), the
-        round its batches began to come without a longer gap: how long it has stayed, which is
-        what a crowd renewing its names gives up (pool.fair_queue hears newcomers in this order)."""
-        return {peer: since for peer, since in self._present_since.items()
-                if our_round - self._arrived_in[peer] <= PRESENT_GAP}
-
     @property
     def peers(self) -> set[str]:
         return set(self._held)
@@ -177,7 +161,6 @@ def fair_queue(
     newcomer_every: int = NEWCOMER_EVERY, probation: bool = False,
     seniority: Mapping[str, int] | None = None, round_: int = 0, not_on_probation: Collection[str] = (),
     on_trial: Collection[str] = (), newcomer_most: int | None = None,
-    present_since: Mapping[str, int] | None = None,
 ) -> list[T]:
     """The offered groups the peers' share of a batch may take, in the order it takes them.
 
@@ -187,10 +170,7 @@ def fair_queue(
     ones (`cohorts`, by `seniority` at our round `round_`); every `newcomer_every`-th turn goes to a newcomer
     (standing None: never screened, or on trial) while one has groups left, so a new peer is
     heard at once; with `newcomer_most`, no more than that many of those turns (newcomers
-    fill what proven peers leave either way). With `present_since` (PeerPool.present_since),
-    newcomers take their turns in the order they came, those no longer coming last: names are
-    free, so a crowd can always outnumber an honest newcomer, but a crowd that renews its names
-    to escape being judged queues its new names behind it. Peers found useless (`is_useless`) only fill
+    fill what proven peers leave either way). Peers found useless (`is_useless`) only fill
     what is left. With `probation`
     (the caller's every PROBATION_EVERY-th round), one group of one useless or `on_trial` peer
     (screened, nothing useful yet, too little to judge: loop.ledger.USELESS_AFTER) picked by
@@ -204,8 +184,6 @@ def fair_queue(
     rng.shuffle(peers)
     proven = sorted((p for p in peers if is_proven(standing.get(p))), key=lambda p: -(standing[p] or 0.0))
     newcomers = [p for p in peers if standing.get(p) is None]
-    if present_since is not None:  # stable: those that came in the same round keep rng's order
-        newcomers.sort(key=lambda p: present_since.get(p, math.inf))
     useless = [p for p in peers if is_useless(standing.get(p))]
     proven_turns = _senior_first(offers, cohorts(seniority or {}, proven, round_))
     newcomer_turns = _turns(offers, newcomers)
