@@ -1,0 +1,142 @@
+"""How long a late honest newcomer waits to be heard beside crowds, under the newcomer order of
+any revision: a simulation with that revision's real PeerPool and fair_queue and today's
+PeerLedger, no models.
+
+    python bench/newcomer_order.py                                  # the working tree's pool.py
+    python bench/newcomer_order.py --revs 001dfdf 48cc397 c39f65a   # drawn, by arrival, alternating
+
+A node with one proven near peer (16 groups a round, every one teaching) shares an 8-group
+batch; the newcomers are idle from the start (swarmnode.loop.ledger.newcomers_idle), so they
+get one turn among the proven peer's and fill what it leaves; every PROBATION_EVERY-th round
+one useless or on-trial near peer's group comes on top. The honest newcomer joins at round
+`--joins` with 4 groups a round; the printed wait is the rounds until one of its groups is
+screened (median / most / never within `--rounds`, over `--seeds`). The crowds, each group
+teaching nothing:
+- churn: 8 names renewed every 4 rounds, one group a batch (bench/attacks.py probation-crowd --churn 4);
+- persist: one new name a round, each kept coming with 4 groups a batch, judged useless once
+  USELESS_AFTER of its samples were screened;
+- both: the two at once;
+- far: churn, and one far newcomer that came first and keeps coming (its groups take no room).
+Every peer is fetched as the hold rule allows (PeerPool.holding). Left out: expiry by
+`node.max_age_s` (so an abandoned name's group stays, as in the bench's half-second rounds),
+waiting and fetch timing, the adaptive share, gated samples screened in their place, more
+proven peers, and the honest newcomer's groups teaching.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import inspect
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from types import ModuleType
+
+from swarmnode.loop.ledger import USELESS_AFTER, PeerLedger
+
+ROOT = Path(__file__).resolve().parent.parent
+POOL = "swarmnode/loop/pool.py"
+BUDGET = 8  # groups of the peers' share
+ATTACKS = {
+    "churn": {"churn": 8},
+    "persist": {"persist": 1},
+    "both": {"churn": 8, "persist": 1},
+    "far": {"churn": 8, "far_first": True},
+}
+
+
+def load_pool(rev: str | None, scratch: Path) -> ModuleType:
+    """pool.py of `rev` (None: the working tree's) as a module of its own."""
+    path = ROOT / POOL
+    if rev is not None:
+        path = scratch / f"pool_{rev}.py"
+        path.write_text(subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{POOL}"],
+                                       check=True, capture_output=True, text=True).stdout)
+    spec = importlib.util.spec_from_file_location(f"pool_{rev or 'tree'}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def wait(pool_module: ModuleType, seed: int, join: int, rounds: int, churn: int = 0, persist: int = 0,
+         far_first: bool = False) -> int | None:
+    """Rounds from `join` until the honest newcomer's first group is screened; None: never."""
+    pool, ledger = pool_module.PeerPool(), PeerLedger()
+    accepts = inspect.signature(pool_module.fair_queue).parameters
+    far_word = "far" if "far" in accepts else "not_on_probation"
+    far = {"far0"} if far_first else set()
+    ledger.screened("good", 8, 8, 0)
+    for k in range(USELESS_AFTER // 8):  # newcomers idle from the start
+        ledger.screened(f"spent{k}", 8, 0, k)
+    sent: dict[str, int] = {}
+
+    def deliver(peer: str, groups: int, round_: int, held: frozenset[str]) -> None:
+        if peer != "good" and peer in held:  # the hold rule: not fetched while unused groups wait
+            return
+        sent[peer] = sent.get(peer, -1) + 1
+        offered = [pool_module.OfferedGroup(peer, sent[peer], i, []) for i in range(groups)]
+        pool.add(peer, sent[peer], offered, round_)
+
+    for round_ in range(join + rounds):
+        pool.expire(0.0, float("inf"), 1)
+        held = pool.holding(round_)
+        deliveries = [("good", 16), *([("far0", 4)] if far_first else [])]
+        deliveries += [(f"kept{k}", 4) for k in range(persist * (round_ + 1))]
+        deliveries += [(f"churn{k}.{round_ // 4}", 1) for k in range(churn)]
+        deliveries += [("honest", 4)] if round_ >= join else []
+        for peer, groups in deliveries:
+            deliver(peer, groups, round_, held)
+        offers = pool.offers(round_)
+        standing = {peer: ledger.standing(peer) for peer in offers}
+        probation = round_ % pool_module.PROBATION_EVERY == 0
+        extra = {far_word: far}
+        if "present_since" in accepts:
+            extra["present_since"] = pool.present_since(round_)
+        queue = pool_module.fair_queue(
+            offers, standing, random.Random(f"{seed}:{round_}"), probation=probation, round_=round_,
+            on_trial={peer for peer in offers if ledger.on_trial(peer)},
+            newcomer_most=pool_module.IDLE_NEWCOMER_TURNS if ledger.newcomers_idle() else None, **extra)
+        first = queue[0].peer_id if queue else None
+        on_probation = first is not None and first not in far and (
+            (ledger.standing(first) is not None and ledger.standing(first) <= 0) or (probation and ledger.on_trial(first)))
+        near = [g for i, g in enumerate(queue) if (on_probation and i == 0) or g.peer_id not in far]
+        screened = near[:BUDGET + on_probation]  # far groups take no room; probation comes on top
+        pool.take(screened)
+        pool.take(list({g.peer_id: g for g in reversed(queue) if g.peer_id in far}.values()))  # measured, not judged
+        for group in screened:
+            if group.peer_id == "honest":
+                return round_ - join
+            ledger.screened(group.peer_id, 8, 8 if group.peer_id == "good" else 0, round_, near=True)
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--revs", nargs="+", default=[None], help="git revisions whose pool.py to run (default: the working tree's)")
+    parser.add_argument("--attacks", nargs="+", default=list(ATTACKS), choices=list(ATTACKS))
+    parser.add_argument("--joins", nargs="+", type=int, default=[20, 60], help="rounds the honest newcomer joins at")
+    parser.add_argument("--rounds", type=int, default=300, help="rounds after joining before it counts as never heard")
+    parser.add_argument("--seeds", type=int, default=20)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="swarmnode-order-") as scratch:
+        pools = {rev or "tree": load_pool(rev, Path(scratch)) for rev in args.revs}
+    print(f"rounds a newcomer joining late waits to be heard, {args.seeds} seeds: median / most / never within {args.rounds}")
+    print(f"{'crowd':>8} {'joins':>5} " + " ".join(f"{label:>18}" for label in pools))
+    for attack in args.attacks:
+        for join in args.joins:
+            cells = []
+            for module in pools.values():
+                waits = [wait(module, seed, join, args.rounds, **ATTACKS[attack]) for seed in range(args.seeds)]
+                heard = [w for w in waits if w is not None]
+                median = f"{statistics.median(heard):g}" if heard else "-"
+                cells.append(f"{median} / {max(heard) if heard else '-'} / {waits.count(None)}")
+            print(f"{attack:>8} {join:>5} " + " ".join(f"{cell:>18}" for cell in cells), flush=True)
+
+
+if __name__ == "__main__":
+    main()
