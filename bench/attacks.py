@@ -1574,6 +1574,8 @@ def probation_crowd(args: argparse.Namespace) -> None:
     """The crowd at the probation turn, beside the same run without it, paired by seed."""
     if args.churn < 0:
         raise SystemExit(f"--churn is how many rounds the crowd keeps its identities (0: for good), got {args.churn}")
+    if not 0 <= args.late < args.rounds:
+        raise SystemExit(f"--late is a's round b joins at, from 0 to --rounds - 1 ({args.rounds - 1}), got {args.late}")
     cells = [0, *[k for k in args.identities if k]]
     runs: dict[int, list[dict]] = {k: [] for k in cells}
     seeds = range(args.first_seed, args.first_seed + args.seeds)
