@@ -54,13 +54,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("before", type=Path)
     parser.add_argument("after", type=Path)
+    parser.add_argument("--shown", type=int, default=SHOWN, help=f"differences printed, the rest counted (default {SHOWN})")
     args = parser.parse_args()
     one_sided: set[str] = set()
     rounds, found = differences(json.loads(args.before.read_text()), json.loads(args.after.read_text()), one_sided)
-    for line in found[:SHOWN]:
+    for line in found[:args.shown]:
         print(line)
-    if len(found) > SHOWN:
-        print(f"... and {len(found) - SHOWN} more")
+    if len(found) > args.shown:
+        print(f"... and {len(found) - args.shown} more")
     if one_sided:
         print(f"recorded by one run only, not compared: {', '.join(sorted(one_sided))}")
     print(f"{rounds} rounds compared, {len(found)} differences")
