@@ -54,8 +54,10 @@ def load_pool(rev: str | None, scratch: Path) -> ModuleType:
     path = ROOT / POOL
     if rev is not None:
         path = scratch / f"pool_{rev}.py"
-        path.write_text(subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{POOL}"],
-                                       check=True, capture_output=True, text=True).stdout)
+        shown = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{POOL}"], capture_output=True, text=True)
+        if shown.returncode:
+            raise SystemExit(f"--revs {rev}: git has no {POOL} there ({shown.stderr.strip()})")
+        path.write_text(shown.stdout)
     spec = importlib.util.spec_from_file_location(f"pool_{rev or 'tree'}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
