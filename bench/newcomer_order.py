@@ -37,6 +37,7 @@ from pathlib import Path
 from types import ModuleType
 
 from swarmnode.loop.ledger import USELESS_AFTER, PeerLedger
+from swarmnode.swarm.base import is_useless
 
 ROOT = Path(__file__).resolve().parent.parent
 POOL = "swarmnode/loop/pool.py"
@@ -105,7 +106,7 @@ def wait(pool_module: ModuleType, seed: int, join: int, rounds: int, churn: int 
             newcomer_most=pool_module.IDLE_NEWCOMER_TURNS if ledger.newcomers_idle() else None, **extra)
         first = queue[0].peer_id if queue else None
         on_probation = first is not None and first not in far and (
-            (ledger.standing(first) is not None and ledger.standing(first) <= 0) or (probation and ledger.on_trial(first)))
+            is_useless(ledger.standing(first)) or (probation and ledger.on_trial(first)))
         near = [g for i, g in enumerate(queue) if (on_probation and i == 0) or g.peer_id not in far]
         screened = near[:BUDGET + on_probation]  # far groups take no room; probation comes on top
         pool.take(screened)
