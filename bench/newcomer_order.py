@@ -17,9 +17,10 @@ teaching nothing:
   USELESS_AFTER of its samples were screened;
 - both: the two at once;
 - far: churn, and one far newcomer that came first and keeps coming (its groups take no room).
-Every peer is fetched as the hold rule allows (PeerPool.holding). Left out: expiry by
-`node.max_age_s` (so an abandoned name's group stays, as in the bench's half-second rounds),
-waiting and fetch timing, the adaptive share, gated samples screened in their place, more
+Every peer is fetched as the hold rule allows (PeerPool.holding). A group leaves the pool
+`--max-age` of our rounds after it arrived: `node.max_age_s` (300 s) over the round time, so 5-10
+on a GPU's 30-60 s rounds; by default never, as in the probation-crowd bench's half-second rounds,
+where an abandoned name's group stays for over 500. Left out: waiting and fetch timing, the adaptive share, gated samples screened in their place, more
 proven peers, and the honest newcomer's groups teaching.
 """
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import inspect
+import math
 import random
 import statistics
 import subprocess
@@ -67,8 +69,9 @@ def load_pool(rev: str | None, scratch: Path) -> ModuleType:
 
 
 def wait(pool_module: ModuleType, seed: int, join: int, rounds: int, churn: int = 0, persist: int = 0,
-         far_first: bool = False) -> int | None:
-    """Rounds from `join` until the honest newcomer's first group is screened; None: never."""
+         far_first: bool = False, max_age: float = math.inf) -> int | None:
+    """Rounds from `join` until the honest newcomer's first group is screened (groups leave
+    the pool `max_age` of our rounds after they arrived); None: never."""
     pool, ledger = pool_module.PeerPool(), PeerLedger()
     accepts = inspect.signature(pool_module.fair_queue).parameters
     far_word = "far" if "far" in accepts else "not_on_probation"
@@ -82,11 +85,11 @@ def wait(pool_module: ModuleType, seed: int, join: int, rounds: int, churn: int 
         if peer != "good" and peer in held:  # the hold rule: not fetched while unused groups wait
             return
         sent[peer] = sent.get(peer, -1) + 1
-        offered = [pool_module.OfferedGroup(peer, sent[peer], i, []) for i in range(groups)]
+        offered = [pool_module.OfferedGroup(peer, sent[peer], i, [], arrived=float(round_)) for i in range(groups)]
         pool.add(peer, sent[peer], offered, round_)
 
     for round_ in range(join + rounds):
-        pool.expire(0.0, float("inf"), 1)
+        pool.expire(float(round_), max_age, 1)
         held = pool.holding(round_)
         deliveries = [("good", 16), *([("far0", 4)] if far_first else [])]
         deliveries += [(f"kept{k}", 4) for k in range(persist * (round_ + 1))]
@@ -125,16 +128,24 @@ def main() -> None:
     parser.add_argument("--joins", nargs="+", type=int, default=[20, 60], help="rounds the honest newcomer joins at")
     parser.add_argument("--rounds", type=int, default=300, help="rounds after joining before it counts as never heard")
     parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--max-age", type=float, default=math.inf,
+                        help="our rounds a group stays in the pool after it arrived: node.max_age_s over the round time "
+                             "(default: never, as in the bench's half-second rounds)")
     args = parser.parse_args()
+    if not args.max_age > 0:
+        parser.error(f"--max-age is a number of rounds above 0: got {args.max_age}")
     with tempfile.TemporaryDirectory(prefix="swarmnode-order-") as scratch:
         pools = {rev or "tree": load_pool(rev, Path(scratch)) for rev in args.revs}
-    print(f"rounds a newcomer joining late waits to be heard, {args.seeds} seeds: median / most / never within {args.rounds}")
+    kept = "until used or stale" if math.isinf(args.max_age) else f"at most {args.max_age:g} rounds"
+    print(f"rounds a newcomer joining late waits to be heard, {args.seeds} seeds, groups kept {kept}: "
+          f"median / most / never within {args.rounds}")
     print(f"{'crowd':>8} {'joins':>5} " + " ".join(f"{label:>18}" for label in pools))
     for attack in args.attacks:
         for join in args.joins:
             cells = []
             for module in pools.values():
-                waits = [wait(module, seed, join, args.rounds, **ATTACKS[attack]) for seed in range(args.seeds)]
+                waits = [wait(module, seed, join, args.rounds, max_age=args.max_age, **ATTACKS[attack])
+                         for seed in range(args.seeds)]
                 heard = [w for w in waits if w is not None]
                 median = f"{statistics.median(heard):g}" if heard else "-"
                 cells.append(f"{median} / {max(heard) if heard else '-'} / {waits.count(None)}")
