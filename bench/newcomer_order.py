@@ -9,9 +9,11 @@ A node with one proven near peer (16 groups a round, every one teaching) shares 
 batch; the newcomers are idle from the start (swarmnode.loop.ledger.newcomers_idle), so they
 get one turn among the proven peer's and fill what it leaves; every PROBATION_EVERY-th round
 one useless or on-trial near peer's group comes on top. The honest newcomer joins at round
-`--joins` with 4 groups a round; the printed wait is the rounds until one of its groups is
-screened (median / most / never within `--rounds`, over `--seeds`). The crowds, each group
-teaching nothing:
+`--joins` with 4 groups a round; the printed wait is the rounds until one of its groups
+teaches (median / most / never within `--rounds`, over `--seeds`). Each of its groups screened
+teaches with the chance `--teaches` (by default 1: the wait is until its first group is
+screened); one that does not leaves it on trial, as an honest peer is whose first groups came
+while the model knew little. The crowds, each group teaching nothing:
 - churn: 8 names renewed every 4 rounds, one group a batch (bench/attacks.py probation-crowd --churn 4);
 - persist: one new name a round, each kept coming with 4 groups a batch, judged useless once
   USELESS_AFTER of its samples were screened;
@@ -20,8 +22,8 @@ teaching nothing:
 Every peer is fetched as the hold rule allows (PeerPool.holding). A group leaves the pool
 `--max-age` of our rounds after it arrived: `node.max_age_s` (300 s) over the round time, so 5-10
 on a GPU's 30-60 s rounds; by default never, as in the probation-crowd bench's half-second rounds,
-where an abandoned name's group stays for over 500. Left out: waiting and fetch timing, the adaptive share, gated samples screened in their place, more
-proven peers, and the honest newcomer's groups teaching.
+where an abandoned name's group stays for over 500. Left out: waiting and fetch timing, the
+adaptive share, gated samples screened in their place, and more proven peers.
 """
 
 from __future__ import annotations
@@ -69,9 +71,10 @@ def load_pool(rev: str | None, scratch: Path) -> ModuleType:
 
 
 def wait(pool_module: ModuleType, seed: int, join: int, rounds: int, churn: int = 0, persist: int = 0,
-         far_first: bool = False, max_age: float = math.inf) -> int | None:
-    """Rounds from `join` until the honest newcomer's first group is screened (groups leave
-    the pool `max_age` of our rounds after they arrived); None: never."""
+         far_first: bool = False, max_age: float = math.inf, teaches: float = 1.0) -> int | None:
+    """Rounds from `join` until a group of the honest newcomer's teaches (each one screened
+    does with the chance `teaches`; groups leave the pool `max_age` of our rounds after they
+    arrived); None: never."""
     pool, ledger = pool_module.PeerPool(), PeerLedger()
     accepts = inspect.signature(pool_module.fair_queue).parameters
     far_word = "far" if "far" in accepts else "not_on_probation"
@@ -80,6 +83,7 @@ def wait(pool_module: ModuleType, seed: int, join: int, rounds: int, churn: int 
     for k in range(USELESS_AFTER // 8):  # newcomers idle from the start
         ledger.screened(f"spent{k}", 8, 0, k)
     sent: dict[str, int] = {}
+    luck = random.Random(f"{seed}:teaches")
 
     def deliver(peer: str, groups: int, round_: int, held: frozenset[str]) -> None:
         if peer != "good" and peer in held:  # the hold rule: not fetched while unused groups wait
@@ -115,9 +119,10 @@ def wait(pool_module: ModuleType, seed: int, join: int, rounds: int, churn: int 
         pool.take(screened)
         pool.take(list({g.peer_id: g for g in reversed(queue) if g.peer_id in far}.values()))  # measured, not judged
         for group in screened:
-            if group.peer_id == "honest":
+            taught = group.peer_id == "good" or (group.peer_id == "honest" and luck.random() < teaches)
+            if taught and group.peer_id == "honest":
                 return round_ - join
-            ledger.screened(group.peer_id, 8, 8 if group.peer_id == "good" else 0, round_, near=True)
+            ledger.screened(group.peer_id, 8, 8 if taught else 0, round_, near=True)
     return None
 
 
@@ -131,20 +136,25 @@ def main() -> None:
     parser.add_argument("--max-age", type=float, default=math.inf,
                         help="our rounds a group stays in the pool after it arrived: node.max_age_s over the round time "
                              "(default: never, as in the bench's half-second rounds)")
+    parser.add_argument("--teaches", type=float, default=1.0,
+                        help="the chance that a group of the honest newcomer's teaches once screened (default 1)")
     args = parser.parse_args()
+    if not 0.0 < args.teaches <= 1.0:
+        parser.error(f"--teaches is a chance in (0, 1]: got {args.teaches}")
     if not args.max_age > 0:
         parser.error(f"--max-age is a number of rounds above 0: got {args.max_age}")
     with tempfile.TemporaryDirectory(prefix="swarmnode-order-") as scratch:
         pools = {rev or "tree": load_pool(rev, Path(scratch)) for rev in args.revs}
     kept = "until used or stale" if math.isinf(args.max_age) else f"at most {args.max_age:g} rounds"
-    print(f"rounds a newcomer joining late waits to be heard, {args.seeds} seeds, groups kept {kept}: "
-          f"median / most / never within {args.rounds}")
+    print(f"rounds a newcomer joining late waits to teach, {args.seeds} seeds, groups kept {kept}, each of its "
+          f"groups teaching with the chance {args.teaches:g}: median / most / never within {args.rounds}")
     print(f"{'crowd':>8} {'joins':>5} " + " ".join(f"{label:>18}" for label in pools))
     for attack in args.attacks:
         for join in args.joins:
             cells = []
             for module in pools.values():
-                waits = [wait(module, seed, join, args.rounds, max_age=args.max_age, **ATTACKS[attack])
+                waits = [wait(module, seed, join, args.rounds, max_age=args.max_age, teaches=args.teaches,
+                              **ATTACKS[attack])
                          for seed in range(args.seeds)]
                 heard = [w for w in waits if w is not None]
                 median = f"{statistics.median(heard):g}" if heard else "-"
