@@ -183,8 +183,7 @@ def fair_queue(
     peers = list(offers)
     rng.shuffle(peers)
     proven = sorted((p for p in peers if is_proven(standing.get(p))), key=lambda p: -(standing[p] or 0.0))
-    trial = set(on_trial)
-    newcomers = sorted((p for p in peers if standing.get(p) is None), key=lambda p: p in trial)  # never screened first
+    newcomers = [p for p in peers if standing.get(p) is None]
     useless = [p for p in peers if is_useless(standing.get(p))]
     proven_turns = _senior_first(offers, cohorts(seniority or {}, proven, round_))
     newcomer_turns = _turns(offers, newcomers)
