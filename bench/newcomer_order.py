@@ -22,7 +22,7 @@ while the model knew little. The crowds, each group teaching nothing:
 Every peer is fetched as the hold rule allows (PeerPool.holding). A group leaves the pool
 `--max-age` of our rounds after it arrived: `node.max_age_s` (300 s) over the round time, so 5-10
 on a GPU's 30-60 s rounds; by default never, as in the probation-crowd bench's half-second rounds,
-where an abandoned name's group stays for over 500. Left out: waiting and fetch timing, the
+where an abandoned name's group stays for the whole run. Left out: waiting and fetch timing, the
 adaptive share, gated samples screened in their place, and more proven peers.
 """
 
