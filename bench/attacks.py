@@ -152,7 +152,9 @@ which are newcomers again: never screened enough to be found useless, nor measur
 trail rule (an attacker who knows the rules). With `--late K` the honest node b joins only at a's
 round K, a newcomer among the crowd's names, its own rounds counted from 0 as a fresh node's; a
 second table gives, per honest node, the round the other's samples first taught it (its ledger's
-seniority) and how many rounds after b joined that was. The nodes price far peers' groups on top by the
+seniority) and how many rounds after b joined that was. A last table gives the round the far
+peer f's samples first taught each honest node: a peer there from the start is a newcomer too
+until then, beside the crowd's names. The nodes price far peers' groups on top by the
 cost model (generation 0.93 of a round), not by timing their own work as a node does, so a run
 repeats to the bit. Printed per seed, crowd and honest node, beside the same run without the crowd,
 in rounds: those it generated its whole batch, those it gave a useless near peer the probation
@@ -1503,8 +1505,12 @@ def run_probation_crowd(identities: int, args: argparse.Namespace, seed: int) ->
         taught = {name: nodes[name].intake.ledger.seniority().get(other) for name, other in
                   zip(PROBATION_HONEST, reversed(PROBATION_HONEST))}
         taught = {name: None if since is None else since + joins[name] for name, since in taught.items()}
+        # f's first useful sample at each honest node: a peer there from the start is a newcomer too
+        f_taught = {name: nodes[name].intake.ledger.seniority().get("f") for name in PROBATION_HONEST}
+        f_taught = {name: None if since is None else since + joins[name] for name, since in f_taught.items()}
     return {"published": crowd.published, "late": args.late, **{
-        name: {**_probation_summary(logs[name], other, crowd_names, before[name], after[name]), "taught_at": taught[name]}
+        name: {**_probation_summary(logs[name], other, crowd_names, before[name], after[name]), "taught_at": taught[name],
+               "f_taught_at": f_taught[name]}
         for name, other in zip(PROBATION_HONEST, reversed(PROBATION_HONEST))}}
 
 
@@ -1619,6 +1625,7 @@ def probation_crowd(args: argparse.Namespace) -> None:
             print(f"  {identities} identities, a and b's mean a seed: {judged(gains)}")
     if args.late:
         _print_late(runs, cells, seeds, args.late)
+    _print_far_taught(runs, cells, seeds)
 
 
 def _print_late(runs: dict[int, list[dict]], cells: list[int], seeds: range, late: int) -> None:
@@ -1640,6 +1647,26 @@ def _print_late(runs: dict[int, list[dict]], cells: list[int], seeds: range, lat
         found = waits[identities]
         print(f"  {identities} identities: rounds after join, median {statistics.median(found):.1f}, "
               f"most {max(found):.0f}, never {sum(math.isinf(w) for w in found)} of {len(found)}")
+
+
+def _print_far_taught(runs: dict[int, list[dict]], cells: list[int], seeds: range) -> None:
+    """When the far peer f's samples first taught each honest node (a's rounds), with the crowd
+    and without it: f is a newcomer at each until then, and its groups go on top of the batch
+    only once it is measured far, which takes its groups being screened."""
+    print("the round (a's) the far peer f's samples first taught each honest node (-: never)")
+    print(f"{'seed':>4} " + " ".join(f"{f'{k} ids: a, b':>14}" for k in cells))
+    rounds: dict[int, list[float]] = {k: [] for k in cells}
+    for i, seed in enumerate(seeds):
+        cells_text = []
+        for identities in cells:
+            ats = [runs[identities][i][name]["f_taught_at"] for name in PROBATION_HONEST]
+            rounds[identities] += [math.inf if at is None else at for at in ats]
+            cells_text.append(", ".join("-" if at is None else str(at) for at in ats))
+        print(f"{seed:>4} " + " ".join(f"{text:>14}" for text in cells_text))
+    for identities in cells:
+        found = rounds[identities]
+        print(f"  {identities} identities: f first taught at round median {statistics.median(found):.1f}, "
+              f"most {max(found):.0f}, never {sum(math.isinf(r) for r in found)} of {len(found)}")
 
 
 def payload_sampled(run_dir: Path, task, payload: list[int], prompts: int = 32, group: int = 8) -> float:
