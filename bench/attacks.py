@@ -1502,16 +1502,21 @@ def run_probation_crowd(identities: int, args: argparse.Namespace, seed: int) ->
                     logs[name][-1]["round_s"] = spent[name]
         after = {name: strict_accuracy(nodes[name], args.eval_size)[0] for name in PROBATION_HONEST}
         # the other's first useful sample, in a's rounds: how long the late node waited to count
-        taught = {name: nodes[name].intake.ledger.seniority().get(other) for name, other in
+        taught = {name: _first_taught(nodes[name], other, joins[name]) for name, other in
                   zip(PROBATION_HONEST, reversed(PROBATION_HONEST))}
-        taught = {name: None if since is None else since + joins[name] for name, since in taught.items()}
         # f's first useful sample at each honest node: a peer there from the start is a newcomer too
-        f_taught = {name: nodes[name].intake.ledger.seniority().get("f") for name in PROBATION_HONEST}
-        f_taught = {name: None if since is None else since + joins[name] for name, since in f_taught.items()}
+        f_taught = {name: _first_taught(nodes[name], "f", joins[name]) for name in PROBATION_HONEST}
     return {"published": crowd.published, "late": args.late, **{
         name: {**_probation_summary(logs[name], other, crowd_names, before[name], after[name]), "taught_at": taught[name],
                "f_taught_at": f_taught[name]}
         for name, other in zip(PROBATION_HONEST, reversed(PROBATION_HONEST))}}
+
+
+def _first_taught(node, peer: str, joined: int) -> int | None:  # noqa: ANN001
+    """a's round in which `peer`'s samples first taught `node` (which joined at a's round
+    `joined`), from its ledger's seniority; None: never."""
+    since = node.intake.ledger.seniority().get(peer)
+    return None if since is None else since + joined
 
 
 def _watch_probation(node, log: list[dict], other: str, crowd_names: set[str], crowd: UselessCrowd) -> None:  # noqa: ANN001
@@ -1644,9 +1649,7 @@ def _print_late(runs: dict[int, list[dict]], cells: list[int], seeds: range, lat
                 print(f"{seed:>4} {identities:>4} {name:>4} {'-' if at is None else at:>12} "
                       f"{'-' if at is None else wait:>17}")
     for identities in cells:
-        found = waits[identities]
-        print(f"  {identities} identities: rounds after join, median {statistics.median(found):.1f}, "
-              f"most {max(found):.0f}, never {sum(math.isinf(w) for w in found)} of {len(found)}")
+        print(f"  {identities} identities: rounds after join, {_median_most_never(waits[identities])}")
 
 
 def _print_far_taught(runs: dict[int, list[dict]], cells: list[int], seeds: range) -> None:
@@ -1664,9 +1667,13 @@ def _print_far_taught(runs: dict[int, list[dict]], cells: list[int], seeds: rang
             cells_text.append(", ".join("-" if at is None else str(at) for at in ats))
         print(f"{seed:>4} " + " ".join(f"{text:>14}" for text in cells_text))
     for identities in cells:
-        found = rounds[identities]
-        print(f"  {identities} identities: f first taught at round median {statistics.median(found):.1f}, "
-              f"most {max(found):.0f}, never {sum(math.isinf(r) for r in found)} of {len(found)}")
+        print(f"  {identities} identities: f first taught at round {_median_most_never(rounds[identities])}")
+
+
+def _median_most_never(found: list[float]) -> str:
+    """Rounds (inf: never), as the median, the most and how many never."""
+    return (f"median {statistics.median(found):.1f}, most {max(found):.0f}, "
+            f"never {sum(math.isinf(r) for r in found)} of {len(found)}")
 
 
 def payload_sampled(run_dir: Path, task, payload: list[int], prompts: int = 32, group: int = 8) -> float:
