@@ -14,8 +14,9 @@ import pytest
 from swarmnode.assemble import assemble
 from swarmnode.lab.poison import poisoning_link
 from swarmnode.learn.sample import Group, Sample, Verdict
+from swarmnode.loop import ledger as ledger_module
 from swarmnode.loop.intake import Intake
-from swarmnode.loop.ledger import USELESS_AFTER, PeerLedger
+from swarmnode.loop.ledger import SILENT_ROUNDS, USELESS_AFTER, PeerLedger
 from swarmnode.loop.pool import (
     ESTABLISHED_ROUNDS,
     HOLD_ROUNDS,
@@ -626,6 +627,65 @@ def test_seniority_survives_a_restart_through_the_checkpoint_s_record():
     restored.restore_seniority({**ledger.seniority(), "bad": "x", 7: 1})  # a damaged record is skipped
     assert restored.seniority() == {"honest": 3}
     assert restored.standing("honest") is None and not restored.known("honest"), "only its seniority comes back"
+
+
+def test_the_ledger_forgets_silent_names_that_never_taught_and_keeps_its_counts():
+    """Names are free: one that never taught and did nothing here for SILENT_ROUNDS of our
+    rounds is forgotten, strikes and all, and comes back as a fresh name would; one seen since,
+    one whose groups are still held, and one that taught are kept; the run's count of bad
+    batches keeps every strike."""
+    ledger = PeerLedger()
+    ledger.advance(0)
+    for peer in ("gone", "held", "teacher", "liar", "later"):
+        ledger.delivered(peer)
+    ledger.screened("teacher", 8, 4, 0)
+    ledger.screened("gone", 8, 0, 0)
+    for _ in range(ledger.max_rejects):
+        ledger.reject("liar", "bad bytes")
+    assert ledger.is_banned("liar") and ledger.total == ledger.max_rejects
+    ledger.advance(SILENT_ROUNDS - 1)
+    ledger.delivered("later")
+    assert ledger.forget_silent(keep={"held"}) == [], "silent for fewer than SILENT_ROUNDS"
+    ledger.advance(SILENT_ROUNDS)
+    assert sorted(ledger.forget_silent(keep={"held"})) == ["gone", "liar"]
+    assert set(ledger.peers) == {"held", "teacher", "later"} and ledger.seniority() == {"teacher": 0}
+    assert not ledger.is_banned("liar") and ledger.standing("gone") is None, "back as fresh names"
+    assert ledger.total == ledger.max_rejects, "the run's count of bad batches keeps them"
+    assert not ledger.known("gone") and "gone" not in ledger.expected()
+
+
+def test_past_its_bound_the_ledger_forgets_the_silent_teachers_that_taught_last(monkeypatch):
+    monkeypatch.setattr(ledger_module, "MAX_SILENT_TAUGHT", 2)
+    ledger = PeerLedger()
+    for round_, peer in enumerate(("oldest", "old", "young", "youngest")):
+        ledger.advance(round_)
+        ledger.screened(peer, 8, 8, round_)
+    ledger.advance(3 + SILENT_ROUNDS)
+    assert sorted(ledger.forget_silent()) == ["young", "youngest"]
+    assert ledger.seniority() == {"oldest": 0, "old": 1}, "the peers that taught first keep their place"
+
+
+def test_a_node_forgets_a_crowd_s_one_batch_names_everywhere_and_keeps_a_held_one(tmp_path):
+    """A crowd that sends each name's batch once: the intake forgets the names whose groups
+    were used, in the ledger, the pool and the screener, SILENT_ROUNDS after; a name whose
+    groups the pool still holds stays, and a forgotten name's old round is taken again as a
+    new peer's."""
+    config = _config(tmp_path, "a", "rollout.prompts_per_round=16", "node.own_share=0.5")
+    ledger = PeerLedger()
+    intake = Intake(config, None, None, "run", _RecordingExchange(), _Live([]), ledger)
+    ledger.advance(0)
+    for k in range(6):
+        ledger.delivered(f"name{k}")
+        intake.pool.add(f"name{k}", 4, _groups(f"name{k}", 4, 1, arrived=time.monotonic()), our_round=0)
+        intake.screener.usefulness.usefulness[f"name{k}"] = 0.0
+    intake.pool.take([group for k, groups in intake.pool.offers(0).items() if k != "name5" for group in groups])
+    intake.forget_silent(SILENT_ROUNDS - 1)
+    assert len(ledger.peers) == 6
+    intake.forget_silent(SILENT_ROUNDS)
+    assert set(ledger.peers) == {"name5"} and intake.pool.peers == {"name5"}
+    assert set(intake.screener.usefulness.usefulness) == {"name5"}
+    assert intake.pool.add("name0", 3, _groups("name0", 3, 1), our_round=SILENT_ROUNDS), "a new peer to the pool"
+    assert not intake.pool.add("name5", 3, _groups("name5", 3, 1), our_round=SILENT_ROUNDS), "still kept: rounds forward"
 
 
 def test_every_group_s_untranslated_completions_count_against_its_sender():

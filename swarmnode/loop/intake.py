@@ -141,6 +141,7 @@ class Intake:
         t = time.perf_counter()
         node = self.config.node
         self.pool.expire(time.monotonic(), node.max_age_s, node.staleness)
+        self.forget_silent(round_)
         live = set(self.membership.live_peers())
         _, budget = batch_split(self.config, self.share.current())
         # Useless peers' groups only fill what the others leave (pool.fair_queue), far ones' take
@@ -167,6 +168,15 @@ class Intake:
                           seniority=self.ledger.seniority(), round_=round_, not_on_probation=self.share.far_peers(),
                           on_trial={peer for peer in offers if self.ledger.on_trial(peer)},
                           newcomer_most=IDLE_NEWCOMER_TURNS if self.ledger.newcomers_idle() else None)
+
+    def forget_silent(self, round_: int) -> None:
+        """Our round `round_` began: forget the names the ledger forgets (loop.ledger.forget_silent),
+        here and in the pool and screener too, so what this node keeps per name stays bounded
+        however many names a crowd makes. A peer whose groups the pool holds is kept."""
+        self.ledger.advance(round_)
+        for peer in self.ledger.forget_silent(keep=self.pool.peers):
+            self.pool.forget(peer)
+            self.screener.forget(peer)
 
     def _taught_nothing(self, peer: str) -> bool:
         """Screened, and none of its samples useful yet: useless, or on trial (loop.ledger)."""

@@ -15,7 +15,12 @@ while waited for, and how useful its samples were. Lag is never bad data. From t
   once there are enough of them to tell (USELESS_AFTER).
 - whether the near newcomers, all of them as one, teach (`newcomers_idle`): a crowd can renew
   its identities before any of them is judged, so the newcomers' turns shrink once USELESS_AFTER
-  more of their samples taught nothing than taught.
+  more of their samples taught nothing than taught;
+- whom to forget (`forget_silent`): a name that never taught and has done nothing here for
+  SILENT_ROUNDS of our rounds, and past MAX_SILENT_TAUGHT such names that did teach, those that
+  taught last. Names are free, so a crowd that keeps making new ones would otherwise grow the
+  ledger (and every walk of it) without end; a forgotten name gets nothing a fresh one would
+  not, banned or useless as it was.
 
 The round loop writes it; the exchange reads it and reports transport faults to it from the
 swarm's thread, through the declared view swarmnode.swarm.base.PeerStanding. Every method
@@ -27,6 +32,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +45,11 @@ log = logging.getLogger(__name__)
 # group often teaches nothing while the model knows little, and a peer judged on it waits for
 # probation, a turn a crowd of useless identities contests (docs/security.md)
 USELESS_AFTER = 32
+# our rounds a name may do nothing here (deliver, be screened, missed, cut, rejected) before it
+# is forgotten: well past HOLD_ROUNDS (swarmnode.loop.pool), the longest an unheard newcomer
+# waits to be fetched again, so a live peer is never forgotten between its batches
+SILENT_ROUNDS = 64
+MAX_SILENT_TAUGHT = 1024  # silent names that taught us kept for their seniority; past it, the youngest go
 
 
 @dataclass
@@ -53,6 +64,7 @@ class PeerRecord:
     taught_since: int | None = None  # our round in which its samples were first useful
     picking: bool = False  # found picking its completions: useless at once, not on trial, until it teaches
     unread: bool = False  # its last batch was in a tokenizer we cannot read: useless at once, until one is read
+    seen: int = 0  # our round in which it last did anything here (forget_silent)
 
 
 class PeerLedger:
@@ -63,6 +75,8 @@ class PeerLedger:
         self.counts: Counter[str] = Counter()
         self.peers: dict[str, PeerRecord] = {}
         self._newcomers_lapse = 0  # near newcomers' samples that taught nothing less those that taught, 0..USELESS_AFTER
+        self._rejected = 0  # bad batches from anyone, forgotten names' too: `total`
+        self._round = 0  # our round, as the round loop last said (`advance`): what `seen` records
         self._lock = threading.RLock()  # earned() is called with it held
 
     # -- bad data ------------------------------------------------------------------------------
@@ -70,7 +84,9 @@ class PeerLedger:
     def reject(self, peer_id: str, reason: str) -> None:
         with self._lock:
             self.counts[peer_id] += 1
+            self._rejected += 1
             count = self.counts[peer_id]
+            self._record(peer_id)
         if count == 1:
             log.warning("rejected data from %s: %s", peer_id, reason)
         if count == self.max_rejects:
@@ -82,15 +98,45 @@ class PeerLedger:
 
     @property
     def total(self) -> int:
+        """Bad batches rejected in this run, from every name, forgotten ones included."""
         with self._lock:
-            return sum(self.counts.values())
+            return self._rejected
+
+    # -- forgetting ----------------------------------------------------------------------------
+
+    def advance(self, round_: int) -> None:
+        """Our round `round_` began: what each peer does from now on is seen in it."""
+        with self._lock:
+            self._round = round_
+
+    def _record(self, peer_id: str) -> PeerRecord:
+        """The peer's record, made if new, seen in our current round."""
+        record = self.peers.setdefault(peer_id, PeerRecord())
+        record.seen = self._round
+        return record
+
+    def forget_silent(self, keep: Collection[str] = ()) -> list[str]:
+        """Forget, and return, the names silent here for SILENT_ROUNDS of our rounds (none of
+        them in `keep`: a peer whose groups the pool still holds) that never taught us, and past
+        MAX_SILENT_TAUGHT silent names that did, those that first taught us last: an old peer's
+        seniority outlives a crowd's. Their strikes go with them, as a fresh name has none."""
+        with self._lock:
+            silent = [peer for peer, record in self.peers.items()
+                      if self._round - record.seen >= SILENT_ROUNDS and peer not in keep]
+            taught = sorted((p for p in silent if self.peers[p].taught_since is not None),
+                            key=lambda p: self.peers[p].taught_since or 0)
+            forgotten = [p for p in silent if self.peers[p].taught_since is None] + taught[MAX_SILENT_TAUGHT:]
+            for peer in forgotten:
+                del self.peers[peer]
+                self.counts.pop(peer, None)
+            return forgotten
 
     # -- deliveries --------------------------------------------------------------------------
 
     def delivered(self, peer_id: str) -> None:
         """A batch from the peer passed every check."""
         with self._lock:
-            record = self.peers.setdefault(peer_id, PeerRecord())
+            record = self._record(peer_id)
             record.delivered += 1
             record.missed = 0
             record.cut = False
@@ -98,7 +144,7 @@ class PeerLedger:
     def missed(self, peer_id: str) -> None:
         """The peer was waited for this round and delivered nothing valid."""
         with self._lock:
-            record = self.peers.setdefault(peer_id, PeerRecord())
+            record = self._record(peer_id)
             record.missed += 1
             if record.missed == self.max_missed:
                 log.info("not waiting for %s until it delivers again (%d rounds missed)", peer_id, record.missed)
@@ -107,7 +153,7 @@ class PeerLedger:
         """The peer closed a download mid-payload: no strike (a crash looks the same), but it
         is no longer waited for, nor fetched ahead of strangers, until it delivers again."""
         with self._lock:
-            record = self.peers.setdefault(peer_id, PeerRecord())
+            record = self._record(peer_id)
             record.missed = max(record.missed, self.max_missed)
             record.cut = True
 
@@ -132,7 +178,7 @@ class PeerLedger:
     def _judge(self, peer_id: str, offered: int, useful: int, round_: int, picking: bool) -> None:
         """The peer's own record of `screened`."""
         with self._lock:
-            record = self.peers.setdefault(peer_id, PeerRecord())
+            record = self._record(peer_id)
             if picking:
                 record.standing, record.taught_since, record.picking = 0.0, None, True
                 record.screened += offered

@@ -95,6 +95,12 @@ class PeerPool:
         """Forget a peer's held groups (it was banned)."""
         self._held.pop(peer_id, None)
 
+    def forget(self, peer_id: str) -> None:
+        """Forget all the pool knows of a peer (the ledger forgot it: loop.ledger.forget_silent):
+        should it come back, its batches are taken and paced as a new peer's."""
+        for kept in (self._held, self._newest, self._arrived_in, self._spacing):
+            kept.pop(peer_id, None)
+
     def take(self, groups: list[OfferedGroup]) -> None:
         """These groups were used: never offer them again."""
         used = {id(g) for g in groups}

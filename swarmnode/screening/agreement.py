@@ -44,6 +44,11 @@ class AgreementWeights:
             self.peers[peer] = _moved(self.peers.get(peer), found)
             self.measured[peer] = self.measured.get(peer, 0) + 1
 
+    def forget(self, peer_id: str) -> None:
+        """The peer was forgotten (loop.ledger.forget_silent): it is measured afresh."""
+        self.peers.pop(peer_id, None)
+        self.measured.pop(peer_id, None)
+
     def factor(self, peer_id: str) -> float:
         """What each of the peer's samples counts, in [FLOOR, 1]; 1 when off, before MEASURED_ROUNDS
         measurements, or while our own halves do not agree (no yardstick to hold a peer to)."""

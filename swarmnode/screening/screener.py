@@ -67,6 +67,13 @@ class Screener:
         for group in groups:
             self.repeats.observe(peer, group)
 
+    def forget(self, peer: str) -> None:
+        """The peer was forgotten (loop.ledger.forget_silent): its weights start afresh. Its
+        evidence of picking stays (bounded on its own: screening.repeats), a defence a fresh
+        name would not escape by returning under an old one."""
+        self.usefulness.forget(peer)
+        self.agreement.forget(peer)
+
     def picking(self, peer: str) -> bool:
         """Whether the peer's groups are left out as picked, not sampled (screening.repeats)."""
         return self.screens and self.repeats.picking(peer)

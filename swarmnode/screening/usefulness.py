@@ -62,6 +62,10 @@ class UsefulnessWeights:
             before = self.usefulness.get(peer_id, 0.0)
             self.usefulness[peer_id] = before + STANDING_WEIGHT * (useful / offered - before)
 
+    def forget(self, peer_id: str) -> None:
+        """The peer was forgotten (loop.ledger.forget_silent): it starts again from 0."""
+        self.usefulness.pop(peer_id, None)
+
     def factor(self, peer_id: str) -> float:
         """What each of the peer's samples counts, in [0, 1]; 1 when off. When our own
         samples teach nothing (all groups right or all wrong), any useful peer counts fully."""
