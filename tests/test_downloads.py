@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 from swarmnode.loop.ledger import PeerLedger
 from swarmnode.settings.config import SwarmSettings
+from swarmnode.swarm.hivemind import downloads as downloads_module
 from swarmnode.swarm.hivemind import exchange as exchange_module
 from swarmnode.swarm.hivemind.downloads import (
     KNOCK_PLACE_S,
@@ -59,6 +60,20 @@ def test_a_batch_is_kept_until_handed_out_and_then_only_newer_rounds_are_wanted(
         assert downloads.wanted("p", 5) and not downloads.running
 
     asyncio.run(scenario())
+
+
+def test_the_newest_round_of_each_peer_is_kept_for_the_most_recent_peers_only(monkeypatch):
+    """Names are free: past MAX_NEWEST_KEPT peers, the one whose newest round moved least
+    recently is forgotten (asked again for anything newer than nothing), a busy one is not."""
+    monkeypatch.setattr(downloads_module, "MAX_NEWEST_KEPT", 3)
+    downloads = _downloads()
+    for peer in ("old", "busy", "third"):
+        downloads.handed_out(peer, 5)
+    downloads.handed_out("busy", 6)
+    downloads.handed_out("new", 1)
+    assert list(downloads.newest) == ["third", "busy", "new"]
+    assert downloads.after("old") == -1 and downloads.wanted("old", 5), "forgotten: fetched as a new peer's"
+    assert downloads.after("busy") == 6 and not downloads.wanted("busy", 6)
 
 
 def test_bad_bytes_are_blamed_a_cut_is_not_and_neither_is_retried():

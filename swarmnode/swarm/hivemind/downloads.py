@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +39,10 @@ from swarmnode.swarm.hivemind.fetch import Batch, FetchError
 
 log = logging.getLogger(__name__)
 
+# peers whose newest round handed out is kept, least recently moved first out: names are free. A
+# peer forgotten here is asked for anything newer than nothing, and the pool (whose ledger forgot
+# it too, swarmnode.loop.ledger.forget_silent, or keeps its rounds forward) takes only what is new
+MAX_NEWEST_KEPT = 4096
 MAX_FETCH_ATTEMPTS = 3  # tries of one announced round from an unreachable peer before it is given up (no blame)
 UNEARNED_PAYLOADS_IN_FLIGHT = 2  # strangers' downloads at once, in promised bytes, as max-size payloads
 KNOCKS_IN_FLIGHT = 8  # strangers asked directly in the last KNOCK_PLACE_S, at once ...
@@ -97,7 +101,7 @@ class Downloads:
         self.max_strangers = max_strangers
         self.running: dict[str, Download] = {}
         self.ready: dict[Key, bytes] = {}  # downloaded, not yet handed out
-        self.newest: dict[str, int] = {}  # peer -> newest round handed out or given up on
+        self.newest: OrderedDict[str, int] = OrderedDict()  # peer -> newest round handed out or given up on
         self.attempts: Counter[Key] = Counter()
         self.backoff = Backoff()
         self.arrival = asyncio.Event()  # set when a download completes
@@ -214,6 +218,9 @@ class Downloads:
     def handed_out(self, peer: str, round_: int) -> None:
         """From now on only rounds newer than `round_` of `peer` are fetched."""
         self.newest[peer] = max(round_, self.newest.get(peer, round_))
+        self.newest.move_to_end(peer)
+        while len(self.newest) > MAX_NEWEST_KEPT:
+            self.newest.popitem(last=False)
         self.attempts = Counter({k: v for k, v in self.attempts.items() if k[1] > self.newest.get(k[0], -1)})
 
     def cancel_all(self) -> None:
