@@ -4,10 +4,11 @@ PeerLedger, no models.
 
     python bench/newcomer_order.py                                  # the working tree's pool.py
     python bench/newcomer_order.py --revs 001dfdf 48cc397 c39f65a   # drawn, by arrival, alternating
+    python bench/newcomer_order.py --revs 776dfb7 tree              # a revision beside the working tree
 
 A node with one proven near peer (16 groups a round, every one teaching) shares an 8-group
-batch; the newcomers are idle from the start (swarmnode.loop.ledger.newcomers_idle), so they
-get one turn among the proven peer's and fill what it leaves; every PROBATION_EVERY-th round
+batch; the newcomers are idle from round `--idle-at` (swarmnode.loop.ledger.newcomers_idle; by
+default from the start), so they get one turn among the proven peer's and fill what it leaves; every PROBATION_EVERY-th round
 one useless or on-trial near peer's group comes on top. The honest newcomer joins at round
 `--joins` with 4 groups a round; the printed wait is the rounds until one of its groups
 teaches (median / most / never within `--rounds`, over `--seeds`). Each of its groups screened
@@ -55,9 +56,9 @@ ATTACKS = {
 
 
 def load_pool(rev: str | None, scratch: Path) -> ModuleType:
-    """pool.py of `rev` (None: the working tree's) as a module of its own."""
+    """pool.py of `rev` (None or "tree": the working tree's) as a module of its own."""
     path = ROOT / POOL
-    if rev is not None:
+    if rev not in (None, "tree"):
         path = scratch / f"pool_{rev}.py"
         shown = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{POOL}"], capture_output=True, text=True)
         if shown.returncode:
@@ -71,17 +72,15 @@ def load_pool(rev: str | None, scratch: Path) -> ModuleType:
 
 
 def wait(pool_module: ModuleType, seed: int, join: int, rounds: int, churn: int = 0, persist: int = 0,
-         far_first: bool = False, max_age: float = math.inf, teaches: float = 1.0) -> int | None:
+         far_first: bool = False, max_age: float = math.inf, teaches: float = 1.0, idle_at: int = 0) -> int | None:
     """Rounds from `join` until a group of the honest newcomer's teaches (each one screened
     does with the chance `teaches`; groups leave the pool `max_age` of our rounds after they
-    arrived); None: never."""
+    arrived; the newcomers idle from our round `idle_at`); None: never."""
     pool, ledger = pool_module.PeerPool(), PeerLedger()
     accepts = inspect.signature(pool_module.fair_queue).parameters
     far_word = "far" if "far" in accepts else "not_on_probation"
     far = {"far0"} if far_first else set()
     ledger.screened("good", 8, 8, 0)
-    for k in range(USELESS_AFTER // 8):  # newcomers idle from the start
-        ledger.screened(f"spent{k}", 8, 0, k)
     sent: dict[str, int] = {}
     luck = random.Random(f"{seed}:teaches")
 
@@ -90,9 +89,13 @@ def wait(pool_module: ModuleType, seed: int, join: int, rounds: int, churn: int 
             return
         sent[peer] = sent.get(peer, -1) + 1
         offered = [pool_module.OfferedGroup(peer, sent[peer], i, [], arrived=float(round_)) for i in range(groups)]
-        pool.add(peer, sent[peer], offered, round_)
+        if pool.add(peer, sent[peer], offered, round_):
+            ledger.delivered(peer)
 
     for round_ in range(join + rounds):
+        if round_ == idle_at:
+            for k in range(USELESS_AFTER // 8):  # the newcomers turn idle
+                ledger.screened(f"spent{k}", 8, 0, round_)
         pool.expire(float(round_), max_age, 1)
         held = pool.holding(round_)
         deliveries = [("good", 16), *([("far0", 4)] if far_first else [])]
@@ -107,6 +110,8 @@ def wait(pool_module: ModuleType, seed: int, join: int, rounds: int, churn: int 
         extra = {far_word: far}
         if "present_since" in accepts:
             extra["present_since"] = pool.present_since(round_)
+        if "came_idle" in accepts:
+            extra["came_idle"] = {peer for peer in offers if ledger.came_while_idle(peer)}
         queue = pool_module.fair_queue(
             offers, standing, random.Random(f"{seed}:{round_}"), probation=probation, round_=round_,
             on_trial={peer for peer in offers if ledger.on_trial(peer)},
@@ -128,7 +133,7 @@ def wait(pool_module: ModuleType, seed: int, join: int, rounds: int, churn: int 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--revs", nargs="+", default=[None], help="git revisions whose pool.py to run (default: the working tree's)")
+    parser.add_argument("--revs", nargs="+", default=[None], help="git revisions whose pool.py to run, `tree` for the working tree's (default: the working tree's)")
     parser.add_argument("--attacks", nargs="+", default=list(ATTACKS), choices=list(ATTACKS))
     parser.add_argument("--joins", nargs="+", type=int, default=[20, 60], help="rounds the honest newcomer joins at")
     parser.add_argument("--rounds", type=int, default=300, help="rounds after joining before it counts as never heard")
@@ -136,11 +141,15 @@ def main() -> None:
     parser.add_argument("--max-age", type=float, default=math.inf,
                         help="our rounds a group stays in the pool after it arrived: node.max_age_s over the round time "
                              "(default: never, as in the bench's half-second rounds)")
+    parser.add_argument("--idle-at", type=int, default=0,
+                        help="our round from which the newcomers are idle, the crowd's junk screened by then (default 0)")
     parser.add_argument("--teaches", type=float, default=1.0,
                         help="the chance that a group of the honest newcomer's teaches once screened (default 1)")
     args = parser.parse_args()
     if not 0.0 < args.teaches <= 1.0:
         parser.error(f"--teaches is a chance in (0, 1]: got {args.teaches}")
+    if args.idle_at < 0:
+        parser.error(f"--idle-at is a round, 0 or more: got {args.idle_at}")
     if not args.max_age > 0:
         parser.error(f"--max-age is a number of rounds above 0: got {args.max_age}")
     with tempfile.TemporaryDirectory(prefix="swarmnode-order-") as scratch:
@@ -154,7 +163,7 @@ def main() -> None:
             cells = []
             for module in pools.values():
                 waits = [wait(module, seed, join, args.rounds, max_age=args.max_age, teaches=args.teaches,
-                              **ATTACKS[attack])
+                              idle_at=args.idle_at, **ATTACKS[attack])
                          for seed in range(args.seeds)]
                 heard = [w for w in waits if w is not None]
                 median = f"{statistics.median(heard):g}" if heard else "-"

@@ -162,6 +162,32 @@ def test_newcomers_judged_as_one_get_one_turn_while_none_of_them_teaches():
     assert all(g.startswith("name") for g in thrifty[17:]), "newcomers fill what the proven peer leaves"
 
 
+def test_a_peer_there_before_the_newcomers_idled_is_heard_before_names_made_since():
+    """A crowd renewing its names floods the newcomers' one turn with new names; a peer whose
+    first batch came before the newcomers idled (there from the start) takes the newcomer turns
+    before every name that came since, and a far newcomer (its groups take no room) after it."""
+    ledger = PeerLedger()
+    for peer in ("good", "early", "far-early"):
+        ledger.delivered(peer)
+    ledger.screened("good", 8, 8, 0)
+    for k in range(USELESS_AFTER // 8):
+        ledger.screened(f"spent{k}", 8, 0, 1)
+    assert ledger.newcomers_idle()
+    fresh = [f"fresh{k}" for k in range(30)]
+    for peer in fresh:
+        ledger.delivered(peer)
+    assert not ledger.came_while_idle("early") and all(ledger.came_while_idle(p) for p in fresh)
+    offers = _offers(good=16, early=1, **{"far-early": 1}, **{peer: 1 for peer in fresh})
+    came_idle = {peer for peer in offers if ledger.came_while_idle(peer)}
+    for seed in range(10):
+        queue = fair_queue(offers, {"good": 0.5}, random.Random(seed), newcomer_most=1,
+                           not_on_probation={"far-early"}, came_idle=came_idle)
+        assert queue[3] == "early0", "the newcomer turn: the peer there before the flood"
+        assert queue.index("far-early0") > 16 and sorted(queue) == sorted(g for gs in offers.values() for g in gs)
+    drawn = {fair_queue(offers, {"good": 0.5}, random.Random(seed), newcomer_most=1)[3] for seed in range(10)}
+    assert drawn != {"early0"}, "without it the turn is drawn over every name"
+
+
 def test_a_node_gives_newcomers_one_turn_while_they_teach_nothing(tmp_path):
     """The intake asks the ledger, round by round: while the newcomers taught nothing, one
     newcomer group among the proven peer's in the share; once one taught, every 4th turn."""

@@ -167,7 +167,8 @@ class Intake:
         return fair_queue(offers, standing, rng, probation=self._probation_round(round_, budget),
                           seniority=self.ledger.seniority(), round_=round_, not_on_probation=self.share.far_peers(),
                           on_trial={peer for peer in offers if self.ledger.on_trial(peer)},
-                          newcomer_most=IDLE_NEWCOMER_TURNS if self.ledger.newcomers_idle() else None)
+                          newcomer_most=IDLE_NEWCOMER_TURNS if self.ledger.newcomers_idle() else None,
+                          came_idle={peer for peer in offers if self.ledger.came_while_idle(peer)})
 
     def forget_silent(self, round_: int) -> None:
         """Our round `round_` began: forget the names the ledger forgets (loop.ledger.forget_silent),

@@ -65,6 +65,7 @@ class PeerRecord:
     picking: bool = False  # found picking its completions: useless at once, not on trial, until it teaches
     unread: bool = False  # its last batch was in a tokenizer we cannot read: useless at once, until one is read
     seen: int = 0  # our round in which it last did anything here (forget_silent)
+    came_idle: bool = False  # its first verified batch came while the newcomers were idle (`came_while_idle`)
 
 
 class PeerLedger:
@@ -137,6 +138,8 @@ class PeerLedger:
         """A batch from the peer passed every check."""
         with self._lock:
             record = self._record(peer_id)
+            if not record.delivered:
+                record.came_idle = self.newcomers_idle()
             record.delivered += 1
             record.missed = 0
             record.cut = False
@@ -254,6 +257,15 @@ class PeerLedger:
         must teach with about half of its samples. Not kept over a restart, as standings are not."""
         with self._lock:
             return self._newcomers_lapse >= USELESS_AFTER
+
+    def came_while_idle(self, peer_id: str) -> bool:
+        """Its first verified batch came while the newcomers were idle (`newcomers_idle`): a
+        name a crowd made after it began to flood, or an honest peer that joined beside it. One
+        that came before (an honest peer there from the start) takes the newcomers' turns first
+        (pool.fair_queue): the names that came before the flood are few, and they only leave."""
+        with self._lock:
+            record = self.peers.get(peer_id)
+            return record is not None and record.came_idle
 
     def has_delivered(self, peer_id: str) -> bool:
         """Delivered a valid batch to this node at some point (whatever happened since)."""
