@@ -1,7 +1,7 @@
 """What a node keeps per name beside a crowd that makes new ones: a simulation with the real
 Intake's ledger, pool and screener, no models and no network.
 
-    python bench/forgetting.py                      # 8 new names a round, 20,000 rounds
+    python bench/forgetting.py                      # 8 new names a round, 5,000 rounds
     python bench/forgetting.py --names 64 --rounds 5000
     python bench/forgetting.py --keep-all           # as before 2026-12-06: nothing forgotten
 
@@ -28,7 +28,7 @@ from swarmnode.loop.ledger import SILENT_ROUNDS, PeerLedger
 from swarmnode.loop.pool import OfferedGroup
 from swarmnode.settings.config import load_config
 
-CHECKPOINTS = (100, 1_000, 5_000, 20_000, 100_000)
+CHECKPOINTS = (100, 1_000, 2_000, 5_000, 20_000, 100_000)
 
 
 def positive_int(text: str) -> int:
@@ -56,7 +56,7 @@ def walk_s(intake: Intake) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--names", type=positive_int, default=8, help="new names a round (default 8)")
-    parser.add_argument("--rounds", type=positive_int, default=20_000, help="our rounds (default 20,000)")
+    parser.add_argument("--rounds", type=positive_int, default=5_000, help="our rounds (default 5,000)")
     parser.add_argument("--keep-all", action="store_true", help="forget nothing, as the node did before 2026-12-06")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
