@@ -110,8 +110,8 @@ def wait(pool_module: ModuleType, seed: int, join: int, rounds: int, churn: int 
         extra = {far_word: far}
         if "present_since" in accepts:
             extra["present_since"] = pool.present_since(round_)
-        if "came_idle" in accepts:
-            extra["came_idle"] = {peer for peer in offers if ledger.came_while_idle(peer)}
+        if "came_late" in accepts:
+            extra["came_late"] = {peer for peer in offers if ledger.came_since_idle(peer)}
         queue = pool_module.fair_queue(
             offers, standing, random.Random(f"{seed}:{round_}"), probation=probation, round_=round_,
             on_trial={peer for peer in offers if ledger.on_trial(peer)},

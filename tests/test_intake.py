@@ -164,8 +164,9 @@ def test_newcomers_judged_as_one_get_one_turn_while_none_of_them_teaches():
 
 def test_a_peer_there_before_the_newcomers_idled_is_heard_before_names_made_since():
     """A crowd renewing its names floods the newcomers' one turn with new names; a peer whose
-    first batch came before the newcomers idled (there from the start) takes the newcomer turns
-    before every name that came since, and a far newcomer (its groups take no room) after it."""
+    first batch came before the newcomers first idled (there from the start) takes the newcomer
+    turns before every name that came since, a lull included, and a far newcomer (its groups
+    take no room) after it."""
     ledger = PeerLedger()
     for peer in ("good", "early", "far-early"):
         ledger.delivered(peer)
@@ -176,12 +177,16 @@ def test_a_peer_there_before_the_newcomers_idled_is_heard_before_names_made_sinc
     fresh = [f"fresh{k}" for k in range(30)]
     for peer in fresh:
         ledger.delivered(peer)
-    assert not ledger.came_while_idle("early") and all(ledger.came_while_idle(p) for p in fresh)
+    ledger.screened("taught", 8, 8, 2)  # an honest newcomer teaches: the newcomers are idle no more
+    assert not ledger.newcomers_idle()
+    ledger.delivered("in-a-lull")
+    assert not ledger.came_since_idle("early") and all(ledger.came_since_idle(p) for p in [*fresh, "in-a-lull"]), (
+        "the set that came before the newcomers first idled is fixed then")
     offers = _offers(good=16, early=1, **{"far-early": 1}, **{peer: 1 for peer in fresh})
-    came_idle = {peer for peer in offers if ledger.came_while_idle(peer)}
+    came_late = {peer for peer in offers if ledger.came_since_idle(peer)}
     for seed in range(10):
         queue = fair_queue(offers, {"good": 0.5}, random.Random(seed), newcomer_most=1,
-                           not_on_probation={"far-early"}, came_idle=came_idle)
+                           not_on_probation={"far-early"}, came_late=came_late)
         assert queue[3] == "early0", "the newcomer turn: the peer there before the flood"
         assert queue.index("far-early0") > 16 and sorted(queue) == sorted(g for gs in offers.values() for g in gs)
     drawn = {fair_queue(offers, {"good": 0.5}, random.Random(seed), newcomer_most=1)[3] for seed in range(10)}

@@ -168,7 +168,7 @@ class Intake:
                           seniority=self.ledger.seniority(), round_=round_, not_on_probation=self.share.far_peers(),
                           on_trial={peer for peer in offers if self.ledger.on_trial(peer)},
                           newcomer_most=IDLE_NEWCOMER_TURNS if self.ledger.newcomers_idle() else None,
-                          came_idle={peer for peer in offers if self.ledger.came_while_idle(peer)})
+                          came_late={peer for peer in offers if self.ledger.came_since_idle(peer)})
 
     def forget_silent(self, round_: int) -> None:
         """Our round `round_` began: forget the names the ledger forgets (loop.ledger.forget_silent),

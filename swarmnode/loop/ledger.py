@@ -65,7 +65,7 @@ class PeerRecord:
     picking: bool = False  # found picking its completions: useless at once, not on trial, until it teaches
     unread: bool = False  # its last batch was in a tokenizer we cannot read: useless at once, until one is read
     seen: int = 0  # our round in which it last did anything here (forget_silent)
-    came_idle: bool = False  # its first verified batch came while the newcomers were idle (`came_while_idle`)
+    came_late: bool = False  # its first verified batch came after the newcomers first idled (`came_since_idle`)
 
 
 class PeerLedger:
@@ -76,6 +76,7 @@ class PeerLedger:
         self.counts: Counter[str] = Counter()
         self.peers: dict[str, PeerRecord] = {}
         self._newcomers_lapse = 0  # near newcomers' samples that taught nothing less those that taught, 0..USELESS_AFTER
+        self._idled = False  # the newcomers were idle at some point in this run (`came_since_idle`)
         self._rejected = 0  # bad batches from anyone, forgotten names' too: `total`
         self._round = 0  # our round, as the round loop last said (`advance`): what `seen` records
         self._lock = threading.RLock()  # earned() is called with it held
@@ -139,7 +140,7 @@ class PeerLedger:
         with self._lock:
             record = self._record(peer_id)
             if not record.delivered:
-                record.came_idle = self.newcomers_idle()
+                record.came_late = self._idled
             record.delivered += 1
             record.missed = 0
             record.cut = False
@@ -176,6 +177,7 @@ class PeerLedger:
             if near and not picking and self.standing(peer_id) is None and not self.is_banned(peer_id):
                 lapse = self._newcomers_lapse + (offered - useful) - useful
                 self._newcomers_lapse = min(max(lapse, 0), USELESS_AFTER)
+                self._idled = self._idled or self._newcomers_lapse >= USELESS_AFTER
             self._judge(peer_id, offered, useful, round_, picking)
 
     def _judge(self, peer_id: str, offered: int, useful: int, round_: int, picking: bool) -> None:
@@ -258,14 +260,15 @@ class PeerLedger:
         with self._lock:
             return self._newcomers_lapse >= USELESS_AFTER
 
-    def came_while_idle(self, peer_id: str) -> bool:
-        """Its first verified batch came while the newcomers were idle (`newcomers_idle`): a
-        name a crowd made after it began to flood, or an honest peer that joined beside it. One
-        that came before (an honest peer there from the start) takes the newcomers' turns first
-        (pool.fair_queue): the names that came before the flood are few, and they only leave."""
+    def came_since_idle(self, peer_id: str) -> bool:
+        """Its first verified batch came after the newcomers first idled (`newcomers_idle`) in
+        this run: a name a crowd made once it flooded, or an honest peer that joined since. The
+        peers that came before (an honest peer there from the start) take the newcomers' turns
+        first (pool.fair_queue): a set fixed when the newcomers first idled, that only shrinks,
+        so no name made later joins it, however the newcomers' count moves since."""
         with self._lock:
             record = self.peers.get(peer_id)
-            return record is not None and record.came_idle
+            return record is not None and record.came_late
 
     def has_delivered(self, peer_id: str) -> bool:
         """Delivered a valid batch to this node at some point (whatever happened since)."""

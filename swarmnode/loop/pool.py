@@ -166,7 +166,7 @@ def fair_queue(
     offers: Mapping[str, list[T]], standing: Mapping[str, float | None], rng: random.Random,
     newcomer_every: int = NEWCOMER_EVERY, probation: bool = False,
     seniority: Mapping[str, int] | None = None, round_: int = 0, not_on_probation: Collection[str] = (),
-    on_trial: Collection[str] = (), newcomer_most: int | None = None, came_idle: Collection[str] = (),
+    on_trial: Collection[str] = (), newcomer_most: int | None = None, came_late: Collection[str] = (),
 ) -> list[T]:
     """The offered groups the peers' share of a batch may take, in the order it takes them.
 
@@ -176,8 +176,8 @@ def fair_queue(
     ones (`cohorts`, by `seniority` at our round `round_`); every `newcomer_every`-th turn goes to a newcomer
     (standing None: never screened, or on trial) while one has groups left, so a new peer is
     heard at once; with `newcomer_most`, no more than that many of those turns (newcomers
-    fill what proven peers leave either way). Newcomers in `came_idle` (their first batch came
-    while the newcomers were idle: loop.ledger.came_while_idle) and far ones (in
+    fill what proven peers leave either way). Newcomers in `came_late` (their first batch came
+    after the newcomers first idled: loop.ledger.came_since_idle) and far ones (in
     `not_on_probation`, whose groups take no room) take their turns after the others: a crowd
     renewing its names while it floods cannot bury a near peer that was there before, those
     names are a set that only shrinks, and a far one cannot hold the turn for good. Peers found useless (`is_useless`) only fill
@@ -193,7 +193,7 @@ def fair_queue(
     peers = list(offers)
     rng.shuffle(peers)
     proven = sorted((p for p in peers if is_proven(standing.get(p))), key=lambda p: -(standing[p] or 0.0))
-    after = set(came_idle).union(not_on_probation)  # stable sort: rng's order within each part
+    after = set(came_late).union(not_on_probation)  # stable sort: rng's order within each part
     newcomers = sorted((p for p in peers if standing.get(p) is None), key=lambda p: p in after)
     useless = [p for p in peers if is_useless(standing.get(p))]
     proven_turns = _senior_first(offers, cohorts(seniority or {}, proven, round_))
