@@ -3,10 +3,10 @@
 Identities are free, so nothing here counts them: the peers' share of a batch is handed out
 in turns, peers with a record of useful samples first, a share of the turns kept for
 newcomers (one a batch while newcomers teach nothing: new names cost nothing, so a crowd
-that renews its names would hold every newcomer turn), and peers found useless last. Among
-the useful, seniority counts: the answers of a public task are public, so a crowd of
-identities with no model can look useful, and taking turns as equals they took an honest
-peer's place by numbers (3 of them, 3/4 of it). So peers that first taught this node at
+that renews its names would hold every newcomer turn; those there before that crowd first),
+and peers found useless last. Among the useful, seniority counts: the answers of a public
+task are public, so a crowd of identities with no model can look useful, and taking turns as
+equals they took an honest peer's place by numbers (3 of them, 3/4 of it). So peers that first taught this node at
 about the same time form a cohort, and each cohort keeps 3 of every 4 turns over all younger
 ones together, until both are ESTABLISHED_ROUNDS old: a crowd arriving later shares one turn
 in four, however many it is. Groups are used once and only while fresh; a slower peer's
@@ -180,8 +180,8 @@ def fair_queue(
     after the newcomers first idled: loop.ledger.came_since_idle) and far ones (in
     `not_on_probation`, whose groups take no room) take their turns after the others: a crowd
     renewing its names while it floods cannot bury a near peer that was there before, those
-    names are a set that only shrinks, and a far one cannot hold the turn for good. Peers found useless (`is_useless`) only fill
-    what is left. With `probation`
+    names are a set that only shrinks, and a far one cannot hold the turn for good. Peers
+    found useless (`is_useless`) only fill what is left. With `probation`
     (the caller's every PROBATION_EVERY-th round), one group of one useless or `on_trial` peer
     (screened, nothing useful yet, too little to judge: loop.ledger.USELESS_AFTER) picked by
     `rng` comes first, for the caller to take on top of the share: an honest peer whose
