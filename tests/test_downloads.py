@@ -64,7 +64,8 @@ def test_a_batch_is_kept_until_handed_out_and_then_only_newer_rounds_are_wanted(
 
 def test_the_newest_round_of_each_peer_is_kept_for_the_most_recent_peers_only(monkeypatch):
     """Names are free: past MAX_NEWEST_KEPT peers, the one whose newest round moved least
-    recently is forgotten (asked again for anything newer than nothing), a busy one is not."""
+    recently is forgotten (asked again for anything newer than nothing), one that moved lately
+    is not; failed tries of announced rounds are bounded the same way."""
     monkeypatch.setattr(downloads_module, "MAX_NEWEST_KEPT", 3)
     downloads = _downloads()
     for peer in ("old", "busy", "third"):
@@ -74,6 +75,9 @@ def test_the_newest_round_of_each_peer_is_kept_for_the_most_recent_peers_only(mo
     assert list(downloads.newest) == ["third", "busy", "new"]
     assert downloads.after("old") == -1 and downloads.wanted("old", 5), "forgotten: fetched as a new peer's"
     assert downloads.after("busy") == 6 and not downloads.wanted("busy", 6)
+    for peer in ("gone-1", "gone-2", "gone-3", "gone-4"):  # failed tries of names that left
+        downloads._attempt(peer, 7)
+    assert list(downloads.attempts) == [("gone-2", 7), ("gone-3", 7), ("gone-4", 7)], "the oldest tries go first"
 
 
 def test_bad_bytes_are_blamed_a_cut_is_not_and_neither_is_retried():

@@ -16,7 +16,7 @@ from swarmnode.lab.poison import poisoning_link
 from swarmnode.learn.sample import Group, Sample, Verdict
 from swarmnode.loop import ledger as ledger_module
 from swarmnode.loop.intake import Intake
-from swarmnode.loop.ledger import SILENT_ROUNDS, USELESS_AFTER, PeerLedger
+from swarmnode.loop.ledger import FIRST_ROUNDS, SILENT_ROUNDS, USELESS_AFTER, PeerLedger
 from swarmnode.loop.pool import (
     ESTABLISHED_ROUNDS,
     HOLD_ROUNDS,
@@ -212,6 +212,27 @@ def test_a_node_gives_newcomers_one_turn_while_they_teach_nothing(tmp_path):
     ledger.screened("honest-new", 8, 8, 1)  # a newcomer teaches (its groups not here yet)
     share = [group.peer_id for group in intake.collect(2, generate_s=1.2, timings={})[:8]]
     assert share.count("good") == 6, share
+
+
+def test_a_node_hears_the_peer_there_before_the_flood_first(tmp_path):
+    """The intake asks the ledger who came before the newcomers first idled: beside 30 names
+    made since, the one newcomer turn of the share goes to the peer that was there."""
+    config = _config(tmp_path, "a", "rollout.prompts_per_round=16", "node.own_share=0.5")
+    ledger = PeerLedger()
+    for peer in ("good", "there"):
+        ledger.delivered(peer)
+    ledger.screened("good", 8, 8, 0)
+    for k in range(USELESS_AFTER // 8):
+        ledger.screened(f"spent{k}", 8, 0, 0)
+    crowd = [f"name{k}" for k in range(30)]
+    for peer in crowd:
+        ledger.delivered(peer)
+    intake = Intake(config, None, None, "run", _RecordingExchange(), _Live(["good", "there", *crowd]), ledger)
+    for peer in ("good", "there", *crowd):
+        intake.pool.add(peer, 0, _groups(peer, 0, 8 if peer == "good" else 1, arrived=time.monotonic()), our_round=0)
+    for round_ in (1, 2, 3):
+        share = [group.peer_id for group in intake.collect(round_, generate_s=1.2, timings={})[:8]]
+        assert share.count("there") == 1 and share.count("good") == 7, share
 
 
 def _groups(peer: str, round_: int, count: int, arrived: float = 0.0) -> list[OfferedGroup]:
@@ -694,6 +715,33 @@ def test_past_its_bound_the_ledger_forgets_the_silent_teachers_that_taught_last(
     ledger.advance(3 + SILENT_ROUNDS)
     assert sorted(ledger.forget_silent()) == ["young", "youngest"]
     assert ledger.seniority() == {"oldest": 0, "old": 1}, "the peers that taught first keep their place"
+
+
+def test_a_resumed_node_does_not_take_its_restored_peers_for_silent(monkeypatch):
+    """Seniority restored from a checkpoint counts as seen in the resumed run's first round:
+    the peers that taught keep their place until they are silent for SILENT_ROUNDS of it."""
+    monkeypatch.setattr(ledger_module, "MAX_SILENT_TAUGHT", 1)
+    ledger = PeerLedger()
+    ledger.restore_seniority({"oldest": 3, "younger": 5})
+    ledger.advance(1000)
+    assert ledger.forget_silent() == [] and ledger.seniority() == {"oldest": 3, "younger": 5}
+    ledger.advance(1000 + SILENT_ROUNDS)
+    assert ledger.forget_silent() == ["younger"], "past the bound, the one that taught last"
+
+
+def test_the_peers_heard_first_are_those_of_the_first_rounds_even_while_newcomers_teach():
+    """Names whose samples never move the newcomers' count (unreadable, far) cannot keep
+    joining the peers heard first: after FIRST_ROUNDS of this node's rounds a new name came
+    late, idle or not."""
+    ledger = PeerLedger()
+    ledger.advance(100)
+    ledger.delivered("there")
+    ledger.advance(100 + FIRST_ROUNDS - 1)
+    ledger.delivered("soon")
+    ledger.advance(100 + FIRST_ROUNDS)
+    ledger.delivered("later")
+    assert not ledger.newcomers_idle()
+    assert [ledger.came_since_idle(p) for p in ("there", "soon", "later")] == [False, False, True]
 
 
 def test_a_node_forgets_a_crowd_s_one_batch_names_everywhere_and_keeps_a_held_one(tmp_path):

@@ -47,9 +47,15 @@ log = logging.getLogger(__name__)
 USELESS_AFTER = 32
 # our rounds a name may do nothing here (deliver, be screened, missed, cut, rejected) before it
 # is forgotten: well past HOLD_ROUNDS (swarmnode.loop.pool), the longest an unheard newcomer
-# waits to be fetched again, so a live peer is never forgotten between its batches
+# waits to be fetched again, so a peer that delivers at least that often is never forgotten
+# between its batches (one slower that never taught us comes back as a newcomer would)
 SILENT_ROUNDS = 64
 MAX_SILENT_TAUGHT = 1024  # silent names that taught us kept for their seniority; past it, the youngest go
+# our rounds from this ledger's first in which a peer's first batch counts as there from the
+# start (`came_since_idle`) even while the newcomers teach: names that are never screened as near
+# newcomers (unreadable, far) do not move the count, so without a bound a crowd could keep adding
+# to the peers heard first
+FIRST_ROUNDS = 16
 
 
 @dataclass
@@ -79,6 +85,8 @@ class PeerLedger:
         self._idled = False  # the newcomers were idle at some point in this run (`came_since_idle`)
         self._rejected = 0  # bad batches from anyone, forgotten names' too: `total`
         self._round = 0  # our round, as the round loop last said (`advance`): what `seen` records
+        self._first_round: int | None = None  # the round of the first `advance` (FIRST_ROUNDS)
+        self._restored: set[str] = set()  # names restored from a checkpoint, seen at the next `advance`
         self._lock = threading.RLock()  # earned() is called with it held
 
     # -- bad data ------------------------------------------------------------------------------
@@ -110,6 +118,10 @@ class PeerLedger:
         """Our round `round_` began: what each peer does from now on is seen in it."""
         with self._lock:
             self._round = round_
+            self._first_round = round_ if self._first_round is None else self._first_round
+            for peer in self._restored & self.peers.keys():  # a resumed run's peers are not silent yet
+                self.peers[peer].seen = round_
+            self._restored.clear()
 
     def _record(self, peer_id: str) -> PeerRecord:
         """The peer's record, made if new, seen in our current round."""
@@ -140,7 +152,8 @@ class PeerLedger:
         with self._lock:
             record = self._record(peer_id)
             if not record.delivered:
-                record.came_late = self._idled
+                early = self._first_round is None or self._round - self._first_round < FIRST_ROUNDS
+                record.came_late = self._idled or not early
             record.delivered += 1
             record.missed = 0
             record.cut = False
@@ -218,6 +231,7 @@ class PeerLedger:
             for peer, since in seniority.items():
                 if isinstance(peer, str) and isinstance(since, int):
                     self.peers.setdefault(peer, PeerRecord()).taught_since = since
+                    self._restored.add(peer)
 
     def seniority(self) -> dict[str, int]:
         """Per peer whose samples were ever useful, our round in which they first were: the
@@ -262,10 +276,11 @@ class PeerLedger:
 
     def came_since_idle(self, peer_id: str) -> bool:
         """Its first verified batch came after the newcomers first idled (`newcomers_idle`) in
-        this run: a name a crowd made once it flooded, or an honest peer that joined since. The
-        peers that came before (an honest peer there from the start) take the newcomers' turns
-        first (pool.fair_queue): a set fixed when the newcomers first idled, that only shrinks,
-        so no name made later joins it, however the newcomers' count moves since."""
+        this run, or after this node's first FIRST_ROUNDS rounds: a name a crowd made once it
+        flooded, or an honest peer that joined since. The peers that came before (an honest
+        peer there from the start) take the newcomers' turns first (pool.fair_queue): a set
+        fixed then, that only shrinks, so no name made later joins it, however the newcomers'
+        count moves since."""
         with self._lock:
             record = self.peers.get(peer_id)
             return record is not None and record.came_late

@@ -39,9 +39,10 @@ from swarmnode.swarm.hivemind.fetch import Batch, FetchError
 
 log = logging.getLogger(__name__)
 
-# peers whose newest round handed out is kept, least recently moved first out: names are free. A
-# peer forgotten here is asked for anything newer than nothing, and the pool (whose ledger forgot
-# it too, swarmnode.loop.ledger.forget_silent, or keeps its rounds forward) takes only what is new
+# peers whose newest round handed out is kept, least recently moved first out (and failed tries
+# of announced rounds, oldest first out): names are free. A peer forgotten here is asked for
+# anything newer than nothing; the pool keeps a live peer's rounds forward, and takes a silent
+# one's as a new peer's (its ledger forgot it too: swarmnode.loop.ledger.forget_silent)
 MAX_NEWEST_KEPT = 4096
 MAX_FETCH_ATTEMPTS = 3  # tries of one announced round from an unreachable peer before it is given up (no blame)
 UNEARNED_PAYLOADS_IN_FLIGHT = 2  # strangers' downloads at once, in promised bytes, as max-size payloads
@@ -200,7 +201,9 @@ class Downloads:
     def _attempt(self, peer: str, asked: int) -> None:
         """A failed try of an announced round; after MAX_FETCH_ATTEMPTS it is given up, unblamed."""
         self.attempts[(peer, asked)] += 1
-        if self.attempts[(peer, asked)] >= MAX_FETCH_ATTEMPTS:
+        while len(self.attempts) > MAX_NEWEST_KEPT:  # a name that failed once and left
+            del self.attempts[next(iter(self.attempts))]
+        if self.attempts.get((peer, asked), 0) >= MAX_FETCH_ATTEMPTS:
             self.handed_out(peer, asked)  # unreachable: stop asking for this round, without blaming it
 
     def _give_up(self, peer: str, asked: int | None) -> None:
