@@ -6,11 +6,11 @@ newcomers (one a batch while newcomers teach nothing: new names cost nothing, so
 that renews its names would hold every newcomer turn; those there before that crowd first),
 and peers found useless last. Among the useful, seniority counts: the answers of a public
 task are public, so a crowd of identities with no model can look useful, and taking turns as
-equals they took an honest peer's place by numbers (3 of them, 3/4 of it). So peers that first taught this node at
-about the same time form a cohort, and each cohort keeps 3 of every 4 turns over all younger
-ones together, until both are ESTABLISHED_ROUNDS old: a crowd arriving later shares one turn
-in four, however many it is. Groups are used once and only while fresh; a slower peer's
-batch is spread over the rounds until its next one is due.
+equals they took an honest peer's place by numbers (3 of them, 3/4 of it). So peers that
+first taught this node at about the same time form a cohort, and each cohort keeps 3 of every
+4 turns over all younger ones together, until both are ESTABLISHED_ROUNDS old: a crowd
+arriving later shares one turn in four, however many it is. Groups are used once and only
+while fresh; a slower peer's batch is spread over the rounds until its next one is due.
 """
 
 from __future__ import annotations
