@@ -25,7 +25,7 @@ from swarmnode.swarm.base import GatherWait
 from swarmnode.swarm.hivemind import exchange as exchange_module
 from swarmnode.swarm.hivemind import payloads
 from swarmnode.swarm.hivemind.dht import Manifest
-from swarmnode.swarm.hivemind.exchange import choose_pull_set, direct_pulls
+from swarmnode.swarm.hivemind.exchange import StruckOnce, choose_pull_set, direct_pulls
 from swarmnode.swarm.hivemind.payloads import PAYLOAD_PROTOCOL
 from swarmnode.swarm.hivemind.shards import manifest_family
 from tests.swarm_helpers import (
@@ -271,6 +271,38 @@ def test_a_held_peer_s_manifest_waits_like_its_direct_pull(start_runtime):
     ledger.screened(junk.peer_id, offered=8, useful=8, round_=0)
     ex.gather(GatherWait(timeout_s=0, held=frozenset({junk.peer_id})))
     assert honest.call(parse(), timeout=10) == manifest, "proven useful: fetched while held"
+
+
+def test_a_bad_manifest_is_one_strike_however_often_it_is_read(start_runtime):
+    """The same bad record read at every poll is struck once; a new bad record of the same
+    owner is a new lie, struck again."""
+    honest = start_runtime("honest")
+    liar = start_runtime("liar", honest.visible_maddrs())
+    ledger = PeerLedger()
+    ex = link(honest, ledger=ledger).exchange
+
+    async def parse(raw: bytes) -> Manifest | None:  # on the exchange's loop, as its polls run it
+        return ex._parse(liar.signer.local_public_key, raw, pulled=set())
+
+    for _ in range(3):
+        assert honest.call(parse(b"not msgpack"), timeout=10) is None
+    assert ledger.counts[liar.peer_id] == 1, "one bad record read three times: one strike"
+    assert honest.call(parse(b"still not msgpack"), timeout=10) is None
+    assert ledger.counts[liar.peer_id] == 2, "a new bad record: a new strike"
+
+
+def test_the_memory_of_struck_manifests_holds_one_record_an_owner_and_a_bounded_number_of_owners():
+    """A crowd of names each writing bad manifests cannot grow it: one record an owner, the
+    owners struck last kept; an owner pushed out and read again is struck again."""
+    struck = StruckOnce(kept=3)
+    assert struck.first("a", b"x") and not struck.first("a", b"x")
+    assert struck.first("a", b"y"), "a new record of the same owner"
+    assert not struck.first("a", b"y") and len(struck) == 1, "one record an owner"
+    for name in "bcd":
+        assert struck.first(name, b"x")
+    assert len(struck) == 3, "at most `kept` owners"
+    assert struck.first("a", b"y"), "pushed out by three names struck since: its record counts again"
+    assert not struck.first("d", b"x"), "the owners struck last are kept"
 
 
 def test_publishing_never_waits_on_a_dht_store_and_the_newest_manifest_wins(start_runtime, monkeypatch):

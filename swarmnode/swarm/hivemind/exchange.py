@@ -16,9 +16,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hashlib
 import logging
 import random
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable
 
 from swarmnode.protocol.records import RecordError
@@ -26,7 +28,12 @@ from swarmnode.settings.config import SwarmSettings
 from swarmnode.swarm.base import NO_WAIT, GatherWait, PeerStanding, Received, is_proven
 from swarmnode.swarm.hivemind.announcer import Announcer
 from swarmnode.swarm.hivemind.dht import Manifest, owner_or_none, owner_peer_id, payload_digest
-from swarmnode.swarm.hivemind.downloads import UNEARNED_PAYLOADS_IN_FLIGHT, Downloads, choose_downloads
+from swarmnode.swarm.hivemind.downloads import (
+    MAX_NEWEST_KEPT,
+    UNEARNED_PAYLOADS_IN_FLIGHT,
+    Downloads,
+    choose_downloads,
+)
 from swarmnode.swarm.hivemind.fetch import fetch_next, fetch_payload
 from swarmnode.swarm.hivemind.introductions import Introductions
 from swarmnode.swarm.hivemind.payloads import PayloadServer
@@ -41,6 +48,29 @@ GATHER_GRACE_S = 30.0  # how long past its deadline a gather may run before the 
 UNPROVEN_PER_POLL = 2  # peers not proven useful asked directly each poll, in turn
 WAITING_POLL_S = 0.05  # while a round waits for known peers, they are asked this often
 STRANGER_PULL_TIMEOUT_S = 5.0  # a direct pull of a peer seen only in heartbeats (its batch is found through the DHT too)
+
+
+class StruckOnce:
+    """The bad manifest each owner was last struck for, for the `kept` owners struck last: the
+    same record read at every poll is one lie and one strike, and the memory does not grow with
+    the names a crowd makes (names are free). A new bad record of the same owner is a new lie."""
+
+    def __init__(self, kept: int = MAX_NEWEST_KEPT) -> None:
+        self.kept = kept
+        self._last: OrderedDict[str, bytes] = OrderedDict()  # owner -> sha256 of its record struck last
+
+    def first(self, owner: str, record: bytes) -> bool:
+        """Whether this bad record of `owner` is one it was not struck for (and note it)."""
+        digest = hashlib.sha256(record).digest()
+        new = self._last.get(owner) != digest
+        self._last[owner] = digest
+        self._last.move_to_end(owner)
+        while len(self._last) > self.kept:
+            self._last.popitem(last=False)
+        return new
+
+    def __len__(self) -> int:
+        return len(self._last)
 
 
 class HivemindExchange:
@@ -71,7 +101,7 @@ class HivemindExchange:
         self.max_payload_bytes = max_payload_bytes
         self.downloads = Downloads(ledger, max_payload_bytes, settings.max_peers_per_round)  # on the swarm loop
         self.tokenizer_fetcher = TokenizerFetcher(runtime, run_id, ledger)
-        self._blamed: set[tuple[str, bytes]] = set()  # (owner, record) of bad manifests already counted
+        self._struck = StruckOnce()  # bad manifests already counted
         self._lookup: asyncio.Task | None = None  # the running DHT lookup for new peers' manifests
         self._introducer: asyncio.Task | None = None  # the running round of 'whom do you know?'
         self._polls = 0  # polls so far: whose turn it is among the peers not proven useful
@@ -280,9 +310,7 @@ class HivemindExchange:
         try:
             manifest = Manifest.from_record(subkey, raw, self.max_payload_bytes)
         except RecordError as err:
-            blame = (owner, raw if isinstance(raw, bytes) else repr(raw).encode())
-            if blame not in self._blamed:  # one bad record, one strike, however often it is read
-                self._blamed.add(blame)
+            if self._struck.first(owner, raw if isinstance(raw, bytes) else repr(raw).encode()):
                 self.ledger.reject(owner, f"bad manifest: {err}")
             return None
         if not self.downloads.wanted(owner, manifest.round):
