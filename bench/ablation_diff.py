@@ -9,6 +9,8 @@ round's record, except what the clock measures (timings, peer_age_s, tokens_per_
 only one run records (a metric added between them) is named, not compared. Runs of two machines
 compare too (the presets ship built): the first round named is where they part, which is how a
 difference between machines is traced (docs/figures.md, "MKL's branch follows the CPU's maker").
+Either file may instead be one run's file from a `--runs` store (DIR/runs/SETTING-...-seedN-*.json),
+so one seed re-run under new code compares with the same seed of a larger table.
 Exit 1 on any difference.
 """
 
@@ -50,6 +52,12 @@ def differences(before: dict, after: dict, one_sided: set[str] | None = None) ->
     return rounds, found
 
 
+def load(path: Path) -> dict:
+    """An ablation's records, or one run's file of its store as records of that one run."""
+    data = json.loads(path.read_text())
+    return data if "runs" in data else {"runs": [data]}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("before", type=Path)
@@ -57,7 +65,7 @@ def main() -> int:
     parser.add_argument("--shown", type=int, default=SHOWN, help=f"differences printed, the rest counted (default {SHOWN})")
     args = parser.parse_args()
     one_sided: set[str] = set()
-    rounds, found = differences(json.loads(args.before.read_text()), json.loads(args.after.read_text()), one_sided)
+    rounds, found = differences(load(args.before), load(args.after), one_sided)
     for line in found[:args.shown]:
         print(line)
     if len(found) > args.shown:
