@@ -54,8 +54,15 @@ def differences(before: dict, after: dict, one_sided: set[str] | None = None) ->
 
 def load(path: Path) -> dict:
     """An ablation's records, or one run's file of its store as records of that one run."""
-    data = json.loads(path.read_text())
-    return data if "runs" in data else {"runs": [data]}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise SystemExit(f"{path}: not an ablation's records or a run's file ({err})") from None
+    if isinstance(data, dict) and isinstance(data.get("runs"), list):
+        return data
+    if isinstance(data, dict) and isinstance(data.get("members"), list):
+        return {"runs": [data]}
+    raise SystemExit(f"{path}: neither an ablation's records (ablation.json) nor one run's file of its store")
 
 
 def main() -> int:

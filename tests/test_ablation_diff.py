@@ -40,3 +40,15 @@ def test_one_run_of_a_store_compares_with_the_same_run_of_a_table(tmp_path):
     two = tmp_path / "two.json"
     two.write_text(json.dumps({"runs": [_run(0, 1.0), _run(1, 1.0)]}))
     assert "2 runs against 1" in _diff(two, same).stdout
+
+
+def test_a_file_that_is_no_ablation_is_named_in_one_line(tmp_path):
+    table = tmp_path / "ablation.json"
+    table.write_text(json.dumps({"runs": [_run(0, loss=1.0)]}))
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"setting": "same"}))
+    shown = _diff(table, other)
+    assert shown.returncode != 0 and "Traceback" not in shown.stderr
+    assert "other.json: neither an ablation's records" in shown.stderr
+    shown = _diff(tmp_path / "missing.json", table)
+    assert shown.returncode != 0 and "missing.json: not an ablation's records" in shown.stderr
