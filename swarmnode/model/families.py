@@ -24,6 +24,7 @@ import msgpack
 from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
+from swarmnode.bounded import note_newest
 from swarmnode.learn.alignment import Tokenization
 from swarmnode.model.policy import tokenizer_fingerprint
 from swarmnode.model.tiny import TINY_PRESETS, build_tokenizer
@@ -177,7 +178,5 @@ class Families:
         self.learned += 1
         if self.is_own(family):
             family = Family(digest, self.own.fingerprint, self.own.vocab_size, self.own.tokenization)
-        self._learned[digest] = family
-        while len(self._learned) > MAX_FAMILIES:
-            self._learned.popitem(last=False)
+        note_newest(self._learned, digest, family, MAX_FAMILIES)
         return family

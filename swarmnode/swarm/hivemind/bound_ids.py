@@ -26,6 +26,8 @@ from hivemind.dht.protocol import DHTProtocol
 from hivemind.dht.routing import DHTID
 from hivemind.p2p import PeerID
 
+from swarmnode.bounded import note_newest
+
 log = logging.getLogger(__name__)
 
 ID_DOMAIN = b"swarmnode/dht-id/1:"  # hashed before the peer id, so the id means nothing outside swarmnode
@@ -58,10 +60,7 @@ class IdBinding:
                 "DHT contact %s not added: its DHT id is not derived from its key (a swarmnode node "
                 "older than DHT namespace v4, or a node placing itself next to a key)", peer_id,
             )
-        self.refused[peer_id] = None
-        self.refused.move_to_end(peer_id)
-        while len(self.refused) > REFUSED_REMEMBERED:
-            self.refused.popitem(last=False)
+        note_newest(self.refused, peer_id, None, REFUSED_REMEMBERED)
         return False
 
 

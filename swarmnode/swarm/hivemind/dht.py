@@ -21,6 +21,7 @@ from hivemind.dht.validation import DHTRecord, RecordValidatorBase
 from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.timed_storage import get_dht_time
 
+from swarmnode.bounded import note_newest
 from swarmnode.protocol.records import Heartbeat, RecordError
 from swarmnode.swarm.hivemind.identity import peer_id_of_owner
 from swarmnode.swarm.hivemind.shards import HEARTBEAT_FAMILY, ShardIndex, in_shard
@@ -202,9 +203,7 @@ class RememberingSignatureValidator(RSASignatureValidator):
         verdict = self._verdicts.get(digest)
         if verdict is None:
             verdict = super().validate(record)
-            self._verdicts[digest] = verdict
-            if len(self._verdicts) > self.kept:
-                self._verdicts.popitem(last=False)
+            note_newest(self._verdicts, digest, verdict, self.kept)
         else:
             self._verdicts.move_to_end(digest)
         return verdict

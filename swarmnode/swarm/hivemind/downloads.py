@@ -33,6 +33,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from swarmnode.bounded import note_newest
 from swarmnode.swarm.base import PeerStanding, Received
 from swarmnode.swarm.hivemind.dht import Manifest
 from swarmnode.swarm.hivemind.fetch import Batch, FetchError
@@ -220,10 +221,7 @@ class Downloads:
 
     def handed_out(self, peer: str, round_: int) -> None:
         """From now on only rounds newer than `round_` of `peer` are fetched."""
-        self.newest[peer] = max(round_, self.newest.get(peer, round_))
-        self.newest.move_to_end(peer)
-        while len(self.newest) > MAX_NEWEST_KEPT:
-            self.newest.popitem(last=False)
+        note_newest(self.newest, peer, max(round_, self.newest.get(peer, round_)), MAX_NEWEST_KEPT)
         self.attempts = Counter({k: v for k, v in self.attempts.items() if k[1] > self.newest.get(k[0], -1)})
 
     def cancel_all(self) -> None:

@@ -23,6 +23,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable
 
+from swarmnode.bounded import note_newest
 from swarmnode.protocol.records import RecordError
 from swarmnode.settings.config import SwarmSettings
 from swarmnode.swarm.base import NO_WAIT, GatherWait, PeerStanding, Received, is_proven
@@ -63,10 +64,7 @@ class StruckOnce:
         """Whether this bad record of `owner` is one it was not struck for (and note it)."""
         digest = hashlib.sha256(record).digest()
         new = self._last.get(owner) != digest
-        self._last[owner] = digest
-        self._last.move_to_end(owner)
-        while len(self._last) > self.kept:
-            self._last.popitem(last=False)
+        note_newest(self._last, owner, digest, self.kept)
         return new
 
     def __len__(self) -> int:

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from hivemind.p2p import PeerID
 from hivemind.utils.multiaddr import Multiaddr
 
+from swarmnode.bounded import note_newest
 from swarmnode.swarm.hivemind.fetch import FetchError, ask_whom
 from swarmnode.swarm.hivemind.payloads import MAX_INTRODUCTIONS, WHOM_EVERY_S
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
@@ -136,9 +137,7 @@ class Introductions:
                     named[peer] = [a for a in addrs if within(a, scope)][:DIALS_PER_NAME]
         await asyncio.gather(*(self._dial(peer, addrs) for peer, addrs in named.items()))  # one deadline for all
         for peer in named:
-            self.introduced[peer] = time.monotonic()
-            while len(self.introduced) > KEPT_INTRODUCTIONS:
-                self.introduced.popitem(last=False)
+            note_newest(self.introduced, peer, time.monotonic(), KEPT_INTRODUCTIONS)
 
     async def _ask(self, peer: str) -> list[tuple[str, list[str]]]:
         try:

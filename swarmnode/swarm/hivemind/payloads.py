@@ -45,6 +45,7 @@ from collections.abc import Callable
 import msgpack
 from hivemind.p2p import P2P, PeerID
 
+from swarmnode.bounded import note_newest
 from swarmnode.protocol.records import (
     PAYLOAD_PROTOCOL,
 )
@@ -290,10 +291,7 @@ def _remember(peers: OrderedDict[str, None], requester: str) -> None:
     """A peer of our run that talks to us, newest last (REMEMBERED_REQUESTERS kept): the
     exchange may ask it for batches in turn, so two nodes that never find each other in the
     DHT still meet once one reached the other."""
-    peers.pop(requester, None)
-    peers[requester] = None
-    while len(peers) > REMEMBERED_REQUESTERS:
-        peers.popitem(last=False)
+    note_newest(peers, requester, None, REMEMBERED_REQUESTERS)
 
 
 def next_round(newer: list[int], behind: object) -> int:
