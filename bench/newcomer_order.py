@@ -20,10 +20,12 @@ while the model knew little. The crowds, each group teaching nothing:
   USELESS_AFTER of its samples were screened;
 - both: the two at once;
 - far: churn, and one far newcomer that came first and keeps coming (its groups take no room).
-Every peer is fetched as the hold rule allows (PeerPool.holding). A group leaves the pool
+Every peer is fetched as the hold rule allows (PeerPool.holding), and where the revision's pool
+drops a newcomer's batch once it no longer stands in for the next (PeerPool.expire with
+`newcomers`), it does so here with the ledger's newcomers. A group leaves the pool
 `--max-age` of our rounds after it arrived: `node.max_age_s` (300 s) over the round time, so 5-10
 on a GPU's 30-60 s rounds; by default never, as in the probation-crowd bench's half-second rounds,
-where an abandoned name's group stays for the whole run. Left out: waiting and fetch timing, the
+where 300 s outlasts the run. Left out: waiting and fetch timing, the
 adaptive share, gated samples screened in their place, and more proven peers.
 """
 
@@ -96,7 +98,11 @@ def wait(pool_module: ModuleType, seed: int, join: int, rounds: int, churn: int 
         if round_ == idle_at:
             for k in range(USELESS_AFTER // 8):  # the newcomers turn idle
                 ledger.screened(f"spent{k}", 8, 0, round_)
-        pool.expire(float(round_), max_age, 1)
+        if "newcomers" in inspect.signature(pool.expire).parameters:  # a newcomer's batch leaves at HOLD_ROUNDS
+            newcomers = {peer for peer in pool.peers if ledger.standing(peer) is None}
+            pool.expire(float(round_), max_age, 1, round_, newcomers)
+        else:
+            pool.expire(float(round_), max_age, 1)
         held = pool.holding(round_)
         deliveries = [("good", 16), *([("far0", 4)] if far_first else [])]
         deliveries += [(f"kept{k}", 4) for k in range(persist * (round_ + 1))]

@@ -271,6 +271,23 @@ def test_the_pool_holds_a_peer_while_a_recent_batch_of_it_is_unused():
     assert pool.holding(10 + HOLD_ROUNDS) == set(), "too old to stand in for the next: ask again"
 
 
+def test_a_newcomer_s_batch_leaves_the_pool_when_it_no_longer_stands_in_for_its_next():
+    """A newcomer's unused groups leave once its newest batch is HOLD_ROUNDS of our rounds old,
+    however young by our clock: a name a crowd abandoned drops out of the newcomers' draw
+    (a live one is asked for a newer batch then: holding). A peer with a standing keeps
+    its groups until they are stale."""
+    now = time.monotonic()
+    pool = PeerPool()
+    pool.add("new", 0, _groups("new", 0, 2, arrived=now), our_round=10)
+    pool.add("known", 0, _groups("known", 0, 2, arrived=now), our_round=10)
+    pool.expire(now, max_age_s=300, staleness=1, our_round=10 + HOLD_ROUNDS - 1, newcomers={"new"})
+    assert pool.peers == {"new", "known"}, "younger than HOLD_ROUNDS: kept"
+    pool.expire(now, max_age_s=300, staleness=1, our_round=10 + HOLD_ROUNDS, newcomers={"new"})
+    assert pool.peers == {"known"}, "a newcomer's batch as old as HOLD_ROUNDS: gone"
+    assert pool.add("new", 1, _groups("new", 1, 2, arrived=now), our_round=10 + HOLD_ROUNDS)
+    assert [g.round for g in pool.offers(10 + HOLD_ROUNDS)["new"]] == [1], "its newer batch is offered (paced)"
+
+
 def test_a_slower_peer_s_batch_is_spread_over_the_rounds_until_its_next():
     pool = PeerPool()
     pool.add("slow", 0, _groups("slow", 0, 6), our_round=0)

@@ -140,7 +140,8 @@ class Intake:
         order the share takes them."""
         t = time.perf_counter()
         node = self.config.node
-        self.pool.expire(time.monotonic(), node.max_age_s, node.staleness)
+        newcomers = {peer for peer in self.pool.peers if self.ledger.standing(peer) is None}
+        self.pool.expire(time.monotonic(), node.max_age_s, node.staleness, round_, newcomers)
         self.forget_silent(round_)
         live = set(self.membership.live_peers())
         _, budget = batch_split(self.config, self.share.current())

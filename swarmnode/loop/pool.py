@@ -82,9 +82,19 @@ class PeerPool:
         self._held.setdefault(peer_id, []).extend(groups)
         return True
 
-    def expire(self, now: float, max_age_s: float, staleness: int) -> None:
+    def expire(self, now: float, max_age_s: float, staleness: int,
+               our_round: int = 0, newcomers: Collection[str] = ()) -> None:
+        """Drop groups stale by their sender's rounds or too old by our clock, and every group of
+        a newcomer (`newcomers`: peers without a standing) whose newest batch arrived HOLD_ROUNDS
+        or more of our rounds (`our_round` now) ago. By then that batch no longer stands in for
+        its sender's next (`holding`): a live newcomer is asked for a newer one and is drawn on
+        it, while a name a crowd abandoned leaves the newcomers' draw instead of keeping a
+        ticket in it until `max_age_s`, which is many rounds where rounds are short."""
         for peer, groups in list(self._held.items()):
             newest = self._newest[peer]
+            if peer in newcomers and our_round - self._arrived_in.get(peer, our_round) >= HOLD_ROUNDS:
+                del self._held[peer]
+                continue
             fresh = [g for g in groups if now - g.arrived <= max_age_s and g.round >= newest - staleness]
             if fresh:
                 self._held[peer] = fresh
