@@ -305,7 +305,8 @@ class NodeSettings(_Section):
         1, ge=0, description="a peer's groups are used while they are at most this many of its rounds behind its newest"
     )
     max_age_s: float = Field(
-        300.0, gt=0, description="a peer's groups are used at most this long (our clock) after they arrived"
+        300.0, gt=0, description="a peer's groups are used at most this long (our clock) after they arrived; "
+        "a newcomer's also leave once its batch is swarmnode.loop.pool.HOLD_ROUNDS of our rounds old"
     )
     wait_share: float = Field(
         0.25, ge=0,
