@@ -235,6 +235,28 @@ def test_a_node_hears_the_peer_there_before_the_flood_first(tmp_path):
         assert share.count("there") == 1 and share.count("good") == 7, share
 
 
+def test_a_node_lets_newcomers_batches_go_after_hold_rounds_and_keeps_the_others(tmp_path):
+    """The intake asks the ledger who is a newcomer: one never screened and one on trial lose
+    their unused groups once their batch is HOLD_ROUNDS of our rounds old; a proven peer and a
+    useless one keep theirs (until stale or max_age_s)."""
+    config = _config(tmp_path, "a", "rollout.prompts_per_round=16", "node.own_share=0.5")
+    ledger = PeerLedger()
+    peers = ("good", "useless", "on-trial", "never")
+    for peer in peers:
+        ledger.delivered(peer)
+    ledger.screened("good", 8, 8, 0)
+    ledger.screened("useless", USELESS_AFTER, 0, 0)
+    ledger.screened("on-trial", 8, 0, 0)
+    assert ledger.on_trial("on-trial") and ledger.standing("never") is None
+    intake = Intake(config, None, None, "run", _RecordingExchange(), _Live(list(peers)), ledger)
+    for peer in peers:
+        intake.pool.add(peer, 0, _groups(peer, 0, 1, arrived=time.monotonic()), our_round=0)
+    intake.collect(HOLD_ROUNDS - 1, generate_s=1.2, timings={})
+    assert intake.pool.peers == set(peers)
+    intake.collect(HOLD_ROUNDS, generate_s=1.2, timings={})
+    assert intake.pool.peers == {"good", "useless"}
+
+
 def _groups(peer: str, round_: int, count: int, arrived: float = 0.0) -> list[OfferedGroup]:
     return [OfferedGroup(peer, round_, i, [], arrived) for i in range(count)]
 
