@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "swarmnode"
 # Bottom up. A unit is a subpackage or a top-level module; it may import its own layer's
 # units' modules only within itself, and any unit of a lower layer.
 LAYERS = [
-    "settings", "tasks", "protocol", "sizing", "learn", "model", "screening", "rollout", "swarm", "ops", "loop",
+    "bounded", "settings", "tasks", "protocol", "sizing", "learn", "model", "screening", "rollout", "swarm", "ops", "loop",
     "assemble", "lab", "demo", "cli", "__main__",
 ]
 FACE = "__init__"  # the package's face (its version) may be imported from anywhere
