@@ -88,8 +88,9 @@ class PeerPool:
         a newcomer (`newcomers`: peers without a standing) whose newest batch arrived HOLD_ROUNDS
         or more of our rounds (`our_round` now) ago. By then that batch no longer stands in for
         its sender's next (`holding`): a live newcomer is asked for a newer one and is drawn on
-        it, while a name a crowd abandoned leaves the newcomers' draw instead of keeping a
-        ticket in it until `max_age_s`, which is many rounds where rounds are short."""
+        it once it comes (no ticket meanwhile), while a name a crowd abandoned leaves the
+        newcomers' draw instead of keeping a ticket in it until `max_age_s`, which is many
+        rounds where rounds are short."""
         for peer, groups in list(self._held.items()):
             newest = self._newest[peer]
             if peer in newcomers and our_round - self._arrived_in.get(peer, our_round) >= HOLD_ROUNDS:
