@@ -80,6 +80,7 @@ def wait(pool_module: ModuleType, seed: int, join: int, rounds: int, churn: int 
     arrived; the newcomers idle from our round `idle_at`); None: never."""
     pool, ledger = pool_module.PeerPool(), PeerLedger()
     accepts = inspect.signature(pool_module.fair_queue).parameters
+    ages_newcomers = "newcomers" in inspect.signature(pool_module.PeerPool.expire).parameters  # HOLD_ROUNDS
     far_word = "far" if "far" in accepts else "not_on_probation"
     far = {"far0"} if far_first else set()
     ledger.screened("good", 8, 8, 0)
@@ -98,7 +99,7 @@ def wait(pool_module: ModuleType, seed: int, join: int, rounds: int, churn: int 
         if round_ == idle_at:
             for k in range(USELESS_AFTER // 8):  # the newcomers turn idle
                 ledger.screened(f"spent{k}", 8, 0, round_)
-        if "newcomers" in inspect.signature(pool.expire).parameters:  # a newcomer's batch leaves at HOLD_ROUNDS
+        if ages_newcomers:  # a newcomer's batch leaves at HOLD_ROUNDS
             newcomers = {peer for peer in pool.peers if ledger.standing(peer) is None}
             pool.expire(float(round_), max_age, 1, round_, newcomers)
         else:
