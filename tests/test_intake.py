@@ -18,6 +18,7 @@ from swarmnode.loop import ledger as ledger_module
 from swarmnode.loop.intake import Intake
 from swarmnode.loop.ledger import FIRST_ROUNDS, SILENT_ROUNDS, USELESS_AFTER, PeerLedger
 from swarmnode.loop.pool import (
+    ASKED_ROUNDS,
     ESTABLISHED_ROUNDS,
     HOLD_ROUNDS,
     PROBATION_EVERY,
@@ -237,8 +238,8 @@ def test_a_node_hears_the_peer_there_before_the_flood_first(tmp_path):
 
 def test_a_node_lets_newcomers_batches_go_after_hold_rounds_and_keeps_the_others(tmp_path):
     """The intake asks the ledger who is a newcomer: one never screened and one on trial lose
-    their unused groups once their batch is HOLD_ROUNDS of our rounds old; a proven peer and a
-    useless one keep theirs (until stale or max_age_s)."""
+    their unused groups once their batch is HOLD_ROUNDS + ASKED_ROUNDS of our rounds old; a
+    proven peer and a useless one keep theirs (until stale or max_age_s)."""
     config = _config(tmp_path, "a", "rollout.prompts_per_round=16", "node.own_share=0.5")
     ledger = PeerLedger()
     peers = ("good", "useless", "on-trial", "never")
@@ -251,9 +252,9 @@ def test_a_node_lets_newcomers_batches_go_after_hold_rounds_and_keeps_the_others
     intake = Intake(config, None, None, "run", _RecordingExchange(), _Live(list(peers)), ledger)
     for peer in peers:
         intake.pool.add(peer, 0, _groups(peer, 0, 1, arrived=time.monotonic()), our_round=0)
-    intake.collect(HOLD_ROUNDS - 1, generate_s=1.2, timings={})
+    intake.collect(HOLD_ROUNDS + ASKED_ROUNDS - 1, generate_s=1.2, timings={})
     assert intake.pool.peers == set(peers)
-    intake.collect(HOLD_ROUNDS, generate_s=1.2, timings={})
+    intake.collect(HOLD_ROUNDS + ASKED_ROUNDS, generate_s=1.2, timings={})
     assert intake.pool.peers == {"good", "useless"}
 
 
@@ -294,20 +295,45 @@ def test_the_pool_holds_a_peer_while_a_recent_batch_of_it_is_unused():
 
 
 def test_a_newcomer_s_batch_leaves_the_pool_when_it_no_longer_stands_in_for_its_next():
-    """A newcomer's unused groups leave once its newest batch is HOLD_ROUNDS of our rounds old,
-    however young by our clock: a name a crowd abandoned drops out of the newcomers' draw
-    (a live one is asked for a newer batch then: holding). A peer with a standing keeps
-    its groups until they are stale."""
+    """A newcomer's unused groups leave ASKED_ROUNDS after its newest batch stops standing in
+    for its next (HOLD_ROUNDS of our rounds), however young by our clock: a name a crowd
+    abandoned drops out of the newcomers' draw (a live one is asked for a newer batch when
+    its hold ends: holding). A peer with a standing keeps its groups until they are stale."""
     now = time.monotonic()
     pool = PeerPool()
     pool.add("new", 0, _groups("new", 0, 2, arrived=now), our_round=10)
     pool.add("known", 0, _groups("known", 0, 2, arrived=now), our_round=10)
-    pool.expire(now, max_age_s=300, staleness=1, our_round=10 + HOLD_ROUNDS - 1, newcomers={"new"})
-    assert pool.peers == {"new", "known"}, "younger than HOLD_ROUNDS: kept"
-    pool.expire(now, max_age_s=300, staleness=1, our_round=10 + HOLD_ROUNDS, newcomers={"new"})
-    assert pool.peers == {"known"}, "a newcomer's batch as old as HOLD_ROUNDS: gone"
-    assert pool.add("new", 1, _groups("new", 1, 2, arrived=now), our_round=10 + HOLD_ROUNDS)
-    assert [g.round for g in pool.offers(10 + HOLD_ROUNDS)["new"]] == [1], "its newer batch is offered (paced)"
+    gone = 10 + HOLD_ROUNDS + ASKED_ROUNDS
+    pool.expire(now, max_age_s=300, staleness=1, our_round=gone - 1, newcomers={"new"})
+    assert pool.peers == {"new", "known"}, "its newer batch is asked for, not here yet: kept"
+    assert "new" not in pool.holding(gone - 1)
+    pool.expire(now, max_age_s=300, staleness=1, our_round=gone, newcomers={"new"})
+    assert pool.peers == {"known"}, "a newcomer's batch as old as HOLD_ROUNDS + ASKED_ROUNDS: gone"
+    assert pool.add("new", 1, _groups("new", 1, 2, arrived=now), our_round=gone)
+    assert [g.round for g in pool.offers(gone)["new"]] == [1], "its newer batch is offered (paced)"
+
+
+def test_a_live_newcomer_fetched_as_over_hivemind_always_holds_groups():
+    """Over hivemind a peer is asked for a newer batch in the background of the round its hold
+    ends, and the batch is handed out at the next round's gather. A live newcomer never
+    screened (every round's groups unused) keeps groups in the pool in every round, so it
+    never loses its place in the newcomers' draw, in the intake's order: expire, holding
+    (what the exchange leaves out), gather."""
+    now = time.monotonic()
+    pool = PeerPool()
+    pool.add("new", 0, _groups("new", 0, 2, arrived=now), our_round=0)
+    asked_in: int | None = None
+    sent = 0
+    for round_ in range(1, 4 * HOLD_ROUNDS):
+        pool.expire(now, max_age_s=300, staleness=64, our_round=round_, newcomers={"new"})
+        if asked_in is not None and asked_in < round_:  # fetched since: handed out at this gather
+            sent += 1
+            assert pool.add("new", sent, _groups("new", sent, 2, arrived=now), our_round=round_)
+            asked_in = None
+        if "new" not in pool.holding(round_) and asked_in is None:
+            asked_in = round_
+        assert "new" in pool.peers, f"no groups in round {round_}"
+    assert sent >= 3
 
 
 def test_a_slower_peer_s_batch_is_spread_over_the_rounds_until_its_next():

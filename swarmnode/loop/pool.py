@@ -29,6 +29,7 @@ IDLE_NEWCOMER_TURNS = 1  # newcomer turns a share gives among proven peers' whil
 PROBATION_EVERY = 4  # every 4th round, one useless (or on trial) peer's group comes first, on top of the share
 SPACING_WEIGHT = 0.5  # how far one longer gap between a peer's batches moves its measured spacing
 HOLD_ROUNDS = 16  # an unused batch younger than this (our rounds) stands in for its sender's next: holding()
+ASKED_ROUNDS = 1  # a newcomer's groups stay this many rounds after its hold ends, while its newer batch is asked for
 COHORT_ROUNDS = 16  # peers that first taught us within this many of our rounds of each other share a cohort
 YOUNGER_EVERY = 4  # every 4th turn of a cohort goes to all younger cohorts together
 ESTABLISHED_ROUNDS = 256  # a peer that first taught us this many rounds ago joins the oldest cohort
@@ -85,15 +86,17 @@ class PeerPool:
     def expire(self, now: float, max_age_s: float, staleness: int,
                our_round: int = 0, newcomers: Collection[str] = ()) -> None:
         """Drop groups stale by their sender's rounds or too old by our clock, and every group of
-        a newcomer (`newcomers`: peers without a standing) whose newest batch arrived HOLD_ROUNDS
-        or more of our rounds (`our_round` now) ago. By then that batch no longer stands in for
-        its sender's next (`holding`): a live newcomer is asked for a newer one and is drawn on
-        it once it comes (no ticket meanwhile), while a name a crowd abandoned leaves the
-        newcomers' draw instead of keeping a ticket in it until `max_age_s`, which is many
-        rounds where rounds are short."""
+        a newcomer (`newcomers`: peers without a standing) whose newest batch arrived
+        HOLD_ROUNDS + ASKED_ROUNDS or more of our rounds (`our_round` now) ago. After HOLD_ROUNDS
+        that batch no longer stands in for its sender's next (`holding`), so a live newcomer is
+        asked for a newer one; over hivemind it is fetched in the background of that round and
+        handed out at the next gather, so the old groups keep the newcomer's ticket until then.
+        A name a crowd abandoned leaves the newcomers' draw then, instead of keeping a ticket
+        in it until `max_age_s`, which is many rounds where rounds are short."""
         for peer, groups in list(self._held.items()):
             newest = self._newest[peer]
-            if peer in newcomers and our_round - self._arrived_in.get(peer, our_round) >= HOLD_ROUNDS:
+            age = our_round - self._arrived_in.get(peer, our_round)
+            if peer in newcomers and age >= HOLD_ROUNDS + ASKED_ROUNDS:
                 del self._held[peer]
                 continue
             fresh = [g for g in groups if now - g.arrived <= max_age_s and g.round >= newest - staleness]
