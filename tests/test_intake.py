@@ -313,18 +313,20 @@ def test_a_newcomer_s_batch_leaves_the_pool_when_it_no_longer_stands_in_for_its_
     assert [g.round for g in pool.offers(gone)["new"]] == [1], "its newer batch is offered (paced)"
 
 
-def test_a_live_newcomer_fetched_as_over_hivemind_always_holds_groups():
+@pytest.mark.parametrize("round_s", [1.0, 45.0], ids=["short-rounds", "gpu-rounds"])
+def test_a_live_newcomer_fetched_as_over_hivemind_always_holds_groups(round_s):
     """Over hivemind a peer is asked for a newer batch in the background of the round its hold
     ends, and the batch is handed out at the next round's gather. A live newcomer never
-    screened (every round's groups unused) keeps groups in the pool in every round, so it
-    never loses its place in the newcomers' draw, in the intake's order: expire, holding
-    (what the exchange leaves out), gather."""
-    now = time.monotonic()
+    screened (every round's groups unused) keeps groups in the pool in every round, in the
+    intake's order (expire, holding: what the exchange leaves out, gather): where rounds are
+    short its groups leave by HOLD_ROUNDS, where they are a GPU's by max_age_s (300 s, 6-7
+    rounds of 45 s), and either way its hold ends a round before."""
     pool = PeerPool()
-    pool.add("new", 0, _groups("new", 0, 2, arrived=now), our_round=0)
+    pool.add("new", 0, _groups("new", 0, 2, arrived=0.0), our_round=0)
     asked_in: int | None = None
     sent = 0
     for round_ in range(1, 4 * HOLD_ROUNDS):
+        now = round_ * round_s
         pool.expire(now, max_age_s=300, staleness=64, our_round=round_, newcomers={"new"})
         if asked_in is not None and asked_in < round_:  # fetched since: handed out at this gather
             sent += 1
@@ -334,6 +336,23 @@ def test_a_live_newcomer_fetched_as_over_hivemind_always_holds_groups():
             asked_in = round_
         assert "new" in pool.peers, f"no groups in round {round_}"
     assert sent >= 3
+
+
+def test_a_peer_s_hold_ends_a_round_before_max_age_s_takes_its_groups():
+    """The pool measures our round by its clock between expires: a peer all of whose groups
+    pass max_age_s before the next expire is no longer held (its newer batch is asked for),
+    while those groups are still offered this round."""
+    pool = PeerPool()
+    pool.add("p", 0, _groups("p", 0, 2, arrived=0.0), our_round=0)
+    pool.add("q", 0, _groups("q", 0, 2, arrived=50.0), our_round=1)
+    for round_, now in ((1, 30.0), (2, 60.0)):
+        pool.expire(now, max_age_s=100, staleness=64, our_round=round_)
+        assert pool.holding(round_) == {"p", "q"}, now
+    pool.expire(90.0, max_age_s=100, staleness=64, our_round=3)
+    assert pool.holding(3) == {"q"}, "p's groups pass max_age_s before the next round's expire"
+    assert pool.peers == {"p", "q"} and len(pool.offers(3)["p"]) == 2, "still offered this round"
+    pool.expire(120.0, max_age_s=100, staleness=64, our_round=4)
+    assert pool.peers == {"q"} and pool.holding(4) == {"q"}
 
 
 def test_a_slower_peer_s_batch_is_spread_over_the_rounds_until_its_next():

@@ -64,6 +64,9 @@ class PeerPool:
         self._newest: dict[str, int] = {}  # peer -> newest round accepted
         self._arrived_in: dict[str, int] = {}  # peer -> our round its newest batch arrived in
         self._spacing: dict[str, float] = {}  # peer -> our rounds between its batches (moving mean)
+        self._expired_at: float | None = None  # our clock at the last expire (once a round)
+        self._round_s = 0.0  # our clock between the last two expires: how long our last round took
+        self._aging_out: frozenset[str] = frozenset()  # peers all of whose groups leave by max_age_s at the next expire
 
     def add(self, peer_id: str, round_: int, groups: list[OfferedGroup], our_round: int) -> bool:
         """Hold a verified batch's groups, accepted in our round `our_round`; False (and
@@ -92,7 +95,14 @@ class PeerPool:
         asked for a newer one; over hivemind it is fetched in the background of that round and
         handed out at the next gather, so the old groups keep the newcomer's ticket until then.
         A name a crowd abandoned leaves the newcomers' draw then, instead of keeping a ticket
-        in it until `max_age_s`, which is many rounds where rounds are short."""
+        in it until `max_age_s`, which is many rounds where rounds are short.
+
+        Notes the peers whose groups all pass `max_age_s` before the next expire (if our next
+        round is as long as the last): their hold ends now (`holding`), a round before their
+        groups leave, for the same reason."""
+        if self._expired_at is not None and 0.0 < now - self._expired_at < math.inf:
+            self._round_s = now - self._expired_at
+        self._expired_at = now
         for peer, groups in list(self._held.items()):
             newest = self._newest[peer]
             age = our_round - self._arrived_in.get(peer, our_round)
@@ -104,6 +114,10 @@ class PeerPool:
                 self._held[peer] = fresh
             else:
                 del self._held[peer]
+        self._aging_out = frozenset(
+            peer for peer, groups in self._held.items()
+            if all(now + self._round_s - g.arrived > max_age_s for g in groups)
+        )
 
     def drop(self, peer_id: str) -> None:
         """Forget a peer's held groups (it was banned)."""
@@ -145,9 +159,13 @@ class PeerPool:
         proved useful: the newer one would wait behind this one, and a useless peer's groups
         only fill what others leave. So a crowd of useless identities costs a download each per
         HOLD_ROUNDS rounds, not two a poll, and a peer screened on probation is judged on a
-        batch at most that old."""
+        batch at most that old. The hold ends a round before the groups leave (a newcomer's
+        after HOLD_ROUNDS + ASKED_ROUNDS, anyone's by `max_age_s` at the last expire's round
+        length): over hivemind the newer batch asked for then is handed out at the next
+        gather, in time to take their place."""
         return frozenset(
-            peer for peer in self._held if our_round - self._arrived_in.get(peer, our_round) < HOLD_ROUNDS
+            peer for peer in self._held
+            if our_round - self._arrived_in.get(peer, our_round) < HOLD_ROUNDS and peer not in self._aging_out
         )
 
     @property
