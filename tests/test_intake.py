@@ -313,20 +313,23 @@ def test_a_newcomer_s_batch_leaves_the_pool_when_it_no_longer_stands_in_for_its_
     assert [g.round for g in pool.offers(gone)["new"]] == [1], "its newer batch is offered (paced)"
 
 
-@pytest.mark.parametrize("round_s", [1.0, 45.0], ids=["short-rounds", "gpu-rounds"])
-def test_a_live_newcomer_fetched_as_over_hivemind_always_holds_groups(round_s):
+@pytest.mark.parametrize(
+    "rounds_s", [[1.0], [45.0], [30.0, 60.0, 45.0, 40.0]], ids=["short-rounds", "gpu-rounds", "uneven-gpu-rounds"]
+)
+def test_a_live_newcomer_fetched_as_over_hivemind_always_holds_groups(rounds_s):
     """Over hivemind a peer is asked for a newer batch in the background of the round its hold
     ends, and the batch is handed out at the next round's gather. A live newcomer never
     screened (every round's groups unused) keeps groups in the pool in every round, in the
     intake's order (expire, holding: what the exchange leaves out, gather): where rounds are
-    short its groups leave by HOLD_ROUNDS, where they are a GPU's by max_age_s (300 s, 6-7
-    rounds of 45 s), and either way its hold ends a round before."""
+    short its groups leave by HOLD_ROUNDS, where they are a GPU's by max_age_s (300 s, 5-10
+    rounds of 30-60 s), and either way its hold ends a round before."""
     pool = PeerPool()
     pool.add("new", 0, _groups("new", 0, 2, arrived=0.0), our_round=0)
     asked_in: int | None = None
     sent = 0
+    now = 0.0
     for round_ in range(1, 4 * HOLD_ROUNDS):
-        now = round_ * round_s
+        now += rounds_s[round_ % len(rounds_s)]
         pool.expire(now, max_age_s=300, staleness=64, our_round=round_, newcomers={"new"})
         if asked_in is not None and asked_in < round_:  # fetched since: handed out at this gather
             sent += 1
@@ -336,6 +339,31 @@ def test_a_live_newcomer_fetched_as_over_hivemind_always_holds_groups(round_s):
             asked_in = round_
         assert "new" in pool.peers, f"no groups in round {round_}"
     assert sent >= 3
+
+
+def test_a_newcomer_s_groups_stay_for_the_round_its_hold_ends_and_no_longer():
+    """The round a newcomer's hold ends its groups are still offered (its newer batch is on
+    its way); the next round they are gone."""
+    pool = PeerPool()
+    pool.add("new", 0, _groups("new", 0, 2, arrived=0.0), our_round=0)
+    round_ = 1
+    while "new" in pool.holding(round_):
+        round_ += 1
+        pool.expire(0.0, max_age_s=300, staleness=1, our_round=round_, newcomers={"new"})
+    assert round_ == HOLD_ROUNDS and pool.peers == {"new"}
+    pool.expire(0.0, max_age_s=300, staleness=1, our_round=round_ + 1, newcomers={"new"})
+    assert pool.peers == set()
+
+
+def test_a_peer_with_a_young_group_stays_held_whatever_its_old_ones():
+    """The hold ends by max_age_s only when every group of the peer would leave by the next
+    round: one young group still stands in for its next batch."""
+    pool = PeerPool()
+    pool.add("p", 0, _groups("p", 0, 1, arrived=0.0), our_round=0)
+    pool.add("p", 1, _groups("p", 1, 1, arrived=80.0), our_round=1)
+    pool.expire(60.0, max_age_s=100, staleness=64, our_round=2)
+    pool.expire(90.0, max_age_s=100, staleness=64, our_round=3)
+    assert pool.holding(3) == {"p"} and len(pool.offers(3)["p"]) == 2
 
 
 def test_a_peer_s_hold_ends_a_round_before_max_age_s_takes_its_groups():

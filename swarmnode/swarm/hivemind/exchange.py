@@ -353,7 +353,8 @@ def direct_pulls(
     their next batch would only wait behind it, and the node takes their groups only where
     useful peers leave room. A few such peers are each asked every poll (an honest peer whose
     batch happened to teach nothing is still heard at once); sixteen identities delivering junk
-    cost a download each every pool.HOLD_ROUNDS rounds, not two a poll."""
+    cost a download each every pool.HOLD_ROUNDS rounds (sooner where `node.max_age_s` clears
+    their groups first), not two a poll."""
     proven = [peer for peer in pull_set if is_proven(standing.get(peer))]
     others = [peer for peer in pull_set if not is_proven(standing.get(peer)) and peer not in held]
     if len(others) <= others_per_poll:
