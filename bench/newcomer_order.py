@@ -101,7 +101,7 @@ def wait(pool_module: ModuleType, seed: int, join: int, rounds: int, churn: int 
         if round_ == idle_at:
             for k in range(USELESS_AFTER // 8):  # the newcomers turn idle
                 ledger.screened(f"spent{k}", 8, 0, round_)
-        if ages_newcomers:  # a newcomer's batch leaves HOLD_ROUNDS (+ ASKED_ROUNDS where the revision has it) after it came
+        if ages_newcomers:  # a newcomer's batch leaves HOLD_ROUNDS after it came
             newcomers = {peer for peer in pool.peers if ledger.standing(peer) is None}
             pool.expire(float(round_), max_age, 1, round_, newcomers)
         else:

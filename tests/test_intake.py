@@ -18,7 +18,6 @@ from swarmnode.loop import ledger as ledger_module
 from swarmnode.loop.intake import Intake
 from swarmnode.loop.ledger import FIRST_ROUNDS, SILENT_ROUNDS, USELESS_AFTER, PeerLedger
 from swarmnode.loop.pool import (
-    ASKED_ROUNDS,
     ESTABLISHED_ROUNDS,
     HOLD_ROUNDS,
     PROBATION_EVERY,
@@ -238,8 +237,8 @@ def test_a_node_hears_the_peer_there_before_the_flood_first(tmp_path):
 
 def test_a_node_lets_newcomers_batches_go_after_hold_rounds_and_keeps_the_others(tmp_path):
     """The intake asks the ledger who is a newcomer: one never screened and one on trial lose
-    their unused groups once their batch is HOLD_ROUNDS + ASKED_ROUNDS of our rounds old; a
-    proven peer and a useless one keep theirs (until stale or max_age_s)."""
+    their unused groups once their batch is HOLD_ROUNDS of our rounds old (their hold ended a
+    round before); a proven peer and a useless one keep theirs (until stale or max_age_s)."""
     config = _config(tmp_path, "a", "rollout.prompts_per_round=16", "node.own_share=0.5")
     ledger = PeerLedger()
     peers = ("good", "useless", "on-trial", "never")
@@ -252,9 +251,10 @@ def test_a_node_lets_newcomers_batches_go_after_hold_rounds_and_keeps_the_others
     intake = Intake(config, None, None, "run", _RecordingExchange(), _Live(list(peers)), ledger)
     for peer in peers:
         intake.pool.add(peer, 0, _groups(peer, 0, 1, arrived=time.monotonic()), our_round=0)
-    intake.collect(HOLD_ROUNDS + ASKED_ROUNDS - 1, generate_s=1.2, timings={})
+    intake.collect(HOLD_ROUNDS - 1, generate_s=1.2, timings={})
     assert intake.pool.peers == set(peers)
-    intake.collect(HOLD_ROUNDS + ASKED_ROUNDS, generate_s=1.2, timings={})
+    assert intake.pool.holding(HOLD_ROUNDS - 1) == {"good", "useless"}, "newcomers asked for their next"
+    intake.collect(HOLD_ROUNDS, generate_s=1.2, timings={})
     assert intake.pool.peers == {"good", "useless"}
 
 
@@ -295,20 +295,20 @@ def test_the_pool_holds_a_peer_while_a_recent_batch_of_it_is_unused():
 
 
 def test_a_newcomer_s_batch_leaves_the_pool_when_it_no_longer_stands_in_for_its_next():
-    """A newcomer's unused groups leave ASKED_ROUNDS after its newest batch stops standing in
-    for its next (HOLD_ROUNDS of our rounds), however young by our clock: a name a crowd
-    abandoned drops out of the newcomers' draw (a live one is asked for a newer batch when
-    its hold ends: holding). A peer with a standing keeps its groups until they are stale."""
+    """A newcomer's unused groups leave once its newest batch is HOLD_ROUNDS of our rounds old,
+    however young by our clock: a name a crowd abandoned drops out of the newcomers' draw (a
+    live one was asked for a newer batch a round before: holding). A peer with a standing
+    keeps its groups until they are stale."""
     now = time.monotonic()
     pool = PeerPool()
     pool.add("new", 0, _groups("new", 0, 2, arrived=now), our_round=10)
     pool.add("known", 0, _groups("known", 0, 2, arrived=now), our_round=10)
-    gone = 10 + HOLD_ROUNDS + ASKED_ROUNDS
+    gone = 10 + HOLD_ROUNDS
     pool.expire(now, max_age_s=300, staleness=1, our_round=gone - 1, newcomers={"new"})
     assert pool.peers == {"new", "known"}, "its newer batch is asked for, not here yet: kept"
     assert "new" not in pool.holding(gone - 1)
     pool.expire(now, max_age_s=300, staleness=1, our_round=gone, newcomers={"new"})
-    assert pool.peers == {"known"}, "a newcomer's batch as old as HOLD_ROUNDS + ASKED_ROUNDS: gone"
+    assert pool.peers == {"known"}, "a newcomer's batch as old as HOLD_ROUNDS: gone"
     assert pool.add("new", 1, _groups("new", 1, 2, arrived=now), our_round=gone)
     assert [g.round for g in pool.offers(gone)["new"]] == [1], "its newer batch is offered (paced)"
 
@@ -350,7 +350,7 @@ def test_a_newcomer_s_groups_stay_for_the_round_its_hold_ends_and_no_longer():
     while "new" in pool.holding(round_):
         round_ += 1
         pool.expire(0.0, max_age_s=300, staleness=1, our_round=round_, newcomers={"new"})
-    assert round_ == HOLD_ROUNDS and pool.peers == {"new"}
+    assert round_ == HOLD_ROUNDS - 1 and pool.peers == {"new"}
     pool.expire(0.0, max_age_s=300, staleness=1, our_round=round_ + 1, newcomers={"new"})
     assert pool.peers == set()
 

@@ -30,7 +30,6 @@ IDLE_NEWCOMER_TURNS = 1  # newcomer turns a share gives among proven peers' whil
 PROBATION_EVERY = 4  # every 4th round, one useless (or on trial) peer's group comes first, on top of the share
 SPACING_WEIGHT = 0.5  # how far one longer gap between a peer's batches moves its measured spacing
 HOLD_ROUNDS = 16  # an unused batch younger than this (our rounds) stands in for its sender's next: holding()
-ASKED_ROUNDS = 1  # a newcomer's groups stay this many rounds after its hold ends, while its newer batch is asked for
 ROUND_WINDOW = 8  # our last rounds whose longest the pool expects the next to take (holding by max_age_s)
 COHORT_ROUNDS = 16  # peers that first taught us within this many of our rounds of each other share a cohort
 YOUNGER_EVERY = 4  # every 4th turn of a cohort goes to all younger cohorts together
@@ -68,7 +67,7 @@ class PeerPool:
         self._spacing: dict[str, float] = {}  # peer -> our rounds between its batches (moving mean)
         self._expired_at: float | None = None  # our clock at the last expire (once a round)
         self._rounds_s: deque[float] = deque(maxlen=ROUND_WINDOW)  # our clock between expires: our last rounds
-        self._aging_out: frozenset[str] = frozenset()  # peers all of whose groups leave by max_age_s at the next expire
+        self._leaving: frozenset[str] = frozenset()  # peers all of whose groups leave at the next expire
 
     def add(self, peer_id: str, round_: int, groups: list[OfferedGroup], our_round: int) -> bool:
         """Hold a verified batch's groups, accepted in our round `our_round`; False (and
@@ -92,27 +91,25 @@ class PeerPool:
                our_round: int = 0, newcomers: Collection[str] = ()) -> None:
         """Drop groups stale by their sender's rounds or too old by our clock, and every group of
         a newcomer (`newcomers`: peers without a standing) whose newest batch arrived
-        HOLD_ROUNDS + ASKED_ROUNDS or more of our rounds (`our_round` now) ago. After HOLD_ROUNDS
-        that batch no longer stands in for its sender's next (`holding`), so a live newcomer is
-        asked for a newer one; over hivemind it is fetched in the background of that round and
-        handed out at the next gather, so the old groups keep the newcomer's ticket until then.
-        A name a crowd abandoned leaves the newcomers' draw then, instead of keeping a ticket
-        in it until `max_age_s`, which is many rounds where rounds are short.
+        HOLD_ROUNDS or more of our rounds (`our_round` now) ago: a name a crowd abandoned
+        leaves the newcomers' draw then, instead of keeping a ticket in it until `max_age_s`,
+        which is many rounds where rounds are short.
 
-        Notes the peers whose groups all pass `max_age_s` before the next expire, if our next
-        round is no longer than the longest of our last ROUND_WINDOW: their hold ends now
-        (`holding`), a round before their groups leave, for the same reason. A round longer
-        than those (a pause to evaluate or checkpoint) can still leave such a peer one round
-        without groups; one that long makes the next ROUND_WINDOW holds end early, which costs
-        each held peer's newer batch a download sooner."""
+        Notes the peers all of whose groups leave at the next expire: a newcomer whose batch
+        is then HOLD_ROUNDS old, and anyone whose groups all pass `max_age_s` by then if our
+        next round is no longer than the longest of our last ROUND_WINDOW. Their hold ends now
+        (`holding`), a round before their groups leave: over hivemind the newer batch asked for
+        now is fetched in the background of this round and handed out at the next gather, so
+        a live newcomer keeps a ticket throughout. A round longer than those (a pause to
+        evaluate or checkpoint) can still leave such a peer one round without groups; one that
+        long makes the next ROUND_WINDOW holds end early, which costs a download sooner."""
         if self._expired_at is not None and 0.0 < now - self._expired_at < math.inf:
             self._rounds_s.append(now - self._expired_at)
         self._expired_at = now
         next_round_s = max(self._rounds_s, default=0.0)
         for peer, groups in list(self._held.items()):
             newest = self._newest[peer]
-            age = our_round - self._arrived_in.get(peer, our_round)
-            if peer in newcomers and age >= HOLD_ROUNDS + ASKED_ROUNDS:
+            if peer in newcomers and our_round - self._arrived_in.get(peer, our_round) >= HOLD_ROUNDS:
                 del self._held[peer]
                 continue
             fresh = [g for g in groups if now - g.arrived <= max_age_s and g.round >= newest - staleness]
@@ -120,9 +117,10 @@ class PeerPool:
                 self._held[peer] = fresh
             else:
                 del self._held[peer]
-        self._aging_out = frozenset(
+        self._leaving = frozenset(
             peer for peer, groups in self._held.items()
-            if all(now + next_round_s - g.arrived > max_age_s for g in groups)
+            if (peer in newcomers and our_round + 1 - self._arrived_in.get(peer, our_round) >= HOLD_ROUNDS)
+            or all(now + next_round_s - g.arrived > max_age_s for g in groups)
         )
 
     def drop(self, peer_id: str) -> None:
@@ -161,19 +159,18 @@ class PeerPool:
 
     def holding(self, our_round: int) -> frozenset[str]:
         """Peers with unused groups here from a batch that arrived fewer than HOLD_ROUNDS of our
-        rounds ago, less those whose groups all pass `max_age_s` before the next expire (as the
-        last `expire` reckoned). The exchange does not ask such a peer for a newer batch unless
-        its samples proved useful: the newer one would wait behind this one, and a useless
-        peer's groups only fill what others leave. So a crowd of useless identities costs a
-        download each per HOLD_ROUNDS rounds (where rounds are long, per `max_age_s` less a
-        round), not two a poll, and a peer screened on probation is judged on a batch at most
-        that old. The hold ends a round before the groups leave (a newcomer's leave
-        ASKED_ROUNDS after its hold ends at HOLD_ROUNDS; anyone's by `max_age_s`): over
-        hivemind the newer batch asked for then is handed out at the next gather, in time to
-        take their place."""
+        rounds ago, less those the last `expire` found all of whose groups leave at the next
+        (a newcomer's at HOLD_ROUNDS, anyone's by `max_age_s`): their hold ends a round before
+        the groups leave, so that over hivemind the newer batch comes in time to take their
+        place. The exchange does not ask a held peer for a newer batch unless its samples
+        proved useful: the newer one would wait behind this one, and a useless peer's groups
+        only fill what others leave. So a crowd of useless identities costs a download each
+        per HOLD_ROUNDS rounds (a round fewer for a newcomer; where rounds are long, per
+        `max_age_s` less a round), not two a poll, and a peer screened on probation is judged
+        on a batch at most that old."""
         return frozenset(
             peer for peer in self._held
-            if our_round - self._arrived_in.get(peer, our_round) < HOLD_ROUNDS and peer not in self._aging_out
+            if our_round - self._arrived_in.get(peer, our_round) < HOLD_ROUNDS and peer not in self._leaving
         )
 
     @property

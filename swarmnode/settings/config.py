@@ -306,8 +306,8 @@ class NodeSettings(_Section):
     )
     max_age_s: float = Field(
         300.0, gt=0, description="a peer's groups are used at most this long (our clock) after they arrived; "
-        "a newcomer's also leave one round after its batch stops holding its place "
-        "(swarmnode.loop.pool.HOLD_ROUNDS + ASKED_ROUNDS of our rounds)"
+        "a newcomer's also leave once its batch is swarmnode.loop.pool.HOLD_ROUNDS of our rounds old "
+        "(a round after its newer one was asked for)"
     )
     wait_share: float = Field(
         0.25, ge=0,
