@@ -25,8 +25,9 @@ drops a newcomer's batch once it no longer stands in for the next (PeerPool.expi
 `newcomers`), it does so here with the ledger's newcomers. A group leaves the pool
 `--max-age` of our rounds after it arrived: `node.max_age_s` (300 s) over the round time, so 5-10
 on a GPU's 30-60 s rounds; by default never, as in the probation-crowd bench's half-second rounds,
-where 300 s outlasts the run. Since ee91b16 a pool ends a peer's hold a round before `--max-age`
-takes its groups, so with a finite `--max-age` its newer batch comes a round sooner here than
+where 300 s outlasts the run. Since 23b675b (ee91b16 for `--max-age`) a pool ends a peer's hold
+a round before its groups leave (a newcomer's at HOLD_ROUNDS, anyone's by `--max-age`), so here,
+where a batch is fetched in the round its hold ends, the newer batch comes a round sooner than
 under earlier revisions (over hivemind, in time for the old groups' leaving). Left out: waiting
 and fetch timing, the adaptive share, gated samples screened in their place, and more proven peers.
 """
