@@ -1217,8 +1217,7 @@ MARGIN = NON_INFERIORITY_MARGIN  # issue 45's bound on what a crowd may cost an 
 def judged(gains: list[float]) -> str:
     """Accuracy gains paired by seed as printed: mean (SE), the one-sided 95 % lower bound
     (Student's t, swarmnode.lab.verdicts) and whether it shows the node non-inferior."""
-    v = verdict(gains)
-    return f"{v.mean:+.3f} ({v.se:.3f}), bound {v.lower:+.3f}: {'non-inferior' if v.non_inferior else 'not shown non-inferior'}"
+    return verdict(gains).against_margin()
 
 
 def crowd_config(directory: Path, name: str, seed: int, eval_size: int, extra: list[str]):

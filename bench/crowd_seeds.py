@@ -69,11 +69,6 @@ class Pooled:
         return sorted({seed for seed, _, _ in self.after})
 
 
-def judged(gains: list[float]) -> str:
-    v = verdict(gains)
-    return f"{v.mean:+.3f} ({v.se:.3f}), bound {v.lower:+.3f}: {'non-inferior' if v.non_inferior else 'not shown non-inferior'}"
-
-
 def median_most_never(found: list[float]) -> str:
     finite = [r for r in found if not math.isinf(r)]
     most = f"{max(finite):.0f}" if finite else "-"
@@ -92,9 +87,9 @@ def report(pooled: Pooled) -> None:
           f"(Student's t, {len(seeds) - 1} df); non-inferior: bound >= -{NON_INFERIORITY_MARGIN}")
     for k in crowds:
         for name in NODES:
-            print(f"  {k} identities, node {name}: {judged([pooled.after[s, k, name] - pooled.after[s, 0, name] for s in seeds])}")
+            print(f"  {k} identities, node {name}: {verdict([pooled.after[s, k, name] - pooled.after[s, 0, name] for s in seeds]).against_margin()}")
         means = [statistics.mean(pooled.after[s, k, n] - pooled.after[s, 0, n] for n in NODES) for s in seeds]
-        print(f"  {k} identities, a and b's mean a seed: {judged(means)}")
+        print(f"  {k} identities, a and b's mean a seed: {verdict(means).against_margin()}")
     for label, found in (("rounds after b joined until the other honest node first taught", pooled.waited),
                          ("a's round f first taught a node", pooled.far_taught)):
         if found:

@@ -62,3 +62,10 @@ def test_a_seed_in_two_runs_is_refused(tmp_path):
     two.write_text(_output([0], after, waited))
     shown = _run(one, two)
     assert shown.returncode != 0 and "seed 0" in shown.stderr
+
+
+def test_a_file_that_is_not_the_bench_s_output_is_refused_by_name(tmp_path):
+    other = tmp_path / "ablation.txt"
+    other.write_text("setting same: two copies of tiny\nmember condition seeds\n")
+    shown = _run(other)
+    assert shown.returncode != 0 and "ablation.txt: no probation-crowd rows" in shown.stderr

@@ -91,3 +91,10 @@ def test_still_rising_is_what_the_last_half_adds_over_seeds_whatever_the_first_h
     assert not levelled.ahead
     with pytest.raises(ValueError, match="a seed"):
         still_rising([0.5, 0.5], [0.6])
+
+
+def test_against_the_margin_reads_mean_se_bound_and_whether_it_is_non_inferior():
+    shown = verdict([0.01, -0.01, 0.0, 0.02])
+    assert shown.against_margin() == f"{shown.mean:+.3f} ({shown.se:.3f}), bound {shown.lower:+.3f}: non-inferior"
+    lost = verdict([-0.10, -0.02, -0.06])
+    assert lost.against_margin().endswith(f"bound {lost.lower:+.3f}: not shown non-inferior")

@@ -61,6 +61,12 @@ class Verdict:
         low, high = self.interval
         return -EQUIVALENCE_MARGIN < low and high < EQUIVALENCE_MARGIN
 
+    def against_margin(self) -> str:
+        """'mean (SE), bound lower: non-inferior' (or 'not shown non-inferior'), as the attack
+        benches print what a crowd costs a node."""
+        shown = "non-inferior" if self.non_inferior else "not shown non-inferior"
+        return f"{self.mean:+.3f} ({self.se:.3f}), bound {self.lower:+.3f}: {shown}"
+
     def word(self) -> str:
         """'ahead', 'non-inferior' or 'not shown' (the data cannot rule out a loss beyond the margin)."""
         return "ahead" if self.ahead else "non-inferior" if self.non_inferior else "not shown"
