@@ -109,7 +109,7 @@ class PeerPool:
         next_round_s = max(self._rounds_s, default=0.0)
         for peer, groups in list(self._held.items()):
             newest = self._newest[peer]
-            if peer in newcomers and our_round - self._arrived_in.get(peer, our_round) >= HOLD_ROUNDS:
+            if peer in newcomers and self._age(peer, our_round) >= HOLD_ROUNDS:
                 del self._held[peer]
                 continue
             fresh = [g for g in groups if now - g.arrived <= max_age_s and g.round >= newest - staleness]
@@ -119,7 +119,7 @@ class PeerPool:
                 del self._held[peer]
         self._leaving = frozenset(
             peer for peer, groups in self._held.items()
-            if (peer in newcomers and our_round + 1 - self._arrived_in.get(peer, our_round) >= HOLD_ROUNDS)
+            if (peer in newcomers and self._age(peer, our_round) + 1 >= HOLD_ROUNDS)
             or all(now + next_round_s - g.arrived > max_age_s for g in groups)
         )
 
@@ -148,10 +148,14 @@ class PeerPool:
         peer slower than us the share that spreads its batch over the rounds until its next."""
         offers = {}
         for peer, groups in self._held.items():
-            due_in = self._spacing.get(peer, 1.0) - (our_round - self._arrived_in.get(peer, our_round))
+            due_in = self._spacing.get(peer, 1.0) - self._age(peer, our_round)
             count = math.ceil(len(groups) / max(1.0, due_in))
             offers[peer] = sorted(groups, key=lambda g: -g.round)[:count]
         return offers
+
+    def _age(self, peer: str, our_round: int) -> int:
+        """Our rounds since the peer's newest batch arrived (0 for one we never took)."""
+        return our_round - self._arrived_in.get(peer, our_round)
 
     def lag(self, group: OfferedGroup) -> int:
         """How many of its sender's rounds the group is behind the sender's newest we hold."""
@@ -170,7 +174,7 @@ class PeerPool:
         on a batch at most that old."""
         return frozenset(
             peer for peer in self._held
-            if our_round - self._arrived_in.get(peer, our_round) < HOLD_ROUNDS and peer not in self._leaving
+            if self._age(peer, our_round) < HOLD_ROUNDS and peer not in self._leaving
         )
 
     @property
