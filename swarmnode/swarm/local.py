@@ -7,8 +7,10 @@ node's PeerStanding as the hivemind exchange does: a banned peer's batches are n
 and neither are those of a peer held unused and not proven useful (the hold rule), so nodes
 stepped in turn (tests, bench/) and threads both behave as over hivemind, minus the network.
 One difference: when the hold lifts, every round the peer published meanwhile (up to
-`keep_rounds`) is handed out, where the hivemind exchange fetches the newest; the pool then
-keeps those at most `node.staleness` behind the newest, as it would have.
+`keep_rounds`) is handed out and the pool keeps those at most `node.staleness` behind the
+newest, where the hivemind exchange fetches one batch (the oldest of those) and asks that peer
+again only after the gather that hands it out: here a node may hold `node.staleness` more
+batches of a peer not proven useful than over hivemind, never fewer.
 """
 
 from __future__ import annotations

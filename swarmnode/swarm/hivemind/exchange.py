@@ -219,12 +219,20 @@ class HivemindExchange:
     def _pull_known(self) -> None:
         """Ask the pull set, and the peers seen in heartbeats that never delivered, for anything
         newer (`direct_pulls`: the useful every poll, the others a few a poll in turn, none of
-        those whose recent batch the node still holds unused)."""
+        those whose recent batch the node still holds unused or has here not handed out yet)."""
         pull_set = self.pull_set()
         strangers = self._strangers()
         standing = {peer: self.ledger.standing(peer) for peer in pull_set} | dict.fromkeys(strangers)
-        self._ask_directly(direct_pulls(list(standing), standing, self._polls, self._held), strangers=set(strangers))
+        self._ask_directly(direct_pulls(list(standing), standing, self._polls, self._holding()), strangers=set(strangers))
         self._polls += 1
+
+    def _holding(self) -> frozenset[str]:
+        """Peers whose newer batch would wait behind one the node has: groups it held unused at
+        its last gather, or a batch arrived here since and not yet handed out. Without the
+        second, a peer whose hold ended would be fetched again at every poll of that round
+        (the catch-up round, then each batch it publishes meanwhile): more downloads than the
+        one its hold's end stands for."""
+        return self._held | {peer for peer, _ in self.downloads.ready}
 
     def _ask_directly(self, peers: Iterable[str], strangers: set[str] = frozenset()) -> None:
         """Ask each of `peers` not already being downloaded from for its next batch after the
@@ -315,7 +323,7 @@ class HivemindExchange:
             return None
         if owner in pulled:  # asked directly every poll
             return None
-        if owner in self._held and not is_proven(self.ledger.standing(owner)):  # as in direct_pulls
+        if owner in self._holding() and not is_proven(self.ledger.standing(owner)):  # as in direct_pulls
             return None
         return manifest
 
