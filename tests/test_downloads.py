@@ -207,16 +207,23 @@ def test_the_exchange_knocks_on_a_stranger_with_our_budget_and_pulls_a_known_pee
 
     async def scenario() -> None:
         ledger = PeerLedger()
-        ledger.delivered("friend")
+        for peer in ("friend", "useful"):
+            ledger.delivered(peer)
+        ledger.screened("useful", 8, 8, 0)
         exchange = object.__new__(exchange_module.HivemindExchange)  # only what _ask_directly reads
         exchange.downloads = _downloads(ledger)
         exchange.settings = SwarmSettings()
         exchange.runtime = SimpleNamespace(p2p=None)
-        exchange.run_id, exchange.max_payload_bytes, exchange.catch_up_rounds = "run", 32 * MIB, 0
-        exchange._ask_directly(["friend", "stranger"], strangers={"stranger"})
-        assert exchange.downloads.promises() == {"friend": None, "stranger": 0}, "a knock holds no bytes yet"
+        exchange.run_id, exchange.max_payload_bytes, exchange.catch_up_rounds = "run", 32 * MIB, 1
+        exchange.ledger = ledger
+        exchange._ask_directly(["friend", "useful", "stranger"], strangers={"stranger"})
+        assert exchange.downloads.promises() == {"friend": None, "useful": None, "stranger": 0}, (
+            "a knock holds no bytes yet"
+        )
         await asyncio.sleep(0)
         assert asked["friend"]["admit"] is None and asked["friend"]["timeout_s"] == SwarmSettings().fetch_timeout_s
+        assert asked["useful"]["behind"] == 1, "a peer proven useful catches up on the rounds it may be behind"
+        assert asked["friend"]["behind"] == asked["stranger"]["behind"] == 0, "the others: their newest"
         assert asked["stranger"]["timeout_s"] == exchange_module.STRANGER_PULL_TIMEOUT_S
         assert asked["stranger"]["admit"](1000) and exchange.downloads.promises()["stranger"] == 1000, (
             "the length its answer names is held against the strangers' budget"

@@ -355,6 +355,17 @@ def test_a_newcomer_s_groups_stay_for_the_round_its_hold_ends_and_no_longer():
     assert pool.peers == set()
 
 
+def test_a_newer_batch_arriving_the_round_a_hold_ends_is_held_at_once():
+    """A hold that ended because the groups leave at the next expire holds again as soon as a
+    newer batch of the peer arrives (that round's gather): its new groups stay."""
+    pool = PeerPool()
+    pool.add("new", 0, _groups("new", 0, 2), our_round=0)
+    pool.expire(0.0, max_age_s=300, staleness=1, our_round=HOLD_ROUNDS - 1, newcomers={"new"})
+    assert "new" not in pool.holding(HOLD_ROUNDS - 1)
+    pool.add("new", 1, _groups("new", 1, 2), our_round=HOLD_ROUNDS - 1)
+    assert pool.holding(HOLD_ROUNDS - 1) == {"new"}
+
+
 def test_a_peer_with_a_young_group_stays_held_whatever_its_old_ones():
     """The hold ends by max_age_s only when every group of the peer would leave by the next
     round: one young group still stands in for its next batch."""
@@ -472,13 +483,17 @@ def test_samples_near_a_bar_earn_their_sender_no_standing():
 
 class _RecordingExchange:
     """Stands in for the exchange: records how long each gather was allowed to wait, for whom,
-    and whose groups the node said it held."""
+    and whose groups the node said it held (at each gather, and after each take: `holds`)."""
 
     peer_id = "me"
 
     def __init__(self) -> None:
         self.waits: list[tuple[float, set[str]]] = []
         self.held: list[frozenset[str]] = []
+        self.holds: list[frozenset[str]] = []
+
+    def hold(self, held: frozenset[str]) -> None:
+        self.holds.append(held)
 
     def gather(self, wait: GatherWait) -> list:
         self.waits.append((wait.timeout_s, set(wait.wait_for)))
@@ -581,6 +596,18 @@ def test_zero_advantage_samples_take_no_room_yet_count_in_their_group_s_mean(tmp
     diluted = _scored_intake(tmp_path, rewards).take(0, _groups("p", 0, 2), own=[], timings={})
     assert [sample.advantage for sample in diluted.kept] == [0.0] * 4, "the default: the first group fills the share"
     assert diluted.uninformative == 0
+
+
+def test_after_the_take_the_exchange_hears_whose_groups_are_still_held(tmp_path):
+    """The gather was told whom the pool held before the round's take; once the take used a
+    peer's groups up, the exchange hears it is held no more (so a peer not proven useful is
+    fetched from again while the node trains), and a peer with groups left stays held."""
+    intake = _scored_intake(tmp_path, {0: [0.0, 0.5, 1.0, 0.5]})
+    for peer in ("used", "left"):
+        intake.pool.add(peer, 0, _groups(peer, 0, 1), our_round=0)
+    assert intake.pool.holding(0) == {"used", "left"}
+    intake.take(0, intake.pool.offers(0)["used"], own=[], timings={})
+    assert intake.exchange.holds == [frozenset({"left"})]
 
 
 def _graded_intake(tmp_path, monkeypatch, *sets: str) -> Intake:

@@ -404,43 +404,52 @@ def test_a_round_waiting_for_a_known_peer_asks_it_at_once_not_at_the_next_poll(s
     assert [item.round for item in got] == [1], "asked by the waiting round itself"
 
 
-def test_a_live_newcomer_keeps_groups_in_every_round_while_its_hold_ends_and_renews(start_runtime):
-    """The pool's hold (loop/pool.py) and the exchange's pulls together, over real daemons. A
-    newcomer (delivered, never screened: every group of it stays unused) publishes a batch in
-    each of our rounds. The node goes through its rounds in the intake's order (expire, the
-    peers the pool holds, gather, add), and each round's work lasts a few polls and a
-    download. The exchange leaves the newcomer alone while its batch is held; the hold ends a
-    round before the batch leaves, the newer batch is fetched in the background of that
-    round, and it takes the old one's place at the next gather: groups in every round, and
-    one download per HOLD_ROUNDS rounds, not one a poll."""
+def test_peers_not_proven_useful_get_one_batch_a_round_or_one_a_hold_and_never_miss_a_round(start_runtime):
+    """The pool's hold (loop/pool.py) and the exchange's pulls together, over real daemons. Two
+    peers not proven useful publish a batch in each of our rounds: a newcomer whose groups
+    stay unused, and one whose groups the node uses every round (on trial, screened). The node
+    goes through its rounds in the intake's order (expire, the peers the pool holds, gather,
+    add, take, `hold`), and each round's work lasts a few polls and a download. The used
+    peer is fetched once a round, its newest. The newcomer is left alone while its batch is
+    held; its hold ends a round before the batch leaves, the newer batch is fetched in the
+    background of that round and takes the old one's place at the next gather: groups in
+    every round, and one download per HOLD_ROUNDS rounds, not one a poll."""
     honest = start_runtime("honest")
-    newcomer = start_runtime("newcomer", honest.visible_maddrs())
+    runtimes = {name: start_runtime(name, honest.visible_maddrs()) for name in ("newcomer", "used")}
     ledger = PeerLedger()
     ex = link(honest, RUN, ledger).exchange
-    publisher = link(newcomer, RUN).exchange
-    peer = newcomer.peer_id
+    publishers = {name: link(runtime, RUN).exchange for name, runtime in runtimes.items()}
+    newcomer, used = runtimes["newcomer"].peer_id, runtimes["used"].peer_id
     pool = PeerPool()
-    arrivals: list[int] = []  # our rounds in which a batch of the newcomer was handed out
+    arrivals: dict[str, list[tuple[int, int]]] = {newcomer: [], used: []}  # (our round, its round) handed out
+
+    def publish(round_: int) -> None:
+        for publisher in publishers.values():
+            publisher.publish(round_, f"round {round_}".encode(), 1)
+        wait_until(lambda: all(round_ in p.server._payloads for p in publishers.values()), f"round {round_} served")
 
     def one_round(our_round: int, wait: GatherWait) -> None:
         pool.expire(time.monotonic(), max_age_s=300, staleness=1, our_round=our_round,
-                    newcomers={peer} if ledger.standing(peer) is None else set())
+                    newcomers={peer for peer in pool.peers if ledger.standing(peer) is None})
         for item in ex.gather(GatherWait(timeout_s=wait.timeout_s, wait_for=wait.wait_for,
                                          held=pool.holding(our_round))):
             ledger.delivered(item.peer_id)  # what the intake says of a batch that passed its checks
             groups = [OfferedGroup(item.peer_id, item.round, k, [], time.monotonic()) for k in range(2)]
             assert pool.add(item.peer_id, item.round, groups, our_round)
-            arrivals.append(our_round)
+            arrivals[item.peer_id].append((our_round, item.round))
+        pool.take(pool.offers(our_round).get(used, []))  # used up, screened: taught nothing yet
+        ex.hold(pool.holding(our_round))  # as the intake's take ends
 
-    publisher.publish(0, b"round 0", 1)
-    one_round(0, GatherWait(timeout_s=EVENT_TIMEOUT_S, wait_for={peer}))
-    assert arrivals == [0], "found through the DHT, its heartbeats or a direct pull"
+    publish(0)
+    one_round(0, GatherWait(timeout_s=EVENT_TIMEOUT_S, wait_for={newcomer, used}))
+    assert arrivals == {newcomer: [(0, 0)], used: [(0, 0)]}, "found through the DHT, heartbeats or a direct pull"
     rounds = 2 * HOLD_ROUNDS + 2
     for our_round in range(1, rounds):
-        publisher.publish(our_round, f"round {our_round}".encode(), 1)
+        publish(our_round)
         wait_for_polls(ex, 2, "of a round's work")
         pulls_ended(honest, ex)
         one_round(our_round, GatherWait(timeout_s=0))
-        assert peer in pool.peers, f"the newcomer had no groups in our round {our_round} (batches in {arrivals})"
-    assert ledger.standing(peer) is None, "never screened: a newcomer throughout"
-    assert arrivals == [0, HOLD_ROUNDS, 2 * HOLD_ROUNDS], "asked again only once its hold ended"
+        assert newcomer in pool.peers, f"the newcomer had no groups in our round {our_round}: {arrivals[newcomer]}"
+    assert ledger.standing(newcomer) is None and ledger.standing(used) is None, "never proven useful"
+    assert arrivals[used] == [(r, r) for r in range(rounds)], "every round its newest, once"
+    assert [r for r, _ in arrivals[newcomer]] == [0, HOLD_ROUNDS, 2 * HOLD_ROUNDS], "asked again only as its hold ended"

@@ -139,6 +139,9 @@ class PoisoningExchange:
     def gather(self, *args, **kwargs):
         return self.inner.gather(*args, **kwargs)
 
+    def hold(self, held: frozenset[str]) -> None:
+        self.inner.hold(held)
+
     def offer_tokenizer(self, digest: str, document: bytes) -> None:
         self.inner.offer_tokenizer(digest, document)
 

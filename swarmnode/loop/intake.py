@@ -333,6 +333,7 @@ class Intake:
             self._measure_far(far, measured, round_, max(1, room - len(on_top)))
             own_logprobs = self._own_logprobs(own) if self.share.measures_gap else []
             self.share.observe(own_logprobs, measured.logprobs, own_rewards, measured.rewards)
+        self.exchange.hold(self.pool.holding(round_))  # whom the exchange may fetch from while we train
         return taken
 
     def _screen_chunk(self, round_: int, chunk: list[OfferedGroup], screening: ScreeningRound, taken: Taken,

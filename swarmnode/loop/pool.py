@@ -85,6 +85,7 @@ class PeerPool:
         self._newest[peer_id] = round_
         self._arrived_in[peer_id] = our_round
         self._held.setdefault(peer_id, []).extend(groups)
+        self._leaving = self._leaving - {peer_id}  # its new groups stay past the next expire
         return True
 
     def expire(self, now: float, max_age_s: float, staleness: int,

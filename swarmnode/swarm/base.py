@@ -91,8 +91,9 @@ class GatherWait:
 
     A gather returns once every peer of `wait_for` delivered (and, with `wait_for_any`, at
     least one peer did), or after `timeout_s`. `held`: peers whose recent batch the node
-    still holds unused; those not proven useful are not fetched from until the next gather
-    (their newer batch would wait behind the one held)."""
+    still holds unused; those not proven useful are not fetched from until the node's take
+    says otherwise (`RolloutExchange.hold`) or the next gather (their newer batch would wait
+    behind the one held)."""
 
     timeout_s: float = 0.0
     wait_for: frozenset[str] = field(default_factory=frozenset)
@@ -122,6 +123,13 @@ class RolloutExchange(Protocol):
     def gather(self, wait: GatherWait = NO_WAIT) -> list[Received]:
         """Peers' batches that arrived since the last call, each (peer, round) once and only
         rounds newer than any handed out for that peer; waits as `wait` says."""
+        ...
+
+    def hold(self, held: frozenset[str]) -> None:
+        """The peers whose groups the node still holds unused once this round's share was taken
+        (what `GatherWait.held` says at a gather, brought up to date for the rest of the round):
+        a peer not proven useful whose groups were all used is fetched from again now, so its
+        next batch is there at the next gather."""
         ...
 
     def linger(self, round_: int, peers: set[str], timeout_s: float) -> None:

@@ -6,11 +6,12 @@ looked, and stops waiting by the same rule as over hivemind (GatherWait). Each m
 node's PeerStanding as the hivemind exchange does: a banned peer's batches are not handed out,
 and neither are those of a peer held unused and not proven useful (the hold rule), so nodes
 stepped in turn (tests, bench/) and threads both behave as over hivemind, minus the network.
-One difference: when the hold lifts, every round the peer published meanwhile (up to
-`keep_rounds`) is handed out and the pool keeps those at most `node.staleness` behind the
-newest, where the hivemind exchange fetches one batch (the oldest of those) and asks that peer
-again only after the gather that hands it out: here a node may hold `node.staleness` more
-batches of a peer not proven useful than over hivemind, never fewer.
+One difference: for a peer not proven useful and not held, every round it published since
+the last gather (up to `keep_rounds`) is handed out here, and the pool keeps those at most
+`node.staleness` behind the newest, where the hivemind exchange fetches one batch at a time,
+its newest: so here a node may hold up to `node.staleness` more batches of a peer faster than
+itself, or of one whose hold just ended, than over hivemind, never fewer. And a batch handed
+out in the round a hold ends comes a round sooner here (no fetch between gathers).
 """
 
 from __future__ import annotations
@@ -99,6 +100,9 @@ class InMemoryExchange:
     def _held_back(self, peer: str, wait: GatherWait) -> bool:
         """Banned, or held unused and not proven useful (as HivemindExchange fetches)."""
         return self.standing.is_banned(peer) or (peer in wait.held and not is_proven(self.standing.standing(peer)))
+
+    def hold(self, held: frozenset[str]) -> None:
+        """Nothing fetches between gathers here: the hold is read at each gather."""
 
     def linger(self, round_: int, peers: set[str], timeout_s: float) -> None:
         """Nothing to wait for: the hub keeps what was published after a member leaves."""

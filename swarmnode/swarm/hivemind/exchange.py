@@ -127,12 +127,13 @@ class HivemindExchange:
         deadline = time.monotonic() + wait.timeout_s
         self._held = wait.held  # read by the polls on the swarm loop: one reference, swapped whole
         try:
-            found = self.runtime.call(self._gather(deadline, wait), timeout=wait.timeout_s + GATHER_GRACE_S)
+            return self.runtime.call(self._gather(deadline, wait), timeout=wait.timeout_s + GATHER_GRACE_S)
         except TimeoutError:  # the swarm loop is stuck: train on what we have, try again next round
             log.warning("a gather ran %.0f s past its deadline; going on without peers", GATHER_GRACE_S)
             return []
-        self._held = self._held | {item.peer_id for item in found}  # their groups go to the pool now
-        return found
+
+    def hold(self, held: frozenset[str]) -> None:
+        self._held = frozenset(held)  # read by the polls on the swarm loop: one reference, swapped whole
 
     def linger(self, round_: int, peers: set[str], timeout_s: float) -> None:
         """Keep serving until each of `peers` downloaded our batch of `round_`, or `timeout_s`."""
@@ -177,7 +178,11 @@ class HivemindExchange:
             pause = min(WAITING_POLL_S, max(0.0, deadline - time.monotonic()))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(downloads.arrival.wait(), pause)
-        return downloads.hand_out()
+        found = downloads.hand_out()
+        # their groups go to the pool now, held until the node's take says otherwise (`hold`);
+        # set here on the loop, so no poll runs between the hand-out and it
+        self._held = wait.held | {item.peer_id for item in found}
+        return found
 
     async def _poll_forever(self) -> None:
         """In the background of the node's rounds, every poll interval: ask the peers we pull
@@ -227,16 +232,18 @@ class HivemindExchange:
         self._polls += 1
 
     def _holding(self) -> frozenset[str]:
-        """Peers whose newer batch would wait behind one the node has: groups it held unused at
-        its last gather, or a batch arrived here since and not yet handed out. Without the
-        second, a peer whose hold ended would be fetched again at every poll of that round
-        (the catch-up round, then each batch it publishes meanwhile): more downloads than the
-        one its hold's end stands for."""
+        """Peers not to fetch from unless proven useful: those whose groups the node holds
+        unused (`hold`; at a gather, `GatherWait.held` and those it handed out), and those with
+        a batch arrived here and not yet handed out. Without the second, a peer whose hold
+        ended, or all of whose groups were used, would be fetched again at every poll of the
+        round (the catch-up round, then each batch it publishes meanwhile): such a peer gets
+        one batch a round, its newest."""
         return self._held | {peer for peer, _ in self.downloads.ready}
 
     def _ask_directly(self, peers: Iterable[str], strangers: set[str] = frozenset()) -> None:
         """Ask each of `peers` not already being downloaded from for its next batch after the
-        last one we have of it (at most `catch_up_rounds` behind its newest). A pull of one of
+        last one we have of it (at most `catch_up_rounds` behind its newest; a peer not proven
+        useful, its newest). A pull of one of
         `strangers` is a knock (downloads.Downloads.room_for_knock): the length its answer
         names must fit the strangers' budget (`admit`), and it gives up after
         STRANGER_PULL_TIMEOUT_S."""
@@ -245,13 +252,16 @@ class HivemindExchange:
             if downloads.busy(peer):
                 continue
             timeout_s, promised, admit = self.settings.fetch_timeout_s, None, None
+            # a peer not proven useful gets one batch at a time (`_holding`): its newest, not the
+            # oldest of the rounds a proven peer's catch-up takes one by one
+            behind = self.catch_up_rounds if is_proven(self.ledger.standing(peer)) else 0
             if peer in strangers:
                 if not downloads.room_for_knock():
                     continue
                 timeout_s, promised, admit = STRANGER_PULL_TIMEOUT_S, 0, functools.partial(downloads.admit, peer)
             fetch = fetch_next(
                 self.runtime.p2p, peer, self.run_id, downloads.after(peer), self.max_payload_bytes, timeout_s,
-                behind=self.catch_up_rounds, admit=admit,
+                behind=behind, admit=admit,
             )
             downloads.start(peer, fetch, None, promised)
 
@@ -357,7 +367,8 @@ def direct_pulls(
 ) -> list[str]:
     """Whom to ask directly at poll number `poll`: every peer whose samples proved useful
     (standing > 0), and `others_per_poll` of the rest (new, or useless so far) in turn, leaving
-    out those whose recent batch the node still holds unused (`held`: pool.PeerPool.holding):
+    out those whose recent batch the node still holds unused or has not handed out yet (`held`:
+    pool.PeerPool.holding, HivemindExchange._holding):
     their next batch would only wait behind it, and the node takes their groups only where
     useful peers leave room. A few such peers are each asked every poll (an honest peer whose
     batch happened to teach nothing is still heard at once); sixteen identities delivering junk
