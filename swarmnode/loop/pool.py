@@ -172,7 +172,8 @@ class PeerPool:
         only fill what others leave. So a crowd of useless identities costs a download each
         per HOLD_ROUNDS rounds (a round fewer for a newcomer; where rounds are long, per
         `max_age_s` less a round), not two a poll, and a peer screened on probation is judged
-        on a batch at most that old."""
+        on a batch at most that old. A newer batch of a peer whose hold ended early (`add`)
+        holds it again at once."""
         return frozenset(
             peer for peer in self._held
             if self._age(peer, our_round) < HOLD_ROUNDS and peer not in self._leaving

@@ -10,8 +10,9 @@ One difference: for a peer not proven useful and not held, every round it publis
 the last gather (up to `keep_rounds`) is handed out here, and the pool keeps those at most
 `node.staleness` behind the newest, where the hivemind exchange fetches one batch at a time,
 its newest: so here a node may hold up to `node.staleness` more batches of a peer faster than
-itself, or of one whose hold just ended, than over hivemind, never fewer. And a batch handed
-out in the round a hold ends comes a round sooner here (no fetch between gathers).
+itself, or of one whose hold just ended, than over hivemind, never fewer. And the batch that
+follows a hold's end is handed out here in the round the hold ends, where over hivemind it can
+come a round later (fetched while the node trains, handed out at the next gather).
 """
 
 from __future__ import annotations

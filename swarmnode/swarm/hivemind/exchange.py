@@ -87,8 +87,9 @@ class HivemindExchange:
         catch_up_rounds: int = 0,
     ) -> None:
         self.runtime = runtime
-        # a direct pull asks for a peer's oldest round at most this many behind its newest (the
-        # node's staleness: rounds it still trains on), so rounds between pulls are not skipped
+        # a direct pull of a peer proven useful asks for its oldest round at most this many behind
+        # its newest (the node's staleness: rounds it still trains on), so rounds between pulls
+        # are not skipped; any other peer is asked for its newest (`_ask_directly`)
         self.catch_up_rounds = catch_up_rounds
         self.live_peers = live_peers  # peers of the run seen lately in heartbeats (membership)
         self.peer_id = runtime.peer_id
@@ -103,7 +104,7 @@ class HivemindExchange:
         self._lookup: asyncio.Task | None = None  # the running DHT lookup for new peers' manifests
         self._introducer: asyncio.Task | None = None  # the running round of 'whom do you know?'
         self._polls = 0  # polls so far: whose turn it is among the peers not proven useful
-        self._held: frozenset[str] = frozenset()  # peers whose groups the node holds unused (its last gather)
+        self._held: frozenset[str] = frozenset()  # peers whose groups the node holds unused (its last gather or take)
         self._rng = random.Random()  # breaks ties among equally useful peers for the pull set
         self.introductions = Introductions(runtime, run_id, ledger.known_peers)  # discovery without the DHT
         server.introductions = self.introductions.ours
@@ -236,8 +237,9 @@ class HivemindExchange:
         unused (`hold`; at a gather, `GatherWait.held` and those it handed out), and those with
         a batch arrived here and not yet handed out. Without the second, a peer whose hold
         ended, or all of whose groups were used, would be fetched again at every poll of the
-        round (the catch-up round, then each batch it publishes meanwhile): such a peer gets
-        one batch a round, its newest."""
+        round (each batch it publishes meanwhile): such a peer gets at most one batch a round,
+        its newest. That holds too for a peer whose batches never reach the pool (unreadable,
+        or rejected before a ban): one download a round at most, two such peers a poll."""
         return self._held | {peer for peer, _ in self.downloads.ready}
 
     def _ask_directly(self, peers: Iterable[str], strangers: set[str] = frozenset()) -> None:
