@@ -259,7 +259,8 @@ def test_rogue_payloads_are_rejected_and_counted(tmp_path, make_policy):
     good = hub.payloads[(rogue.run_id, "rogue", 0)]
     batch = wire.decode(good)
     # 1: garbage bytes, 2: claims another peer's identity, 3: prompts it was not assigned,
-    # 4: another run id. Published under distinct rounds so each is gathered.
+    # 4: another run id. Each published in a round of its own and gathered in it (of a peer
+    # not proven useful a gather takes only its newest batch).
     forged = wire.RolloutBatch(
         batch.run_id, "honest", 1, batch.tokenizer_digest, batch.groups
     )
@@ -274,12 +275,11 @@ def test_rogue_payloads_are_rejected_and_counted(tmp_path, make_policy):
         "other", "rogue", 3, batch.tokenizer_digest, batch.groups
     )
     hub.payloads.clear()
-    rogue.exchange.publish(0, b"SNRB\xff\xff\xff\xff garbage")
-    rogue.exchange.publish(1, wire.encode(forged))
-    rogue.exchange.publish(2, wire.encode(cherry))
-    rogue.exchange.publish(3, wire.encode(other_run))
-    record = honest.consume(3, honest.produce(3))
-    assert record.peer_samples == 0
+    rogue_payloads = [b"SNRB\xff\xff\xff\xff garbage", wire.encode(forged), wire.encode(cherry), wire.encode(other_run)]
+    for round_, payload in enumerate(rogue_payloads):
+        rogue.exchange.publish(round_, payload)
+        record = honest.consume(round_, honest.produce(round_))
+        assert record.peer_samples == 0
     assert honest.rejected["rogue"] == 4
     assert record.own_samples == 12 and state.payload_tokens > 0
 
@@ -300,6 +300,7 @@ def test_a_batch_in_a_tokenizer_we_cannot_read_is_left_unread_but_a_lie_in_one_s
     assert honest.ledger.standing("rogue") == 0.0, "it taught nothing: no wait for it, its groups last"
     hub.payloads.clear()
     rogue.exchange.publish(1, wire.encode(wire.RolloutBatch(batch.run_id, "rogue", 0, "f00dfeed" * 8, batch.groups)))
+    honest.consume(1, honest.produce(1))
     beyond = [wire.CompletionGroup(g.prompt_id, g.lengths, g.tokens + honest.policy.vocab_size, g.logprobs) for g in later.groups]
     rogue.exchange.publish(2, wire.encode(wire.RolloutBatch(batch.run_id, "rogue", 2, batch.tokenizer_digest, beyond)))
     honest.consume(2, honest.produce(2))
@@ -322,21 +323,27 @@ def test_a_batch_must_hold_the_first_prompts_of_its_assignment_and_some(tmp_path
         b = batches.get(round_, batches[0])
         return wire.encode(wire.RolloutBatch(b.run_id, "peer", round_, b.tokenizer_digest, groups))
 
-    peer.exchange.publish(0, reissue(0, batches[0].groups[:2]))  # a smaller own share: fine
-    peer.exchange.publish(1, reissue(1, batches[1].groups[1:]))  # its first prompt left out
-    peer.exchange.publish(2, reissue(2, []))
-    record = honest.consume(2, honest.produce(2))
+    reissued = [
+        reissue(0, batches[0].groups[:2]),  # a smaller own share: fine
+        reissue(1, batches[1].groups[1:]),  # its first prompt left out
+        reissue(2, []),
+    ]
+    peer_samples = []
+    for round_, payload in enumerate(reissued):  # each gathered in its round: a newcomer's newest only
+        peer.exchange.publish(round_, payload)
+        peer_samples.append(honest.consume(round_, honest.produce(round_)).peer_samples)
     assert honest.rejected["peer"] == 2
-    assert record.peer_samples == 2 * 4, "the two groups of the prefix were trained on"
+    assert peer_samples == [2 * 4, 0, 0], "the two groups of the prefix were trained on"
 
 
 def test_a_peer_is_ignored_after_max_rejects(tmp_path, make_policy):
     hub = InMemoryHub()
     honest = _node(tmp_path, make_policy, "honest", hub, staleness=4, max_rejects=2)
     rogue = _node(tmp_path, make_policy, "rogue", hub)
-    rogue.produce(4)  # a valid batch for round 4
     for r in (2, 3):
         rogue.exchange.publish(r, b"not a wire message")
+        honest.consume(r, honest.produce(r))
+    rogue.produce(4)  # a valid batch for round 4
     record = honest.consume(4, honest.produce(4))
     assert honest.ledger.is_banned("rogue") and honest.rejected["rogue"] == 2
     assert record.peer_samples == 0, "the valid batch of a banned peer is not used either"

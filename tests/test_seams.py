@@ -44,6 +44,21 @@ def test_the_in_memory_hub_holds_back_an_unproven_peer_the_node_holds_unused():
     )
 
 
+def test_the_in_memory_hub_hands_out_an_unproven_peer_s_newest_batch_and_a_proven_peer_s_every_one():
+    hub = InMemoryHub()
+    ledger, receiver, sender = _pair(hub)
+    for round_ in range(3):
+        sender.publish(round_, b"r%d" % round_)
+    assert [item.round for item in receiver.gather()] == [2], (
+        "not proven useful: its newest only, as the hivemind exchange asks it for its newest"
+    )
+    for round_ in range(3, 6):
+        sender.publish(round_, b"r%d" % round_)
+    ledger.delivered("peer")
+    ledger.screened("peer", offered=8, useful=4, round_=2)
+    assert [item.round for item in receiver.gather()] == [3, 4, 5], "proven useful: every round since, to catch up"
+
+
 def test_the_in_memory_hub_hands_out_nothing_of_a_banned_peer():
     hub = InMemoryHub()
     ledger, receiver, sender = _pair(hub)

@@ -6,13 +6,12 @@ looked, and stops waiting by the same rule as over hivemind (GatherWait). Each m
 node's PeerStanding as the hivemind exchange does: a banned peer's batches are not handed out,
 and neither are those of a peer held unused and not proven useful (the hold rule), so nodes
 stepped in turn (tests, bench/) and threads both behave as over hivemind, minus the network.
-One difference: for a peer not proven useful and not held, every round it published since
-the last gather (up to `keep_rounds`) is handed out here, and the pool keeps those at most
-`node.staleness` behind the newest, where the hivemind exchange fetches one batch at a time,
-its newest: so here a node may hold up to `node.staleness` more batches of a peer faster than
-itself, or of one whose hold just ended, than over hivemind, never fewer. And the batch that
-follows a hold's end is handed out here in the round the hold ends, where over hivemind it can
-come a round later (fetched while the node trains, handed out at the next gather).
+Of a peer not proven useful a gather hands out only the newest round published since the last
+one, as the hivemind exchange asks such a peer for its newest batch, one at a time; a proven
+peer's every round (up to `keep_rounds`), which the pool keeps as far back as `node.staleness`,
+as the hivemind exchange catches up. One difference is left: the batch that follows a hold's end
+is handed out here in the round the hold ends, where over hivemind it can come a round later
+(fetched while the node trains, handed out at the next gather).
 """
 
 from __future__ import annotations
@@ -91,11 +90,17 @@ class InMemoryExchange:
         return found
 
     def _new(self, wait: GatherWait) -> list[tuple[str, int]]:
-        """(peer, round) of the run not handed out yet, less what the node's standing holds back."""
+        """(peer, round) of the run not handed out yet, less what the node's standing holds back;
+        of a peer not proven useful only its newest, as the hivemind exchange fetches it (one
+        batch at a time, asked for its newest): a proven peer's every round, which the pool
+        keeps as far back as `node.staleness`, as the hivemind exchange's catch-up does."""
+        new: dict[str, list[int]] = {}
+        for run, peer, r in self.hub.payloads:
+            if run == self.run_id and peer != self.peer_id and r > self._newest.get(peer, -1):
+                new.setdefault(peer, []).append(r)
         return [
-            (peer, r) for (run, peer, r) in self.hub.payloads
-            if run == self.run_id and peer != self.peer_id and r > self._newest.get(peer, -1)
-            and not self._held_back(peer, wait)
+            (peer, r) for peer, rounds in new.items() if not self._held_back(peer, wait)
+            for r in (rounds if is_proven(self.standing.standing(peer)) else [max(rounds)])
         ]
 
     def _held_back(self, peer: str, wait: GatherWait) -> bool:
