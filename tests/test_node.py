@@ -340,10 +340,11 @@ def test_a_peer_is_ignored_after_max_rejects(tmp_path, make_policy):
     hub = InMemoryHub()
     honest = _node(tmp_path, make_policy, "honest", hub, staleness=4, max_rejects=2)
     rogue = _node(tmp_path, make_policy, "rogue", hub)
+    honest.ledger.delivered("rogue")  # proven useful once, so one gather hands out its every round since
+    honest.ledger.screened("rogue", offered=8, useful=4, round_=0)
+    rogue.produce(4)  # a valid batch for round 4
     for r in (2, 3):
         rogue.exchange.publish(r, b"not a wire message")
-        honest.consume(r, honest.produce(r))
-    rogue.produce(4)  # a valid batch for round 4
     record = honest.consume(4, honest.produce(4))
     assert honest.ledger.is_banned("rogue") and honest.rejected["rogue"] == 2
     assert record.peer_samples == 0, "the valid batch of a banned peer is not used either"

@@ -7,11 +7,20 @@ node's PeerStanding as the hivemind exchange does: a banned peer's batches are n
 and neither are those of a peer held unused and not proven useful (the hold rule), so nodes
 stepped in turn (tests, bench/) and threads both behave as over hivemind, minus the network.
 Of a peer not proven useful a gather hands out only the newest round published since the last
-one, as the hivemind exchange asks such a peer for its newest batch, one at a time; a proven
-peer's every round (up to `keep_rounds`), which the pool keeps as far back as `node.staleness`,
-as the hivemind exchange catches up. One difference is left: the batch that follows a hold's end
-is handed out here in the round the hold ends, where over hivemind it can come a round later
-(fetched while the node trains, handed out at the next gather).
+one, as the hivemind exchange asks such a peer for its newest batch, one at a time; of a proven
+peer every round since (up to `keep_rounds`), as the hivemind exchange catches up. What differs
+from hivemind, all of it timing or reach the network adds:
+- the batch that follows a hold's end is handed out here in the round the hold ends, where over
+  hivemind it can come a round later (fetched while the node trains, handed out at the next
+  gather);
+- of a peer not proven useful that publishes faster than the node, the newest round at the
+  gather, where over hivemind it is the newest at the poll that fetched it (the same number of
+  batches, a fresher one here);
+- every peer not proven useful at every gather, where hivemind asks two such peers a poll, in
+  turn (so with many of them a round's polls may not reach each);
+- a proven peer's catch-up up to `keep_rounds` back, where hivemind asks at most
+  `node.staleness` back: rounds older than that are offered here in the round they arrive, and
+  leave at the next expire.
 """
 
 from __future__ import annotations
@@ -92,8 +101,8 @@ class InMemoryExchange:
     def _new(self, wait: GatherWait) -> list[tuple[str, int]]:
         """(peer, round) of the run not handed out yet, less what the node's standing holds back;
         of a peer not proven useful only its newest, as the hivemind exchange fetches it (one
-        batch at a time, asked for its newest): a proven peer's every round, which the pool
-        keeps as far back as `node.staleness`, as the hivemind exchange's catch-up does."""
+        batch at a time, asked for its newest); of a proven peer every round, as the hivemind
+        exchange's catch-up takes them."""
         new: dict[str, list[int]] = {}
         for run, peer, r in self.hub.payloads:
             if run == self.run_id and peer != self.peer_id and r > self._newest.get(peer, -1):
