@@ -27,6 +27,7 @@ from swarmnode.swarm.hivemind import exchange as exchange_module
 from swarmnode.swarm.hivemind import payloads
 from swarmnode.swarm.hivemind.dht import Manifest
 from swarmnode.swarm.hivemind.exchange import StruckOnce, choose_pull_set, direct_pulls
+from swarmnode.swarm.hivemind.handover import Handover
 from swarmnode.swarm.hivemind.payloads import PAYLOAD_PROTOCOL
 from swarmnode.swarm.hivemind.shards import manifest_family
 from tests.swarm_helpers import (
@@ -453,3 +454,79 @@ def test_peers_not_proven_useful_get_one_batch_a_round_or_one_a_hold_and_never_m
     assert ledger.standing(newcomer) is None and ledger.standing(used) is None, "never proven useful"
     assert arrivals[used] == [(r, r) for r in range(rounds)], "every round its newest, once"
     assert [r for r, _ in arrivals[newcomer]] == [0, HOLD_ROUNDS, 2 * HOLD_ROUNDS], "asked again only as its hold ended"
+
+
+def _arrived(runtime, exchange, peer: str, round_: int, payload: bytes) -> None:
+    """A batch downloaded and not handed out yet, put where a finished download puts it."""
+
+    async def put() -> None:
+        exchange.downloads.ready[(peer, round_)] = payload
+
+    runtime.call(put(), timeout=5)
+
+
+def test_a_gather_stuck_in_its_hand_out_past_the_grace_still_gives_the_node_the_batch(start_runtime, monkeypatch):
+    """The node stops waiting for a gather GATHER_GRACE_S past its deadline (its swarm loop is
+    stuck). Here the loop is stuck in the hand-out itself: it has taken the batch from the
+    arrivals and marked its round fetched, so it is not fetched again. The node, giving up,
+    gets what that hand-out gave, rather than a result no one reads."""
+    a = start_runtime("a")
+    ex = link(a).exchange
+    _arrived(a, ex, "peer", 0, b"round 0")
+    monkeypatch.setattr(exchange_module, "GATHER_GRACE_S", 0.2)
+    hand_out = ex.downloads.hand_out
+
+    def stuck_once():
+        monkeypatch.setattr(ex.downloads, "hand_out", hand_out)
+        time.sleep(1.0)  # the loop, stuck past the grace
+        return hand_out()
+
+    monkeypatch.setattr(ex.downloads, "hand_out", stuck_once)
+    first = ex.gather(GatherWait(timeout_s=0))
+    second = ex.gather(GatherWait(timeout_s=0))
+    assert [(item.peer_id, item.round) for item in first + second] == [("peer", 0)], "handed out once, not lost"
+
+
+class _StuckWait(GatherWait):
+    """A wait whose first check blocks the swarm loop past the node's grace, then says done."""
+
+    def satisfied(self, delivered) -> bool:
+        if not hasattr(self, "checked"):
+            object.__setattr__(self, "checked", threading.Event())
+            time.sleep(3.0)
+            self.checked.set()
+        return True
+
+
+def test_a_gather_the_node_gave_up_on_hands_out_nothing_and_the_next_one_gets_the_batch(start_runtime, monkeypatch):
+    """The swarm loop is stuck inside a gather before its hand-out, the node gives up on it and
+    goes on; when the loop comes back, that gather must not hand the batch out into a result
+    no one reads (nor hold its peer): the batch waits for the node's next gather."""
+    a = start_runtime("a")
+    ex = link(a).exchange
+    _arrived(a, ex, "peer", 0, b"round 0")
+    monkeypatch.setattr(exchange_module, "GATHER_GRACE_S", 0.0)
+    stuck = _StuckWait(timeout_s=1.0, held=frozenset({"other"}))
+    assert ex.gather(stuck) == [], "given up on at its deadline"
+    wait_until(lambda: hasattr(stuck, "checked") and stuck.checked.is_set(), "the stuck loop came back")
+    assert ("peer", 0) in ex.downloads.ready, "left for the next gather"
+    assert "peer" not in ex._held, "the late gather held nobody"
+    monkeypatch.undo()  # the loop runs freely again: the grace is its own
+    got = ex.gather(GatherWait(timeout_s=0))
+    assert [(item.peer_id, item.round) for item in got] == [("peer", 0)], "the next gather hands it out"
+
+
+def test_only_the_gather_the_node_waits_for_hands_out_and_once():
+    """The claim itself, without a swarm: a newer gather's ticket shuts an older one out, a
+    settled ticket can no longer hand out, and what a claimed one handed out is given once."""
+    handover = Handover()
+    old = handover.open()
+    new = handover.open()
+    assert handover.claim(old, lambda: ["stale"]) == [], "a gather older than the node's newest"
+    assert handover.claim(new, lambda: ["batch"]) == ["batch"]
+    assert handover.claim(new, lambda: ["again"]) == [], "claimed once"
+    assert handover.settle(new) == ["batch"]
+    assert handover.settle(new) == [], "given once"
+    given_up = handover.open()
+    assert handover.settle(given_up) == []
+    assert handover.claim(given_up, lambda: ["late"]) == [], "given up on"
