@@ -27,7 +27,7 @@ from swarmnode.swarm.hivemind import exchange as exchange_module
 from swarmnode.swarm.hivemind import payloads
 from swarmnode.swarm.hivemind.dht import Manifest
 from swarmnode.swarm.hivemind.exchange import StruckOnce, choose_pull_set, direct_pulls
-from swarmnode.swarm.hivemind.handover import Handover
+from swarmnode.swarm.hivemind.handover import HandOut
 from swarmnode.swarm.hivemind.payloads import PAYLOAD_PROTOCOL
 from swarmnode.swarm.hivemind.shards import manifest_family
 from tests.swarm_helpers import (
@@ -487,17 +487,6 @@ def test_a_gather_stuck_in_its_hand_out_past_the_grace_still_gives_the_node_the_
     assert [(item.peer_id, item.round) for item in first + second] == [("peer", 0)], "handed out once, not lost"
 
 
-class _StuckWait(GatherWait):
-    """A wait whose first check blocks the swarm loop past the node's grace, then says done."""
-
-    def satisfied(self, delivered) -> bool:
-        if not hasattr(self, "checked"):
-            object.__setattr__(self, "checked", threading.Event())
-            time.sleep(3.0)
-            self.checked.set()
-        return True
-
-
 def test_a_gather_the_node_gave_up_on_hands_out_nothing_and_the_next_one_gets_the_batch(start_runtime, monkeypatch):
     """The swarm loop is stuck inside a gather before its hand-out, the node gives up on it and
     goes on; when the loop comes back, that gather must not hand the batch out into a result
@@ -506,9 +495,17 @@ def test_a_gather_the_node_gave_up_on_hands_out_nothing_and_the_next_one_gets_th
     ex = link(a).exchange
     _arrived(a, ex, "peer", 0, b"round 0")
     monkeypatch.setattr(exchange_module, "GATHER_GRACE_S", 0.0)
-    stuck = _StuckWait(timeout_s=1.0, held=frozenset({"other"}))
-    assert ex.gather(stuck) == [], "given up on at its deadline"
-    wait_until(lambda: hasattr(stuck, "checked") and stuck.checked.is_set(), "the stuck loop came back")
+    checked = threading.Event()
+
+    class StuckWait(GatherWait):
+        def satisfied(self, delivered) -> bool:  # the gather's first look, on the loop, stuck
+            time.sleep(3.0)
+            checked.set()
+            return True
+
+    assert ex.gather(StuckWait(timeout_s=1.0, held=frozenset({"other"}))) == [], "given up on at its deadline"
+    assert checked.wait(EVENT_TIMEOUT_S), "the stuck loop came back"
+    a.call(asyncio.sleep(0), timeout=5)  # the loop went on past that gather's end
     assert ("peer", 0) in ex.downloads.ready, "left for the next gather"
     assert "peer" not in ex._held, "the late gather held nobody"
     monkeypatch.undo()  # the loop runs freely again: the grace is its own
@@ -516,17 +513,14 @@ def test_a_gather_the_node_gave_up_on_hands_out_nothing_and_the_next_one_gets_th
     assert [(item.peer_id, item.round) for item in got] == [("peer", 0)], "the next gather hands it out"
 
 
-def test_only_the_gather_the_node_waits_for_hands_out_and_once():
-    """The claim itself, without a swarm: a newer gather's ticket shuts an older one out, a
-    settled ticket can no longer hand out, and what a claimed one handed out is given once."""
-    handover = Handover()
-    old = handover.open()
-    new = handover.open()
-    assert handover.claim(old, lambda: ["stale"]) == [], "a gather older than the node's newest"
-    assert handover.claim(new, lambda: ["batch"]) == ["batch"]
-    assert handover.claim(new, lambda: ["again"]) == [], "claimed once"
-    assert handover.settle(new) == ["batch"]
-    assert handover.settle(new) == [], "given once"
-    given_up = handover.open()
-    assert handover.settle(given_up) == []
-    assert handover.claim(given_up, lambda: ["late"]) == [], "given up on"
+def test_a_gather_hands_out_once_and_only_while_the_node_waits():
+    """The hand-out itself, without a swarm: run once, given to the node once it settles, and
+    nothing at all once the node has given up."""
+    handed = HandOut()
+    handed.run(lambda: ["batch"])
+    handed.run(lambda: ["again"])
+    assert handed.settle() == ["batch"], "handed out once"
+    given_up = HandOut()
+    assert given_up.settle() == []
+    given_up.run(lambda: ["late"])
+    assert given_up.settle() == [], "given up on: the late gather hands out nothing"

@@ -36,7 +36,7 @@ from swarmnode.swarm.hivemind.downloads import (
     choose_downloads,
 )
 from swarmnode.swarm.hivemind.fetch import fetch_next, fetch_payload
-from swarmnode.swarm.hivemind.handover import Handover
+from swarmnode.swarm.hivemind.handover import HandOut
 from swarmnode.swarm.hivemind.introductions import Introductions
 from swarmnode.swarm.hivemind.payloads import PayloadServer
 from swarmnode.swarm.hivemind.runtime import SwarmRuntime
@@ -106,7 +106,6 @@ class HivemindExchange:
         self._introducer: asyncio.Task | None = None  # the running round of 'whom do you know?'
         self._polls = 0  # polls so far: whose turn it is among the peers not proven useful
         self._held: frozenset[str] = frozenset()  # peers whose groups the node holds unused (its last gather or take)
-        self._handover: Handover[Received] = Handover()  # a gather the node gave up on hands out nothing
         self._rng = random.Random()  # breaks ties among equally useful peers for the pull set
         self.introductions = Introductions(runtime, run_id, ledger.known_peers)  # discovery without the DHT
         server.introductions = self.introductions.ours
@@ -129,14 +128,17 @@ class HivemindExchange:
     def gather(self, wait: GatherWait = NO_WAIT) -> list[Received]:
         deadline = time.monotonic() + wait.timeout_s
         self._held = wait.held  # read by the polls on the swarm loop: one reference, swapped whole
-        ticket = self._handover.open()
+        hand_out: HandOut[Received] = HandOut()  # a gather the node gave up on hands out nothing
+        timed_out = False
         try:
-            self.runtime.call(self._gather(deadline, wait, ticket), timeout=wait.timeout_s + GATHER_GRACE_S)
+            self.runtime.call(self._gather(deadline, wait, hand_out), timeout=wait.timeout_s + GATHER_GRACE_S)
         except TimeoutError:  # the swarm loop is stuck: train on what we have, try again next round
-            found = self._handover.settle(ticket)  # what it handed out if it got that far, else it never will
+            timed_out = True
+        finally:  # what it handed out if it got that far; else it never will (on any exception too)
+            found = hand_out.settle()
+        if timed_out:
             log.warning("a gather ran %.0f s past its deadline; going on with %d batches", GATHER_GRACE_S, len(found))
-            return found
-        return self._handover.settle(ticket)
+        return found
 
     def hold(self, held: frozenset[str]) -> None:
         self._held = frozenset(held)  # read by the polls on the swarm loop: one reference, swapped whole
@@ -168,7 +170,7 @@ class HivemindExchange:
 
     # -- inside the swarm loop ---------------------------------------------------------------
 
-    async def _gather(self, deadline: float, wait: GatherWait, ticket: int) -> None:
+    async def _gather(self, deadline: float, wait: GatherWait, hand_out: HandOut[Received]) -> None:
         downloads = self.downloads
         while True:
             delivered = {peer for peer, _ in downloads.ready}
@@ -184,7 +186,7 @@ class HivemindExchange:
             pause = min(WAITING_POLL_S, max(0.0, deadline - time.monotonic()))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(downloads.arrival.wait(), pause)
-        self._handover.claim(ticket, functools.partial(self._hand_out, wait.held))
+        hand_out.run(functools.partial(self._hand_out, wait.held))
 
     def _hand_out(self, held: frozenset[str]) -> list[Received]:
         """On the loop, for a gather the node still waits for: what arrived, its peers held."""

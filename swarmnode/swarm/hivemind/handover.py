@@ -1,11 +1,11 @@
-"""One gather's hand-out, claimed once across two threads.
+"""One gather's hand-out, run at most once, and only while the node still waits for it.
 
 A gather waits on the swarm loop from the node's thread, and the node gives up on it
-`GATHER_GRACE_S` past its deadline (the loop was stuck). Without a claim, a gather that went on
+`GATHER_GRACE_S` past its deadline (the loop was stuck). Without this, a gather that went on
 after that could still hand out (mark those rounds fetched, hold their peers) into a result no
 one reads: the batches were lost, and its hold set over the node's newer one. So the hand-out
-and the giving up race for one claim: the loop hands out only a gather the node still waits
-for, and a node that gives up after the loop handed out gets what it handed out.
+and the giving up take one lock: the loop hands out only while the node waits, and a node that
+gives up after the loop handed out gets what it handed out.
 """
 
 from __future__ import annotations
@@ -17,39 +17,25 @@ from typing import Generic, TypeVar
 T = TypeVar("T")
 
 
-class Handover(Generic[T]):
-    """The open gather's ticket, and what the last claimed one handed out until it is settled."""
+class HandOut(Generic[T]):
+    """One gather's: waiting, then handed out (by the loop) or given up (by the node), once."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()  # held for a hand-out (no awaits) or a look at the slot
-        self._tickets = 0
-        self._open: int | None = None  # the gather the node still waits for
-        self._claimed: tuple[int, list[T]] | None = None  # (ticket, what its hand-out gave)
+        self._lock = threading.Lock()  # held for the hand-out itself (no awaits) or a look at the state
+        self._waiting = True  # the node still waits and nothing was handed out
+        self._found: list[T] = []
 
-    def open(self) -> int:
-        """A new gather's ticket; an older gather still running can no longer hand out."""
+    def run(self, hand_out: Callable[[], list[T]]) -> None:
+        """On the swarm loop: hand out if the node still waits; else leave what arrived for
+        the next gather."""
         with self._lock:
-            self._tickets += 1
-            self._open = self._tickets
-            self._claimed = None
-            return self._tickets
+            if self._waiting:
+                self._waiting = False
+                self._found = hand_out()
 
-    def claim(self, ticket: int, hand_out: Callable[[], list[T]]) -> list[T]:
-        """On the swarm loop: run `hand_out` if the node still waits for this gather, else
-        hand out nothing (what arrived stays for the next gather)."""
+    def settle(self) -> list[T]:
+        """On the node's thread, once it stops waiting: what was handed out, or nothing, and
+        then never anything. Waits for a hand-out under way (work in memory, no I/O)."""
         with self._lock:
-            if self._open != ticket:
-                return []
-            self._open = None
-            found = hand_out()
-            self._claimed = (ticket, found)
-            return found
-
-    def settle(self, ticket: int) -> list[T]:
-        """On the node's thread, once it stops waiting for the gather: what it handed out, or
-        nothing, and then it never will."""
-        with self._lock:
-            if self._open == ticket:
-                self._open = None
-            claimed, self._claimed = self._claimed, None
-            return claimed[1] if claimed is not None and claimed[0] == ticket else []
+            self._waiting = False
+            return self._found
