@@ -10,7 +10,10 @@ training step on a whole round's samples, and priced as a share of a round by th
 screening and training are the part of a round that generation leaves (`1 - gen_share`), at the
 generation shares docs/gpu.md measured on GPUs (0.66 at 3B and the paper's batch, where training
 weighs most; 0.93 at the bench's shape). The forward/step ratio is measured on this machine's
-CPU; on a GPU a forward is about the same third of a step.
+CPU; on a GPU a forward is about the same third of a step. Since the probe is paid from the tenth
+of a round that far groups on top may take (swarmnode.loop.round_costs), a node prices a group
+measured at FORWARD_OF_STEP of a group's training until it has timed its own; the bench prints
+that against what it measured.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from swarmnode.assemble import assemble
 from swarmnode.learn.sample import samples_of
 from swarmnode.model.policy import Policy
 from swarmnode.settings.config import LossSettings, load_config
-from swarmnode.sizing.cost import GEN_SHARE
+from swarmnode.sizing.cost import FORWARD_OF_STEP, GEN_SHARE
 
 GPU_GEN_SHARES = (0.66, GEN_SHARE)  # docs/gpu.md: 3B at the paper's batch; the bench's shape
 
@@ -68,6 +71,9 @@ def main() -> None:
     print("median forward, as a share of the f-tis step: "
           + ", ".join(f"{name} ({n} sequences) {median[name] * 1000:.1f} ms = {share[name]:.3f}"
                       for name, n in (("one group", size), ("half a batch", len(half)), ("a batch", len(samples)))))
+    per_sample = share["half a batch"] * len(samples) / len(half)
+    print(f"a forward over half a batch, per sample, as a share of the step's: {per_sample:.3f} "
+          f"(a node prices a group measured at {FORWARD_OF_STEP:.3f} until it has timed its own)")
     for gen_share in GPU_GEN_SHARES:
         rest = 1.0 - gen_share
         print(f"as a share of a round at generation share {gen_share:.2f}: a far peer's probe group "

@@ -246,9 +246,9 @@ def test_each_member_prices_groups_on_top_at_the_bench_s_generation_share_not_it
     """The bench prices rounds by its cost model, so a member's bound on groups on top
     (loop.round_costs) takes the model's share, not what the CPU's clock says."""
     priced_at, on_top_groups = [], RoundCosts.on_top_groups
-    def recording(costs, batch_groups):
+    def recording(costs, batch_groups, *args):
         priced_at.append(costs.pinned)
-        return on_top_groups(costs, batch_groups)
+        return on_top_groups(costs, batch_groups, *args)
     monkeypatch.setattr(RoundCosts, "on_top_groups", recording)
     run_condition(SAME, "f-tis", "shared", 0, dataclasses.replace(FAST, gen_share=0.5))
     assert len(priced_at) >= 2 * FAST.rounds and set(priced_at) == {0.5}, "every member's every round"

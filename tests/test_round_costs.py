@@ -7,7 +7,7 @@ import math
 import pytest
 
 from swarmnode.loop.round_costs import ON_TOP_COST, RoundCosts, RoundTimes
-from swarmnode.sizing.cost import GEN_SHARE, CostModel
+from swarmnode.sizing.cost import FORWARD_OF_STEP, GEN_SHARE, CostModel
 
 # a round alone: 7 s generating, 3 s training on 3,000 own tokens (1 ms a token): 10 s
 ALONE = RoundTimes(generate_s=7.0, whole_batch=True, train_s=3.0, own_tokens=3000, trained_tokens=3000)
@@ -91,3 +91,39 @@ def test_a_resumed_node_prices_as_it_left_off_and_times_afresh_after_a_bad_check
     for bad in ({}, {"alone_round_s": "x", "on_top_group_s": 0.3}, {"alone_round_s": 10.0, "on_top_group_s": float("inf")}):
         resumed.restore(bad)
         assert resumed.on_top_groups(16) == 22
+
+
+def test_groups_measured_come_out_of_the_same_tenth_priced_as_a_forward_pass():
+    """At generation 0.7 a group on top costs 0.3 / 16 of a round alone and a group measured a
+    third of that: a tenth pays for 5.3 on top, so one measured beside them leaves five, two
+    leave four, and five on top leave room to measure one; under top-p our own batch measured
+    again (sixteen groups) takes the whole tenth. Grading alone, with no forward pass, costs the
+    model nothing."""
+    costs = RoundCosts()
+    costs.pin(0.7)
+    group_on_top = (1 - 0.7) / 16
+    assert [costs.on_top_groups(16, measured) for measured in (0, 1, 2)] == [5, 5, 4]
+    assert costs.measured_groups(16, on_top=5) == 1 and costs.measured_groups(16, on_top=4) == 4
+    for on_top in range(6):
+        measured = costs.measured_groups(16, on_top)
+        assert on_top * group_on_top + measured * FORWARD_OF_STEP * group_on_top <= ON_TOP_COST + 1e-12
+    assert costs.on_top_groups(16, measured=16) == 0
+    assert costs.on_top_groups(16, measured=16, forward=False) == 5
+    assert costs.measured_groups(16, on_top=5, forward=False) == 16, "only the room bounds what grading costs nothing"
+    assert costs.measured_groups(16, on_top=6) == 0
+
+
+def test_a_node_s_clock_prices_a_group_measured_once_it_measured_some():
+    """A round alone 10 s and a group on top 0.3 s (as above): until a group measured is timed
+    it is priced a third of a group on top (0.1 s), so measuring one leaves 0.9 s, three groups;
+    timed at 0.3 s a group (a slow grader), measuring one leaves 0.7 s, two."""
+    costs = _timed(ALONE, ON_TOP)
+    assert costs.measured_group_s is None and costs.on_top_groups(16, measured=1) == 3
+    assert costs.measured_groups(16, on_top=3) == 1
+    costs.note(RoundTimes(generate_s=7.0, whole_batch=True, train_s=3.0, own_tokens=3000, trained_tokens=3000,
+                          measured_groups=2, measure_s=0.6))
+    assert costs.measured_group_s == pytest.approx(0.3)
+    assert costs.on_top_groups(16, measured=1) == 2 and costs.measured_groups(16, on_top=2) == 1
+    resumed = RoundCosts()
+    resumed.restore(costs.checkpoint_state())
+    assert resumed.measured_group_s == pytest.approx(0.3), "kept across a restart"

@@ -161,7 +161,7 @@ class Node:
         return self._record(round_, state, own, taken, result)
 
     def _times(self, state: RoundState, own: list[Sample], taken: Taken) -> RoundTimes:
-        """What this round's work took, for pricing far groups on top (loop.round_costs)."""
+        """What this round's work took, for pricing far groups on top and measured (loop.round_costs)."""
         own_tokens = sum(len(sample.tokens) for sample in own)
         return RoundTimes(
             generate_s=state.timings["generate_s"],
@@ -172,6 +172,8 @@ class Node:
             on_top_groups=taken.on_top_groups,
             on_top_screen_s=taken.on_top_screen_s,
             on_top_tokens=taken.on_top_tokens,
+            measured_groups=taken.measured_groups,
+            measure_s=taken.measure_s,
         )
 
     def _record(

@@ -13,12 +13,22 @@ its own work and takes on top only the groups that tenth pays for:
 - a group on top, in the rounds that took some: the seconds screening them took and the step's
   part their kept samples took, by tokens, over the groups.
 
+- a group measured, in the rounds that measured some: the seconds spent measuring far peers'
+  groups that are not trained on (grading them and, with the likelihood gap on, a forward pass
+  under our model) and our own samples again under top-k or top-p, over the groups.
+
+The measuring is the share's (loop.share) and runs beside the groups on top, so it comes out of
+the same tenth: the groups it will take are set aside first, and only what they leave pays for
+groups on top; far groups beyond those are measured only as far as the rest of the tenth pays
+(at least one a round, so a far peer that comes near is seen to).
+
 Each is a running mean; a node's first round (warm-up) is not timed. A peer's completions move
 what one of its groups costs, and so how many come, not the time they take on average. Until
-both are timed the cost model's share (GEN_SHARE) prices a group. The lab prices rounds by its
-cost model rather than its clock, so it pins the share it prices with: a group on top then costs
-(1 - share) / groups-a-batch of a round alone, as the model says. A probation group (one a round
-at most, loop.intake) is the ledger's, not this bound's.
+both are timed the cost model's share (GEN_SHARE) prices a group, and a group measured costs a
+forward pass's part of that (FORWARD_OF_STEP). The lab prices rounds by its cost model rather
+than its clock, so it pins the share it prices with: a group on top then costs (1 - share) /
+groups-a-batch of a round alone, as the model says. A probation group (one a round at most,
+loop.intake) is the ledger's, not this bound's.
 """
 
 from __future__ import annotations
@@ -28,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from swarmnode.loop.share import is_number, smoothed
-from swarmnode.sizing.cost import GEN_SHARE, CostModel
+from swarmnode.sizing.cost import FORWARD_OF_STEP, GEN_SHARE, CostModel
 
 ON_TOP_COST = 0.1  # the most far peers' groups on top may add to a round, as a share of a round alone
 
@@ -45,15 +55,18 @@ class RoundTimes:
     on_top_groups: int = 0  # far peers' groups screened on top
     on_top_screen_s: float = 0.0  # seconds scoring and screening them
     on_top_tokens: int = 0  # completion tokens of their samples kept
+    measured_groups: int = 0  # groups measured and not trained on: far peers' and our own again
+    measure_s: float = 0.0  # seconds measuring them
 
 
 class RoundCosts:
-    """A round alone and a group on top, in this node's seconds (or the lab's pinned model), and
-    how many groups on top a tenth of a round pays for."""
+    """A round alone, a group on top and a group measured, in this node's seconds (or the lab's
+    pinned model), and how many of each a tenth of a round pays for."""
 
     def __init__(self) -> None:
         self.alone_round_s: float | None = None
         self.on_top_group_s: float | None = None
+        self.measured_group_s: float | None = None
         self.pinned: float | None = None  # the lab's modelled generation share; never checkpointed
         self._warm = False  # the first round timed after a start is warm-up
 
@@ -78,24 +91,48 @@ class RoundCosts:
             spent = times.on_top_screen_s + step_s_per_token * times.on_top_tokens
             if _positive(spent):
                 self.on_top_group_s = _running(self.on_top_group_s, spent / times.on_top_groups)
+        if times.measured_groups > 0 and _positive(times.measure_s):
+            self.measured_group_s = _running(self.measured_group_s, times.measure_s / times.measured_groups)
 
-    def on_top_groups(self, batch_groups: int) -> int:
+    def on_top_groups(self, batch_groups: int, measured: int = 0, forward: bool = True) -> int:
         """The most far peers' groups this node may screen and train on beyond its batch of
-        `batch_groups` for ON_TOP_COST of a round alone."""
+        `batch_groups` for ON_TOP_COST of a round alone, once `measured` groups are measured in
+        the same tenth (`forward`: under our model, not only graded)."""
+        tenth, on_top, one_measured = self._prices(batch_groups, forward)
+        return max(0, math.floor((tenth - measured * one_measured) / on_top + 1e-9))
+
+    def measured_groups(self, batch_groups: int, on_top: int, forward: bool = True) -> int:
+        """The most groups this node may measure without training on them in what `on_top`
+        groups on top leave of ON_TOP_COST of a round alone (none when they leave nothing)."""
+        tenth, group_on_top, one_measured = self._prices(batch_groups, forward)
+        left = tenth - on_top * group_on_top
+        if one_measured <= 0:
+            return batch_groups if left >= 0 else 0
+        return max(0, math.floor(left / one_measured + 1e-9))
+
+    def _prices(self, batch_groups: int, forward: bool) -> tuple[float, float, float]:
+        """(ON_TOP_COST of a round alone, a group on top, a group measured), in this node's
+        seconds once it timed them, else as shares of a round alone by the cost model (a group
+        only graded, no forward pass, costs the model nothing)."""
+        part = FORWARD_OF_STEP if forward else 0.0  # of a group on top, by the model
         if self.pinned is None and self.alone_round_s is not None and self.on_top_group_s is not None:
-            return max(0, math.floor(ON_TOP_COST * self.alone_round_s / self.on_top_group_s + 1e-9))
+            measured_s = self.measured_group_s if self.measured_group_s is not None else part * self.on_top_group_s
+            return ON_TOP_COST * self.alone_round_s, self.on_top_group_s, measured_s
         share = GEN_SHARE if self.pinned is None else self.pinned
-        return max(0, math.floor(CostModel(share).trained_for(ON_TOP_COST) * batch_groups + 1e-9))
+        group_on_top = 1.0 / max(CostModel(share).trained_for(1.0) * batch_groups, 1e-9)
+        return ON_TOP_COST, group_on_top, part * group_on_top
 
     def checkpoint_state(self) -> dict[str, Any]:
         """The running seconds, so a resumed node prices its first rounds as it left off."""
-        return {"alone_round_s": self.alone_round_s, "on_top_group_s": self.on_top_group_s}
+        return {"alone_round_s": self.alone_round_s, "on_top_group_s": self.on_top_group_s,
+                "measured_group_s": self.measured_group_s}
 
     def restore(self, state: dict[str, Any]) -> None:
         """A checkpoint's running seconds; a missing or unusable one is timed afresh."""
-        alone, group = state.get("alone_round_s"), state.get("on_top_group_s")
+        alone, group, measured = state.get("alone_round_s"), state.get("on_top_group_s"), state.get("measured_group_s")
         self.alone_round_s = float(alone) if _positive(alone) else None
         self.on_top_group_s = float(group) if _positive(group) else None
+        self.measured_group_s = float(measured) if _positive(measured) else None
 
 
 def _positive(value: object) -> bool:

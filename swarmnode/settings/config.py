@@ -345,8 +345,8 @@ class NodeSettings(_Section):
         description="own | near | top | top-scored: with adapt_share_nats, far_reward_lead or far_reward_trail, what takes a far peer's room in the batch: this node's own "
         "generation (a generation cost), or near peers' groups only, what they leave staying empty (a smaller step, "
         "no generation added), or its own generation with the far peers' groups screened and trained on on top, up to "
-        "the room they left and to what a tenth of a round alone pays for, as this node times its work (a "
-        "generation and a training cost; swarmnode.loop.round_costs); top-scored: as top for a peer far only by what its "
+        "the room they left and to what a tenth of a round alone pays for, as this node times its work, with the "
+        "far groups it measures without training on them (a generation and a training cost; swarmnode.loop.round_costs); top-scored: as top for a peer far only by what its "
         "samples score (the lead or the trail), as own for one far by likelihood (adapt_share_nats)",
     )
     on_top_step: Literal["batch", "own"] = Field(

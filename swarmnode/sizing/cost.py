@@ -16,6 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 GEN_SHARE = 0.93  # generation's share of a round alone: qwen2.5-1.5b.yaml on an H200 (docs/gpu.md, bench/gpu_round.py)
+# a forward pass over samples, as a share of a training step over them: the backward pass costs
+# about two forwards in FLOPs; bench/objective_overhead.py measures 0.3 on a CPU at half a batch
+FORWARD_OF_STEP = 1 / 3
 
 
 @dataclass(frozen=True)
