@@ -77,7 +77,8 @@ def main() -> None:
     for gen_share in GPU_GEN_SHARES:
         rest = 1.0 - gen_share
         print(f"as a share of a round at generation share {gen_share:.2f}: a far peer's probe group "
-              f"{rest * share['one group']:.2%}; the most probed a round (half a batch) {rest * share['half a batch']:.2%}; "
+              f"{rest * share['one group']:.2%}; half a batch probed (the room between two members; the tenth "
+              f"bounds it with the groups on top) {rest * share['half a batch']:.2%}; "
               f"our own samples again under top-k/top-p {rest * share['half a batch']:.2%} (half a batch) to "
               f"{rest * share['a batch']:.2%} (all of it)")
 
