@@ -4,8 +4,9 @@ node.adapt_share_nats, interleaved in one run on the same samples.
 python bench/objective_overhead.py [--steps 30]
 
 The probe: a node with the per-peer share measures one group of each far peer a round under its
-model (a forward pass, no step), at most the peers' share of groups (swarmnode.loop.intake); with
-top-k or top-p sampling it also measures its own samples again. Each is timed here against the
+model (a forward pass, no step), at most the peers' share of groups and what the far groups on
+top leave of the tenth of a round they may take (swarmnode.loop.intake, loop.round_costs); with
+top-k or top-p sampling it also measures its own samples again (outside that tenth). Each is timed here against the
 training step on a whole round's samples, and priced as a share of a round by the cost model:
 screening and training are the part of a round that generation leaves (`1 - gen_share`), at the
 generation shares docs/gpu.md measured on GPUs (0.66 at 3B and the paper's batch, where training
@@ -42,7 +43,7 @@ def main() -> None:
         state = node.produce(0)
     samples = samples_of(state.own_groups)
     size, batch = config.rollout.group_size, config.rollout.prompts_per_round
-    half = samples[:size * (batch // 2)]  # the peers' share between two members: the most a round probes
+    half = samples[:size * (batch // 2)]  # the peers' share between two members: the most the room lets a round probe
     temperature = config.rollout.temperature
     policy.optimizer.param_groups[0]["lr"] = 0.0  # same weights every step: compare like with like
 

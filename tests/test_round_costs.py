@@ -96,9 +96,8 @@ def test_a_resumed_node_prices_as_it_left_off_and_times_afresh_after_a_bad_check
 def test_groups_measured_come_out_of_the_same_tenth_priced_as_a_forward_pass():
     """At generation 0.7 a group on top costs 0.3 / 16 of a round alone and a group measured a
     third of that: a tenth pays for 5.3 on top, so one measured beside them leaves five, two
-    leave four, and five on top leave room to measure one; under top-p our own batch measured
-    again (sixteen groups) takes the whole tenth. Grading alone, with no forward pass, costs the
-    model nothing."""
+    leave four, sixteen none, and five on top leave room to measure one. Grading alone, with no
+    forward pass, costs the model nothing, also where the groups on top fill the tenth exactly."""
     costs = RoundCosts()
     costs.pin(0.7)
     group_on_top = (1 - 0.7) / 16
@@ -111,6 +110,8 @@ def test_groups_measured_come_out_of_the_same_tenth_priced_as_a_forward_pass():
     assert costs.on_top_groups(16, measured=16, forward=False) == 5
     assert costs.measured_groups(16, on_top=5, forward=False) == 16, "only the room bounds what grading costs nothing"
     assert costs.measured_groups(16, on_top=6) == 0
+    costs.pin(0.84)  # a group on top 0.01 of a round: ten fill the tenth, to its rounding
+    assert costs.on_top_groups(16) == 10 and costs.measured_groups(16, on_top=10, forward=False) == 16
 
 
 def test_a_node_s_clock_prices_a_group_measured_once_it_measured_some():
@@ -121,9 +122,19 @@ def test_a_node_s_clock_prices_a_group_measured_once_it_measured_some():
     assert costs.measured_group_s is None and costs.on_top_groups(16, measured=1) == 3
     assert costs.measured_groups(16, on_top=3) == 1
     costs.note(RoundTimes(generate_s=7.0, whole_batch=True, train_s=3.0, own_tokens=3000, trained_tokens=3000,
-                          measured_groups=2, measure_s=0.6))
-    assert costs.measured_group_s == pytest.approx(0.3)
-    assert costs.on_top_groups(16, measured=1) == 2 and costs.measured_groups(16, on_top=2) == 1
+                          measured_groups=2, measure_s=0.4))
+    assert costs.measured_group_s == pytest.approx(0.2)
+    assert costs.on_top_groups(16, measured=1) == 2 and costs.measured_groups(16, on_top=2) == 2
     resumed = RoundCosts()
     resumed.restore(costs.checkpoint_state())
-    assert resumed.measured_group_s == pytest.approx(0.3), "kept across a restart"
+    assert resumed.measured_group_s == pytest.approx(0.2), "kept across a restart"
+
+
+def test_a_sender_s_long_groups_price_a_group_measured_no_higher_than_a_group_on_top():
+    """A group measured is run forward once; one on top is screened and trained besides. One far
+    identity's groups 2 s to grade price a measured group at no more than a group on top (0.3 s),
+    so setting its price aside cuts one group on top at most, not all three."""
+    costs = _timed(ALONE, ON_TOP, RoundTimes(generate_s=7.0, whole_batch=True, train_s=3.0, own_tokens=3000,
+                                             trained_tokens=3000, measured_groups=1, measure_s=2.0))
+    assert costs.measured_group_s == pytest.approx(2.0)
+    assert costs.on_top_groups(16, measured=1) == 2 and costs.measured_groups(16, on_top=2) == 1

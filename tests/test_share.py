@@ -606,22 +606,35 @@ def test_far_groups_on_top_are_no_more_than_a_tenth_of_a_round_pays_for(tmp_path
     assert intake.measured.count("f") == 4 * max(1, groups_on_top), "on top, or one group measured"
 
 
-def test_far_peers_measured_beside_those_on_top_take_only_what_those_leave_of_the_tenth(tmp_path):
+@pytest.mark.parametrize("gen_share, on_top, probed", [(0.7, 5, 1), (0.625, 3, 3)])
+def test_far_peers_measured_beside_those_on_top_take_only_what_those_leave_of_the_tenth(tmp_path, gen_share, on_top,
+                                                                                          probed):
     """Sixteen groups a batch, own_share 0.5: eight groups of room, all left by nine far
-    identities offering a group each. At generation 0.7 a tenth of a round alone pays for 5.3
-    groups on top, and a group measured costs a third of one: five come on top and one of the
-    four others is measured, where the share's room (three more) once put the round past its tenth."""
+    identities offering a group each; a group measured costs a third of one on top. At
+    generation 0.7 a tenth of a round alone pays for 5.3 groups on top: five come on top and one
+    of the others is measured, where the room (three more) once put the round past its tenth. At
+    0.625 it pays for 4.3, 3.9 once one measured group is set aside: three on top, and what they
+    leave measures three (once four and four)."""
     peers = [f"f{i}" for i in range(9)]
     intake = _measuring_intake(tmp_path, dict.fromkeys(peers, -4.0), "node.far_room=top", "rollout.prompts_per_round=16",
                                "node.own_share=0.5", rewards={i: [0.0, 1.0, 0.0, 1.0] for i in range(16)})
     intake.share.gaps, intake.share.far, intake.share.far_part = dict.fromkeys(peers, 3.0), set(peers), 1.0
-    intake.costs.pin(0.7)
+    intake.costs.pin(gen_share)
     offered = [OfferedGroup(peer, 0, i, [], 0.0) for i, peer in enumerate(peers)]
     taken = intake.take(0, offered, own=_own(-1.0), timings={})
-    assert len(intake.measured) == 4 * (5 + 1), "five screened on top, one measured"
-    assert (taken.on_top_groups, taken.measured_groups) == (5, 1)
-    group_on_top = (1 - 0.7) / 16
-    assert 5 * group_on_top + 1 * group_on_top / 3 <= 0.1 + 1e-12
+    assert len(intake.measured) == 4 * (on_top + probed), "screened on top, and measured"
+    assert (taken.on_top_groups, taken.measured_groups) == (on_top, probed)
+
+
+def test_a_far_peer_is_measured_each_round_even_when_the_tenth_is_spent(tmp_path):
+    """Five far identities, room for two on top: whatever the tenth leaves, one of the other
+    three is measured, so a far peer that comes near is still seen to."""
+    peers = [f"f{i}" for i in range(5)]
+    intake = _measuring_intake(tmp_path, dict.fromkeys(peers, -4.0), "node.far_room=top", "rollout.prompts_per_round=4")
+    intake.share.gaps, intake.share.far, intake.share.far_part = dict.fromkeys(peers, 3.0), set(peers), 1.0
+    intake.costs.measured_groups = lambda *args, **kwargs: 0
+    taken = intake.take(0, [g for peer in peers for g in _groups(peer, 0, 1)], own=_own(-1.0), timings={})
+    assert taken.on_top_groups == 2 and taken.measured_groups == 1 and len(intake.measured) == 4 * 3
 
 
 def test_the_bound_on_top_is_a_tenth_of_a_round_alone_whatever_the_share_generated_this_round(tmp_path):

@@ -55,7 +55,7 @@ class Taken:
     on_top_screen_s: float = 0.0  # seconds scoring and screening them
     on_top_tokens: int = 0  # completion tokens of their samples kept
     on_top_from: int | None = None  # the first of `passes` that screened groups on top
-    measured_groups: int = 0  # groups measured and not trained on (far peers' and, under top-k/top-p, our own)
+    measured_groups: int = 0  # far peers' groups measured and not trained on (loop.share)
     measure_s: float = 0.0  # seconds measuring them
 
     @property
@@ -309,16 +309,14 @@ class Intake:
         # no more than far peers' groups would have filled (under top-scored, peers far by score
         # may fill what those far by likelihood left), and a useless far peer's group (first in a
         # probation round) after proven far peers' groups; and no more than ON_TOP_COST of a round
-        # alone pays for, as this node timed its work (loop.round_costs)
-        # (loop.round_costs) less what measuring takes of the tenth: our own samples again
-        # (under top-k or top-p) and one group of a far peer none of whose groups comes on top
+        # alone pays for, as this node timed its work (loop.round_costs), less one measured
+        # group's price when a far peer none of whose groups comes on top is left to measure
         topping = [group for group in far if self.share.comes_on_top(group.peer_id)]
         batch_groups, forward = self.config.rollout.prompts_per_round, self.share.measures_gap
-        remeasured = len(own) // group_size if self._remeasures_own() else 0
-        most = min(room - budget, self.costs.on_top_groups(batch_groups, remeasured, forward))
+        most = min(room - budget, self.costs.on_top_groups(batch_groups, 0, forward))
         on_top = sorted(topping, key=lambda group: self._taught_nothing(group.peer_id))[:max(0, most)]
         if {group.peer_id for group in far} - {group.peer_id for group in on_top}:
-            on_top = on_top[:max(0, self.costs.on_top_groups(batch_groups, remeasured + 1, forward))]
+            on_top = on_top[:max(0, self.costs.on_top_groups(batch_groups, 1, forward))]
         timings["score_s"] = timings["screen_s"] = 0.0
         screening = self.screener.open_round(own, peers_coming=(bool(queue) and wanted > 0) or bool(on_top))
         measured = Measured()  # peers' samples under our model and as we graded them (loop.share)
@@ -339,10 +337,10 @@ class Intake:
             far = [group for group in far if group.peer_id not in topped]  # measured already
         if self.share.enabled:
             t = time.perf_counter()
-            left = self.costs.measured_groups(batch_groups, len(on_top), forward) - remeasured
-            probed = self._measure_far(far, measured, round_, max(1, min(room - len(on_top), left)))
+            left = self.costs.measured_groups(batch_groups, len(on_top), forward)
+            taken.measured_groups = self._measure_far(far, measured, round_, max(1, min(room - len(on_top), left)))
+            taken.measure_s = time.perf_counter() - t
             own_logprobs = self._own_logprobs(own) if self.share.measures_gap else []
-            taken.measured_groups, taken.measure_s = probed + remeasured, time.perf_counter() - t
             self.share.observe(own_logprobs, measured.logprobs, own_rewards, measured.rewards)
         self.exchange.hold(self.pool.holding(round_))  # whom the exchange may fetch from while we train
         return taken
@@ -409,14 +407,10 @@ class Intake:
         generator's, unless top-k or top-p truncated its distribution; then they are renormalised
         over the kept tokens, higher than the model's, and would make every peer look farther by
         that much, so they are measured again (one forward over our own samples a round)."""
-        if not self._remeasures_own():
+        rollout = self.config.rollout
+        if rollout.top_k == 0 and rollout.top_p == 1.0:
             return [s.logprobs for s in own]
         return self._theta(own) if own else []
-
-    def _remeasures_own(self) -> bool:
-        """Whether our own samples are measured again under our model each round (above)."""
-        rollout = self.config.rollout
-        return self.share.measures_gap and (rollout.top_k != 0 or rollout.top_p != 1.0)
 
     def _theta(self, samples: list[Sample]) -> list[np.ndarray]:
         """Per-token log-probs of `samples` under our model now."""

@@ -15,12 +15,16 @@ its own work and takes on top only the groups that tenth pays for:
 
 - a group measured, in the rounds that measured some: the seconds spent measuring far peers'
   groups that are not trained on (grading them and, with the likelihood gap on, a forward pass
-  under our model) and our own samples again under top-k or top-p, over the groups.
+  under our model), over the groups; never more than a group on top costs, which is screened
+  (a forward pass) and trained on besides, so one sender's long groups cannot price the others'
+  out of the tenth.
 
 The measuring is the share's (loop.share) and runs beside the groups on top, so it comes out of
-the same tenth: the groups it will take are set aside first, and only what they leave pays for
-groups on top; far groups beyond those are measured only as far as the rest of the tenth pays
-(at least one a round, so a far peer that comes near is seen to).
+the same tenth: when a far peer would be left unmeasured one group's price is set aside first,
+and only what it leaves pays for groups on top; far groups beyond those are measured only as far
+as the rest of the tenth pays (at least one a round, so a far peer that comes near is seen to).
+Our own samples measured again under top-k or top-p (loop.intake) are not in the tenth: that
+runs whether or not any peer is far, and only where a user turned truncation on.
 
 Each is a running mean; a node's first round (warm-up) is not timed. A peer's completions move
 what one of its groups costs, and so how many come, not the time they take on average. Until
@@ -103,24 +107,26 @@ class RoundCosts:
 
     def measured_groups(self, batch_groups: int, on_top: int, forward: bool = True) -> int:
         """The most groups this node may measure without training on them in what `on_top`
-        groups on top leave of ON_TOP_COST of a round alone (none when they leave nothing)."""
+        groups on top leave of ON_TOP_COST of a round alone (none when they leave nothing; the
+        whole batch's worth when a group measured costs the model nothing)."""
         tenth, group_on_top, one_measured = self._prices(batch_groups, forward)
-        left = tenth - on_top * group_on_top
+        left = tenth - on_top * group_on_top + 1e-9 * tenth  # on_top_groups may fill the tenth to its rounding
         if one_measured <= 0:
             return batch_groups if left >= 0 else 0
-        return max(0, math.floor(left / one_measured + 1e-9))
+        return max(0, math.floor(left / one_measured))
 
     def _prices(self, batch_groups: int, forward: bool) -> tuple[float, float, float]:
         """(ON_TOP_COST of a round alone, a group on top, a group measured), in this node's
         seconds once it timed them, else as shares of a round alone by the cost model (a group
         only graded, no forward pass, costs the model nothing)."""
         part = FORWARD_OF_STEP if forward else 0.0  # of a group on top, by the model
-        if self.pinned is None and self.alone_round_s is not None and self.on_top_group_s is not None:
-            measured_s = self.measured_group_s if self.measured_group_s is not None else part * self.on_top_group_s
-            return ON_TOP_COST * self.alone_round_s, self.on_top_group_s, measured_s
         share = GEN_SHARE if self.pinned is None else self.pinned
-        group_on_top = 1.0 / max(CostModel(share).trained_for(1.0) * batch_groups, 1e-9)
-        return ON_TOP_COST, group_on_top, part * group_on_top
+        group_on_top = 1.0 / max(CostModel(share).trained_for(1.0) * batch_groups, 1e-9)  # of a round alone
+        if self.pinned is not None or self.alone_round_s is None:
+            return ON_TOP_COST, group_on_top, part * group_on_top
+        group_s = self.on_top_group_s if self.on_top_group_s is not None else group_on_top * self.alone_round_s
+        measured_s = min(self.measured_group_s, group_s) if self.measured_group_s is not None else part * group_s
+        return ON_TOP_COST * self.alone_round_s, group_s, measured_s
 
     def checkpoint_state(self) -> dict[str, Any]:
         """The running seconds, so a resumed node prices its first rounds as it left off."""
