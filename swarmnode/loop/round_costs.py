@@ -11,8 +11,7 @@ its own work and takes on top only the groups that tenth pays for:
   it runs; a share of it runs at another speed on a GPU): the generation's seconds and the
   step's part that its own samples took, by tokens;
 - a group on top, in the rounds that took some: the seconds screening them took and the step's
-  part their kept samples took, by tokens, over the groups.
-
+  part their kept samples took, by tokens, over the groups;
 - a group measured, in the rounds that measured some: the seconds spent measuring far peers'
   groups that are not trained on (grading them and, with the likelihood gap on, a forward pass
   under our model), over the groups; never more than a group on top costs, which is screened
@@ -27,9 +26,10 @@ Our own samples measured again under top-k or top-p (loop.intake) are not in the
 runs whether or not any peer is far, and only where a user turned truncation on.
 
 Each is a running mean; a node's first round (warm-up) is not timed. A peer's completions move
-what one of its groups costs, and so how many come, not the time they take on average. Until
-both are timed the cost model's share (GEN_SHARE) prices a group, and a group measured costs a
-forward pass's part of that (FORWARD_OF_STEP). The lab prices rounds by its cost model rather
+what one of its groups costs, and so how many come, not the time they take on average. Until a
+round alone is timed the cost model's share (GEN_SHARE) prices a group on top, and until a group
+of each kind is timed the model prices it against that round; a group measured costs a forward
+pass's part of a group on top (FORWARD_OF_STEP) until timed. The lab prices rounds by its cost model rather
 than its clock, so it pins the share it prices with: a group on top then costs (1 - share) /
 groups-a-batch of a round alone, as the model says. A probation group (one a round at most,
 loop.intake) is the ledger's, not this bound's.
