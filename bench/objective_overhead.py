@@ -6,8 +6,8 @@ python bench/objective_overhead.py [--steps 30]
 The probe: a node with the per-peer share measures one group of each far peer a round under its
 model (a forward pass, no step), at most the peers' share of groups and what the far groups on
 top leave of the tenth of a round they may take (swarmnode.loop.intake, loop.round_costs); with
-top-k or top-p sampling it also measures its own samples again (outside that tenth). Each is timed here against the
-training step on a whole round's samples, and priced as a share of a round by the cost model:
+top-k or top-p sampling it also measures its own samples again (outside that tenth). Each is
+timed here against the training step on a whole round's samples, and priced as a share of a round by the cost model:
 screening and training are the part of a round that generation leaves (`1 - gen_share`), at the
 generation shares docs/gpu.md measured on GPUs (0.66 at 3B and the paper's batch, where training
 weighs most; 0.93 at the bench's shape). The forward/step ratio is measured on this machine's

@@ -338,7 +338,7 @@ class Intake:
         if self.share.enabled:
             t = time.perf_counter()
             left = self.costs.measured_groups(batch_groups, len(on_top), forward)
-            taken.measured_groups = self._measure_far(far, measured, round_, max(1, min(room - len(on_top), left)))
+            taken.measured_groups = self._measure_far(far, measured, round_, min(room - len(on_top), left))
             taken.measure_s = time.perf_counter() - t
             own_logprobs = self._own_logprobs(own) if self.share.measures_gap else []
             self.share.observe(own_logprobs, measured.logprobs, own_rewards, measured.rewards)
@@ -378,9 +378,9 @@ class Intake:
     def _measure_far(self, far: list[OfferedGroup], into: Measured, round_: int,
                      most: int) -> int:
         """One group of each far peer, used up and measured under our model but not trained on,
-        so that a peer that comes near is seen to; at most `most` groups a round (the peers'
-        share at own_share less the far groups taken on top, and what those leave of the tenth
-        of a round: loop.round_costs), taken in turn among far peers, so a crowd of far
+        so that a peer that comes near is seen to; at most `most` groups a round but at least one
+        (the peers' share at own_share less the far groups taken on top, and what those leave of
+        the tenth of a round: loop.round_costs), taken in turn among far peers, so a crowd of far
         identities costs no more scoring than the share would. The groups measured."""
         first_of: dict[str, OfferedGroup] = {}
         for group in far:

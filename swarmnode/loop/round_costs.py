@@ -29,10 +29,10 @@ Each is a running mean; a node's first round (warm-up) is not timed. A peer's co
 what one of its groups costs, and so how many come, not the time they take on average. Until a
 round alone is timed the cost model's share (GEN_SHARE) prices a group on top, and until a group
 of each kind is timed the model prices it against that round; a group measured costs a forward
-pass's part of a group on top (FORWARD_OF_STEP) until timed. The lab prices rounds by its cost model rather
-than its clock, so it pins the share it prices with: a group on top then costs (1 - share) /
-groups-a-batch of a round alone, as the model says. A probation group (one a round at most,
-loop.intake) is the ledger's, not this bound's.
+pass's part of a group on top (FORWARD_OF_STEP) until timed. The lab prices rounds by its cost
+model rather than its clock, so it pins the share it prices with: a group on top then costs
+(1 - share) / groups-a-batch of a round alone, as the model says. A probation group (one a round
+at most, loop.intake) is the ledger's, not this bound's.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class RoundTimes:
     on_top_groups: int = 0  # far peers' groups screened on top
     on_top_screen_s: float = 0.0  # seconds scoring and screening them
     on_top_tokens: int = 0  # completion tokens of their samples kept
-    measured_groups: int = 0  # groups measured and not trained on: far peers' and our own again
+    measured_groups: int = 0  # far peers' groups measured and not trained on
     measure_s: float = 0.0  # seconds measuring them
 
 
