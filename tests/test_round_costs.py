@@ -128,6 +128,9 @@ def test_a_node_s_clock_prices_a_group_measured_once_it_measured_some():
     resumed = RoundCosts()
     resumed.restore(costs.checkpoint_state())
     assert resumed.measured_group_s == pytest.approx(0.2), "kept across a restart"
+    for bad in ("x", -0.2, float("nan"), None):
+        resumed.restore({**costs.checkpoint_state(), "measured_group_s": bad})
+        assert resumed.measured_group_s is None and resumed.on_top_groups(16, measured=1) == 3, "timed afresh"
 
 
 def test_a_sender_s_long_groups_price_a_group_measured_no_higher_than_a_group_on_top():
